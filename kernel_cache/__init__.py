@@ -1,0 +1,1 @@
+"""The kernel cache: verified kernels by (problem key, environment fingerprint), and packs that carry them."""

@@ -1,0 +1,51 @@
+"""KernelRecord: a verified winner as the cache stores it, with provenance."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+VERIFIED = "verified"
+QUARANTINED = "quarantined"
+REJECTED = "rejected"
+
+
+def source_sha256(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+@dataclass
+class KernelRecord:
+    problem_key: str
+    source: str
+    backend: str
+    fingerprint: dict[str, Any]  # EnvFingerprint.to_json()
+    status: str = VERIFIED
+    launch_params: dict[str, Any] = field(default_factory=dict)
+    op_family: str | None = None
+    median_ms: float | None = None
+    eager_ms: float | None = None
+    inductor_ms: float | None = None
+    speedup_eager: float | None = None
+    speedup_inductor: float | None = None
+    speedup_lcb: float | None = None
+    trials: int = 0
+    timed: bool = True  # False for kernels verified by the interpreter: never served on a GPU
+    run_id: str | None = None
+    parent_id: str | None = None
+    candidate_id: str | None = None
+    sha256: str = ""
+    id: int | None = None
+    created_at: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.sha256:
+            self.sha256 = source_sha256(self.source)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> KernelRecord:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})

@@ -1,0 +1,20 @@
+"""kernelsmith: an evolutionary Triton kernel optimizer behind ``torch.compile(backend="kernelsmith")``.
+
+Importing this package registers nothing: Dynamo finds the backend through the ``torch_dynamo_backends`` entry
+point. :func:`register` is for environments without package metadata (a vendored source tree).
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+
+def register() -> None:
+    """Register the backend by hand where entry points are unavailable; safe to call twice."""
+    import torch._dynamo
+
+    if "kernelsmith" in torch._dynamo.list_backends(exclude_tags=()):
+        return
+    from ks_inductor.backend import kernelsmith_backend
+
+    torch._dynamo.register_backend(kernelsmith_backend, name="kernelsmith")

@@ -1,0 +1,49 @@
+"""Judge settings. Defaults follow the issue: 5 trials, fp32 1e-4, fp16/bf16 1e-2, a 3% speedup margin."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
+    # dtype: (atol, rtol), applied as |out - ref| <= atol + rtol * |ref|, plus a relative L2 bound of rtol.
+    "float64": (1e-6, 1e-6),
+    "float32": (1e-4, 1e-4),
+    "float16": (1e-2, 1e-2),
+    "bfloat16": (1e-2, 1e-2),
+}
+
+DISTRIBUTIONS = ("native", "normal", "uniform_neg", "large", "normal_shifted")
+
+
+@dataclass
+class JudgeConfig:
+    backend: str | None = None  # triton-cuda | triton-maca | triton-interpret; None: detect
+    trials: int = 5
+    tolerances: dict[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
+    distributions: tuple[str, ...] = DISTRIBUTIONS
+    compile_timeout_s: float = 300.0
+    run_timeout_s: float = 120.0
+    memory_limit_mb: int = int(os.environ.get("KERNELSMITH_JUDGE_MEMORY_MB", "16384"))
+    device_memory_fraction: float = 0.8
+    # Timing (GPU): interleaved rounds of candidate and baselines, each call preceded by an L2 flush.
+    rounds: int = 7
+    warmup_ms: float = 25.0
+    rep_ms: float = 200.0
+    min_reps: int = 5
+    max_reps: int = 2000
+    rotating_sets: int = 3
+    baselines: tuple[str, ...] = ("eager", "inductor")
+    margin: float = 0.03
+    max_plausible_speedup: float = 10.0
+    # Plausibility against the roofline floor: faster than this fraction of the floor is quarantined.
+    floor_slack: float = 0.9
+    seed: int | None = None  # secret per-judge seed; None draws one from os.urandom
+    keep_workdir: bool = False
+
+    def tolerance(self, dtype: str) -> tuple[float, float]:
+        return self.tolerances.get(dtype, (1e-2, 1e-2))
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)

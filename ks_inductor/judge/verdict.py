@@ -1,0 +1,159 @@
+"""The judge's verdict: one JSON-serializable dataclass, and feedback an LLM can act on."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Stages in the order a candidate passes them; ``stage`` is the last one reached.
+STAGES = ("static", "load", "compile", "correctness", "timing", "done")
+
+ACCEPTED = "accepted"  # correct; and, where timing means something, plausible
+REJECTED = "rejected"  # wrong, unsafe or failed to run
+QUARANTINED = "quarantined"  # correct but its speed is implausible: held for review, never served
+ERROR = "error"  # the judge could not judge it (problem broken, infrastructure failure)
+
+
+@dataclass
+class Timing:
+    median_ms: float
+    iqr_ms: float
+    min_ms: float
+    n: int
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Mismatch:
+    trial: int
+    output_index: int
+    max_abs_error: float
+    max_rel_error: float
+    fraction_mismatched: float
+    first_bad_index: list[int] | None
+    rel_l2_error: float
+    distribution: str = ""
+    atol: float = 0.0
+    rtol: float = 0.0
+
+
+@dataclass
+class EvalResult:
+    correct: bool = False
+    verdict: str = REJECTED
+    stage: str = "static"
+    flags: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    error: str | None = None
+    backend: str = ""
+    fingerprint: dict[str, Any] | None = None
+    problem_key: str = ""
+    candidate_hash: str = ""
+    trials: int = 0
+    mismatch: Mismatch | None = None
+    timings: dict[str, Timing] = field(default_factory=dict)
+    timing_meaningful: bool = False
+    speedup_eager: float | None = None
+    speedup_inductor: float | None = None
+    speedup_eager_lcb: float | None = None
+    speedup_inductor_lcb: float | None = None
+    faster: bool = False  # the lower confidence bound clears 1 + margin against the best baseline
+    roofline_floor_ms: float | None = None
+    roofline_fraction: float | None = None
+    launches: dict[str, int] = field(default_factory=dict)
+    log_tail: str = ""
+    duration_s: float = 0.0
+
+    @property
+    def accepted(self) -> bool:
+        return self.verdict == ACCEPTED
+
+    @property
+    def best_baseline(self) -> str | None:
+        ms = {k: v.median_ms for k, v in self.timings.items() if k != "candidate"}
+        return min(ms, key=ms.get) if ms else None
+
+    @property
+    def speedup_best(self) -> float | None:
+        """Speedup against the fastest baseline measured in the same run."""
+        vals = [v for v in (self.speedup_eager, self.speedup_inductor) if v is not None]
+        return min(vals) if vals else None
+
+    @property
+    def speedup_best_lcb(self) -> float | None:
+        vals = [v for v in (self.speedup_eager_lcb, self.speedup_inductor_lcb) if v is not None]
+        return min(vals) if vals else None
+
+    @property
+    def candidate_ms(self) -> float | None:
+        t = self.timings.get("candidate")
+        return t.median_ms if t else None
+
+    def reject(self, flag: str, reason: str) -> None:
+        if flag not in self.flags:
+            self.flags.append(flag)
+        self.reasons.append(reason)
+        if self.verdict != ERROR:
+            self.verdict = REJECTED
+        self.correct = False
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["accepted"] = self.accepted
+        return d
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EvalResult:
+        data = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        if data.get("mismatch"):
+            data["mismatch"] = Mismatch(**data["mismatch"])
+        data["timings"] = {k: Timing(**v) for k, v in (data.get("timings") or {}).items()}
+        return cls(**data)
+
+    def feedback_text(self) -> str:
+        """What went right and wrong, written for a model that will make the next change."""
+        lines = [f"Verdict: {self.verdict} (stage reached: {self.stage})."]
+        if self.error:
+            lines.append(f"Error: {self.error}")
+        for r in self.reasons:
+            lines.append(f"- {r}")
+        if self.mismatch is not None:
+            m = self.mismatch
+            lines.append(
+                f"Output {m.output_index} differs from the reference on trial {m.trial} "
+                f"(inputs drawn from '{m.distribution}'): max abs error {m.max_abs_error:.3g}, max rel error "
+                f"{m.max_rel_error:.3g}, {100 * m.fraction_mismatched:.2f}% of elements outside atol={m.atol:g} "
+                f"rtol={m.rtol:g}, relative L2 error {m.rel_l2_error:.3g}; first bad index {m.first_bad_index}."
+            )
+        if self.correct and self.timing_meaningful and "candidate" in self.timings:
+            c = self.timings["candidate"]
+            parts = [f"candidate {c.median_ms:.4f} ms (IQR {c.iqr_ms:.4f})"]
+            for name in ("eager", "inductor"):
+                if name in self.timings:
+                    parts.append(f"{name} {self.timings[name].median_ms:.4f} ms")
+            lines.append("Timing: " + ", ".join(parts) + ".")
+            if self.speedup_eager is not None:
+                lines.append(f"Speedup vs eager {self.speedup_eager:.3f}x (lower bound {self.speedup_eager_lcb:.3f}x).")
+            if self.speedup_inductor is not None:
+                lines.append(
+                    f"Speedup vs torch.compile {self.speedup_inductor:.3f}x "
+                    f"(lower bound {self.speedup_inductor_lcb:.3f}x)."
+                )
+            if self.roofline_fraction is not None:
+                lines.append(
+                    f"Reaches {100 * self.roofline_fraction:.1f}% of the roofline floor "
+                    f"({self.roofline_floor_ms:.4f} ms): "
+                    + ("close to the limit; only small gains remain." if self.roofline_fraction > 0.85
+                       else "far from the memory/compute limit; there is room to improve.")
+                )
+        elif self.correct and not self.timing_meaningful:
+            lines.append("Correct. Timing is not meaningful on this backend (Triton interpreter on CPU).")
+        if self.log_tail:
+            lines.append("Worker output (tail):\n" + self.log_tail[-2000:])
+        return "\n".join(lines)

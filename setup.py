@@ -1,0 +1,30 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="kernelsmith",
+    version="0.1.0",
+    description="Evolutionary Triton kernel optimizer and torch.compile backend with a verified kernel cache",
+    python_requires=">=3.10",
+    packages=find_packages(include=["ks_inductor*", "kernel_cache*", "integrations*", "benchmarks*"]),
+    package_data={"ks_inductor": ["evolve/templates/*.py"], "benchmarks": ["suites/*.json"]},
+    install_requires=[
+        "torch>=2.11",
+        "triton>=3.6",
+        "sqlalchemy>=2.0",
+        "openai>=1.0",
+        "safetensors>=0.4",
+        "rich>=13",
+        "numpy",
+        "pytest-benchmark>=4",
+    ],
+    extras_require={
+        "dev": ["pytest>=8", "pytest-timeout", "ruff", "matplotlib", "cryptography"],
+        "sign": ["cryptography"],
+        "plots": ["matplotlib"],
+    },
+    entry_points={
+        "console_scripts": ["kernelsmith = ks_inductor.cli:main"],
+        # Dynamo discovers this lazily; the target module must not register the name itself.
+        "torch_dynamo_backends": ["kernelsmith = ks_inductor.backend:kernelsmith_backend"],
+    },
+)
