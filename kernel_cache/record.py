@@ -49,3 +49,39 @@ class KernelRecord:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> KernelRecord:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+@dataclass
+class StepRecord:
+    """One evolution step: a parent, the mutation applied, the child, and the judge's verdict on it."""
+
+    run_id: str
+    problem_key: str
+    child_id: str
+    mutation: str
+    parent_id: str | None = None
+    diff: str = ""
+    prompt: str | None = None
+    response: str | None = None
+    verdict: str = ""
+    correct: bool = False
+    parent_speedup: float | None = None
+    child_speedup: float | None = None
+    parent_speedup_lcb: float | None = None
+    child_speedup_lcb: float | None = None
+    speedup_delta: float | None = None
+    noise: float | None = None  # IQR / median of the child's timing
+    feedback: str = ""
+    parent_source: str = ""
+    child_source: str = ""
+    island: int | None = None
+    tokens: dict[str, int] = field(default_factory=dict)
+    id: int | None = None
+    created_at: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StepRecord:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})

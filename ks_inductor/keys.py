@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 KEY_VERSION = "ks-key-v1"
 

@@ -14,9 +14,10 @@ import logging
 import os
 import types
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ __all__ = [
 
 def __getattr__(name: str):  # lazy: importing the package must stay cheap for the CLI and the backend
     if name in ("Judge", "evaluate"):
-        from ks_inductor.judge import evaluate as _ev
+        from ks_inductor.judge import service
 
-        return getattr(_ev, name)
+        return getattr(service, name)
     if name == "static_check":
         from ks_inductor.judge.static_checks import static_check
 

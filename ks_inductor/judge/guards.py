@@ -1,0 +1,151 @@
+"""Runtime guards installed in a worker before candidate code is imported.
+
+They answer what static rules cannot: did Triton kernels really launch; did torch compute anything during the
+candidate's forward, however it was reached; did the candidate patch timers or torch, start threads, switch
+streams, or flip global numerics flags.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+# aten ops that allocate, view or move memory. Anything else executed during the candidate's forward is torch
+# computing part of the answer, and is rejected.
+ALLOWED_ATEN = frozenset({
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like", "new_zeros",
+    "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "fill_", "zero_", "arange", "scalar_tensor",
+    "view", "_unsafe_view", "reshape", "as_strided", "expand", "permute", "t", "transpose", "unsqueeze", "squeeze",
+    "slice", "select", "alias", "detach", "split", "split_with_sizes", "chunk", "unbind", "narrow", "flatten",
+    "unflatten", "view_as", "expand_as", "contiguous", "clone", "copy_", "_to_copy", "to", "lift_fresh",
+    "lift_fresh_copy", "_local_scalar_dense", "is_same_size", "resize_", "set_", "_reshape_alias", "stride",
+    "size", "sym_size", "sym_stride", "sym_numel", "numel", "dim", "is_contiguous", "item", "_has_compatible_shallow_copy_type",
+    "record_stream", "empty_permuted",
+})
+
+
+class LaunchCounter:
+    """Counts Triton launches by patching the launch entry points at class level (JIT and interpreter)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.enabled = True
+
+    def install(self) -> None:
+        from triton.runtime.jit import JITFunction
+
+        targets = [JITFunction]
+        try:
+            from triton.runtime.interpreter import InterpretedFunction
+
+            targets.append(InterpretedFunction)
+        except ImportError:
+            pass
+        counter = self
+        for cls in targets:
+            original = cls.run
+
+            def run(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+                if counter.enabled and not kwargs.get("warmup", False):
+                    fn = getattr(self, "fn", None)
+                    name = getattr(fn, "__name__", None) or getattr(self, "__name__", "kernel")
+                    counter.counts[name] += 1
+                return _original(self, *args, **kwargs)
+
+            cls.run = run
+
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+class TorchOpRecorder:
+    """Records every aten op dispatched while active (a TorchDispatchMode sees ops however they were reached:
+    functional calls, tensor methods, operators, nn.Module calls)."""
+
+    def __init__(self) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        recorder = self
+        self.ops: Counter[str] = Counter()
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else str(func)
+                recorder.ops[name] += 1
+                return func(*args, **(kwargs or {}))
+
+        self._mode_cls = _Mode
+
+    def __enter__(self) -> TorchOpRecorder:
+        self._mode = self._mode_cls()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._mode.__exit__(*exc)
+
+    def compute_ops(self) -> list[str]:
+        return sorted(op for op in self.ops if op.rstrip("_") not in ALLOWED_ATEN and op not in ALLOWED_ATEN)
+
+
+def identity_snapshot() -> dict[str, int]:
+    """ids of the functions a timing or comparison depends on; a change after candidate import is tampering."""
+    import math
+    import time
+
+    import torch
+
+    items: dict[str, Any] = {
+        "time.perf_counter": time.perf_counter,
+        "time.time": time.time,
+        "torch.allclose": torch.allclose,
+        "torch.equal": torch.equal,
+        "torch.Tensor.__eq__": torch.Tensor.__eq__,
+        "torch.Tensor.clone": torch.Tensor.clone,
+        "torch.Tensor.copy_": torch.Tensor.copy_,
+        "torch.Tensor.to": torch.Tensor.to,
+        "torch.cuda.synchronize": torch.cuda.synchronize,
+        "torch.cuda.Event": torch.cuda.Event,
+        "torch.cuda.Event.record": torch.cuda.Event.record,
+        "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
+        "torch.compile": torch.compile,
+        "torch.nn.Module.__call__": torch.nn.Module.__call__,
+        "math.isclose": math.isclose,
+    }
+    try:
+        from safetensors import torch as st
+
+        items["safetensors.torch.save_file"] = st.save_file
+    except ImportError:
+        pass
+    return {k: id(v) for k, v in items.items()}
+
+
+def numerics_flags() -> dict[str, Any]:
+    import torch
+
+    return {
+        "matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "matmul.allow_fp16_reduced_precision_reduction":
+            torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+        "matmul.allow_bf16_reduced_precision_reduction":
+            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+        "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+        "cudnn.benchmark": torch.backends.cudnn.benchmark,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "default_dtype": str(torch.get_default_dtype()),
+        "grad_enabled": torch.is_grad_enabled(),
+    }
+
+
+def thread_count() -> int:
+    return threading.active_count()
+
+
+def current_stream_id(device: str) -> int | None:
+    if device == "cpu":
+        return None
+    import torch
+
+    return torch.cuda.current_stream().cuda_stream

@@ -1,0 +1,219 @@
+"""Worker processes and their supervision: time limits per stage, a memory limit, the per-device timing lock.
+
+Each job gets a fresh process (a crash, a hang or a CUDA error can never leak into the next candidate); a spare
+per device is started ahead so that the torch import is off the critical path.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ks_inductor.judge.backends import JudgeBackend, worker_environment
+
+log = logging.getLogger(__name__)
+
+READY_TIMEOUT_S = 180.0
+
+
+@dataclass
+class JobOutcome:
+    """What came back from one worker: its result message, or how it died."""
+
+    result: dict[str, Any] | None
+    stage: str
+    failure: str | None = None  # timeout | crash | memory_limit | None
+    detail: str = ""
+    log_tail: str = ""
+    stages: list[str] = field(default_factory=list)
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for ln in f:
+                if ln.startswith("VmRSS:"):
+                    return int(ln.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+class WorkerProcess:
+    def __init__(self, backend: JudgeBackend, device_index: int | None, log_dir: str) -> None:
+        self.device_index = device_index
+        r, w = os.pipe()
+        os.makedirs(log_dir, exist_ok=True)
+        self.log_path = os.path.join(log_dir, f"worker-{os.getpid()}-{id(self):x}.log")
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - lives as long as the process
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ks_inductor.judge.worker", str(w)],
+            stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT, pass_fds=(w,),
+            env=worker_environment(backend, device_index), start_new_session=True, cwd=log_dir,
+        )
+        os.close(w)
+        self._events: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, args=(r,), daemon=True)
+        self._reader.start()
+        self.ready = False
+
+    def _read(self, fd: int) -> None:
+        with os.fdopen(fd, "r") as f:
+            for line in f:
+                try:
+                    self._events.put(json.loads(line))
+                except json.JSONDecodeError:
+                    self._events.put({"event": "garbage", "line": line[:200]})
+        self._events.put(None)
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> bool:
+        if self.ready:
+            return True
+        try:
+            msg = self._events.get(timeout=timeout)
+        except queue.Empty:
+            return False
+        self.ready = bool(msg and msg.get("event") == "ready")
+        return self.ready
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self._log.close()
+
+    def log_tail(self, n: int = 3000) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - n))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def run_job(self, job: dict[str, Any], stage_limits: dict[str, float], memory_limit_mb: int,
+                device_lock: threading.Lock | None) -> JobOutcome:
+        """Send the job and supervise it to the end. Stage limits apply per stage; waiting for the device lock
+        does not count against them."""
+        stages = ["start"]
+        if not self.wait_ready():
+            self.kill()
+            return JobOutcome(None, "load", "crash", "the worker failed to start", self.log_tail(), stages)
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((json.dumps(job) + "\n").encode())
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            self.kill()
+            return JobOutcome(None, "load", "crash", "the worker exited before taking the job", self.log_tail(),
+                              stages)
+        stage = "load"
+        deadline = time.monotonic() + stage_limits.get(stage, 300.0)
+        holding = False
+        try:
+            while True:
+                try:
+                    msg = self._events.get(timeout=0.1)
+                except queue.Empty:
+                    msg = "tick"
+                if msg is None:  # the protocol pipe closed: the process is gone
+                    code = self.proc.wait(timeout=10)
+                    return JobOutcome(None, stage, "crash", _describe_exit(code), self.log_tail(), stages)
+                if msg != "tick":
+                    ev = msg.get("event")
+                    if ev == "stage":
+                        stage = msg["stage"]
+                        stages.append(stage)
+                        deadline = time.monotonic() + stage_limits.get(stage, 300.0)
+                    elif ev == "acquire":
+                        if device_lock is not None:
+                            device_lock.acquire()
+                            holding = True
+                        self.proc.stdin.write(b"grant\n")
+                        self.proc.stdin.flush()
+                        deadline = time.monotonic() + stage_limits.get("timing", 300.0)
+                    elif ev == "release":
+                        if holding and device_lock is not None:
+                            device_lock.release()
+                            holding = False
+                    elif ev == "result":
+                        return JobOutcome(msg, stage, None, "", self.log_tail(), stages)
+                if time.monotonic() > deadline:
+                    return JobOutcome(None, stage, "timeout",
+                                      f"exceeded the {stage_limits.get(stage, 300.0):.0f} s limit in stage {stage}",
+                                      self.log_tail(), stages)
+                if memory_limit_mb and _rss_mb(self.proc.pid) > memory_limit_mb:
+                    return JobOutcome(None, stage, "memory_limit",
+                                      f"used more than {memory_limit_mb} MB of host memory in stage {stage}",
+                                      self.log_tail(), stages)
+        finally:
+            if holding and device_lock is not None:
+                device_lock.release()
+            self.kill()
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "the worker stopped answering"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = str(-code)
+        return f"the worker was killed by {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
+    return f"the worker exited with code {code} before reporting a result"
+
+
+class WorkerPool:
+    """Hands out fresh, already-started workers per device and keeps one spare warm for each."""
+
+    def __init__(self, backend: JudgeBackend, devices: list[int | None], log_dir: str, spares: bool = True) -> None:
+        self.backend = backend
+        self.devices = devices
+        self.log_dir = log_dir
+        self.spares_enabled = spares
+        self._spares: dict[int | None, list[WorkerProcess]] = {d: [] for d in devices}
+        self._lock = threading.Lock()
+        self.device_locks = {d: threading.Lock() for d in devices}
+        self._next = 0
+        self._closed = False
+        if spares:
+            for d in devices:
+                self._spares[d].append(WorkerProcess(backend, d, log_dir))
+
+    def pick_device(self) -> int | None:
+        with self._lock:
+            d = self.devices[self._next % len(self.devices)]
+            self._next += 1
+            return d
+
+    def take(self, device: int | None) -> WorkerProcess:
+        with self._lock:
+            w = self._spares[device].pop() if self._spares[device] else None
+            if self.spares_enabled and not self._closed:
+                self._spares[device].append(WorkerProcess(self.backend, device, self.log_dir))
+        return w or WorkerProcess(self.backend, device, self.log_dir)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            spares = [w for ws in self._spares.values() for w in ws]
+            for ws in self._spares.values():
+                ws.clear()
+        for w in spares:
+            w.kill()

@@ -1,0 +1,342 @@
+"""The Judge: static checks, then the reference and the candidate in separate workers, then the verdict here."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from ks_inductor.candidate import normalized_source_hash
+from ks_inductor.fingerprint import EnvFingerprint
+from ks_inductor.judge.backends import JudgeBackend, detect_backend
+from ks_inductor.judge.compare import compare_outputs
+from ks_inductor.judge.config import JudgeConfig
+from ks_inductor.judge.inputs import trial_plan
+from ks_inductor.judge.pool import JobOutcome, WorkerPool
+from ks_inductor.judge.static_checks import static_check
+from ks_inductor.judge.verdict import ACCEPTED, ERROR, QUARANTINED, REJECTED, EvalResult
+from ks_inductor.problem import Problem
+
+log = logging.getLogger(__name__)
+
+# Runtime findings that make a candidate wrong or untrustworthy, whatever its outputs.
+_REJECTING_FLAGS = frozenset({
+    "torch_compute", "no_triton_launch", "monkeypatch", "global_config_change", "thread_injection", "side_stream",
+    "inputs_modified", "lazy_evaluation", "wrong_device", "stale_result",
+})
+
+
+class _Reference:
+    def __init__(self, trials: list[dict[str, Any]], timing: list[dict[str, Any]]) -> None:
+        self.trials = trials
+        self.timing = timing
+
+
+class Judge:
+    """Evaluates candidates for problems. Thread-safe; ``submit`` runs evaluations concurrently (compiles in
+    parallel on the CPU cores, timing one candidate at a time per device)."""
+
+    def __init__(self, config: JudgeConfig | None = None, devices: list[int] | None = None,
+                 max_workers: int | None = None, spares: bool = True) -> None:
+        self.config = config or JudgeConfig()
+        self.backend: JudgeBackend = detect_backend(self.config.backend)
+        if self.backend.device == "cpu":
+            dev_list: list[int | None] = [None]
+        else:
+            import torch
+
+            dev_list = list(devices) if devices is not None else list(range(torch.cuda.device_count()))
+        self._secret = self.config.seed if self.config.seed is not None else int.from_bytes(os.urandom(4), "little")
+        self._root = tempfile.mkdtemp(prefix="ks-judge-")
+        self._pool = WorkerPool(self.backend, dev_list, os.path.join(self._root, "logs"), spares=spares)
+        n = max_workers or (2 if self.backend.device == "cpu" else max(2, min(os.cpu_count() or 2, 4 * len(dev_list))))
+        self._executor = ThreadPoolExecutor(max_workers=n, thread_name_prefix="ks-judge")
+        self._refs: dict[str, _Reference | Exception] = {}
+        self._ref_locks: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+        self._fingerprint: EnvFingerprint | None = None
+        self._l2 = self.backend.l2_bytes() if self.backend.device != "cpu" else 0
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def fingerprint(self) -> EnvFingerprint:
+        if self._fingerprint is None:
+            self._fingerprint = self.backend.fingerprint(0)
+        return self._fingerprint
+
+    def __enter__(self) -> Judge:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        self._pool.close()
+        if not self.config.keep_workdir:
+            shutil.rmtree(self._root, ignore_errors=True)
+
+    def submit(self, problem: Problem, source: str, timing: bool | None = None) -> Future[EvalResult]:
+        return self._executor.submit(self._guarded, problem, source, timing)
+
+    def evaluate(self, problem: Problem, source: str, timing: bool | None = None) -> EvalResult:
+        return self._guarded(problem, source, timing)
+
+    def run_vectors(self, source: str, init_inputs: list[Any],
+                    vectors: list[tuple[list[Any], list[Any]]], state: dict[str, Any] | None = None) -> EvalResult:
+        """Run untrusted ``source`` in a worker on given CPU input tensors and compare with expected outputs."""
+        from safetensors.torch import load_file, save_file
+
+        res = self._new_result(source, "")
+        if self._static(res, source):
+            return res
+        work = tempfile.mkdtemp(dir=self._root)
+        files = []
+        for i, (inputs, _) in enumerate(vectors):
+            path = os.path.join(work, f"vec_in_{i}.safetensors")
+            save_file({f"in{j}": t.contiguous() for j, t in enumerate(inputs)}, path)
+            files.append(path)
+        state_file = None
+        if state:
+            state_file = os.path.join(work, "state.safetensors")
+            save_file({k: v.contiguous() for k, v in state.items()}, state_file)
+        job = {"kind": "vectors", "device": self.backend.device, "workdir": work, "candidate_source": source,
+               "init_inputs": init_inputs, "input_files": files, "state_file": state_file,
+               "memory_limit_mb": self.config.memory_limit_mb,
+               "device_memory_fraction": self.config.device_memory_fraction}
+        out = self._run(job)
+        if not self._absorb_outcome(res, out):
+            return res
+        res.stage = "correctness"
+        for i, path in enumerate(out.result["cand_files"]):  # type: ignore[index]
+            got = load_file(path)
+            got_list = [got[f"out{j}"] for j in range(len(got))]
+            m, why = compare_outputs(list(vectors[i][1]), got_list, self.config.tolerance, i, "golden")
+            if why:
+                res.mismatch = m
+                res.reject("mismatch", why)
+                return res
+        res.trials = len(vectors)
+        res.correct, res.verdict, res.stage = True, ACCEPTED, "done"
+        return res
+
+    # ------------------------------------------------------------------ internals
+    def _new_result(self, source: str, key: str) -> EvalResult:
+        return EvalResult(backend=self.backend.name, problem_key=key, candidate_hash=normalized_source_hash(source),
+                          fingerprint=self.fingerprint.to_json(), timing_meaningful=False)
+
+    def _static(self, res: EvalResult, source: str) -> bool:
+        findings = static_check(source)
+        for flag, reason in findings:
+            res.reject(flag, reason)
+        return bool(findings)
+
+    def _guarded(self, problem: Problem, source: str, timing: bool | None) -> EvalResult:
+        t0 = time.monotonic()
+        try:
+            res = self._evaluate(problem, source, timing)
+        except Exception as e:  # noqa: BLE001 - the judge answers with a verdict, never a traceback
+            log.exception("judge failure")
+            res = self._new_result(source, problem.key)
+            res.verdict, res.error = ERROR, f"judge failure: {type(e).__name__}: {e}"
+        res.duration_s = time.monotonic() - t0
+        return res
+
+    def _stage_limits(self) -> dict[str, float]:
+        c = self.config
+        return {"start": c.compile_timeout_s, "load": c.compile_timeout_s, "compile": c.compile_timeout_s,
+                "correctness": c.run_timeout_s, "timing": max(c.run_timeout_s, 300.0)}
+
+    def _run(self, job: dict[str, Any]) -> JobOutcome:
+        device = self._pool.pick_device()
+        worker = self._pool.take(device)
+        return worker.run_job(job, self._stage_limits(), self.config.memory_limit_mb,
+                              self._pool.device_locks.get(device))
+
+    def _problem_seed(self, problem: Problem) -> int:
+        h = int(hashlib.sha256(problem.key.encode()).hexdigest()[:8], 16)
+        return (self._secret ^ h) & 0x7FFFFFFF
+
+    def _reference(self, problem: Problem) -> _Reference:
+        with self._lock:
+            lock = self._ref_locks.setdefault(problem.key, threading.Lock())
+        with lock:
+            cached = self._refs.get(problem.key)
+            if isinstance(cached, Exception):
+                raise cached
+            if cached is not None:
+                return cached
+            base = self._problem_seed(problem)
+            trials = trial_plan(self.config.trials, self.config.distributions, base)
+            timing_sets = [(base + 50_000 + k, "normal") for k in range(self.config.rotating_sets)]
+            work = tempfile.mkdtemp(dir=self._root, prefix="ref-")
+            job = {"kind": "reference", "device": self.backend.device, "workdir": work,
+                   "problem_source": problem.source, "init_seed": base, "trials": trials + timing_sets,
+                   "specs": [s.__dict__ for s in problem.input_specs],
+                   "memory_limit_mb": self.config.memory_limit_mb,
+                   "device_memory_fraction": self.config.device_memory_fraction}
+            out = self._run(job)
+            if out.result is None or not out.result.get("ok"):
+                detail = out.detail or (out.result or {}).get("error", "")
+                err = RuntimeError(f"the reference failed ({out.failure or 'error'} in stage {out.stage}): {detail}")
+                self._refs[problem.key] = err
+                raise err
+            all_trials = out.result["trials"]
+            ref = _Reference(all_trials[: len(trials)], all_trials[len(trials):])
+            nonfinite = [i for i, t in enumerate(ref.trials) if not t["finite"]]
+            if len(nonfinite) == len(ref.trials):
+                err = RuntimeError("the reference produces NaN or inf on every trial; the problem cannot be judged")
+                self._refs[problem.key] = err
+                raise err
+            self._refs[problem.key] = ref
+            return ref
+
+    def _absorb_outcome(self, res: EvalResult, out: JobOutcome) -> bool:
+        """Fold a worker's death or error into the result; True when there is a result to judge."""
+        res.log_tail = out.log_tail[-2000:]
+        if out.failure:
+            res.stage = out.stage
+            flag = {"timeout": "timeout", "memory_limit": "memory_limit", "crash": "crash"}[out.failure]
+            res.error = out.detail
+            res.reject(flag, f"{out.detail} (stage {out.stage})")
+            return False
+        msg = out.result or {}
+        if not msg.get("ok"):
+            res.stage = out.stage
+            res.error = msg.get("error", "unknown error")
+            flag = "device_error" if msg.get("device_error") else ("out_of_memory" if msg.get("oom") else
+                                                                   f"{out.stage}_error")
+            res.reject(flag, f"{res.error} (stage {out.stage})")
+            res.log_tail = (msg.get("traceback", "") + "\n" + res.log_tail)[-2000:]
+            return False
+        for flag, reason in msg.get("flags", []):
+            res.reject(flag, reason) if flag in _REJECTING_FLAGS else res.flags.append(flag)
+        return True
+
+    def _evaluate(self, problem: Problem, source: str, timing: bool | None) -> EvalResult:
+        from safetensors.torch import load_file
+
+        cfg = self.config
+        res = self._new_result(source, problem.key)
+        if self._static(res, source):
+            return res
+        res.stage = "load"
+        try:
+            ref = self._reference(problem)
+        except RuntimeError as e:
+            res.verdict, res.error = ERROR, str(e)
+            res.reasons.append(str(e))
+            return res
+        want_timing = self.backend.timed if timing is None else timing
+        base = self._problem_seed(problem)
+        work = tempfile.mkdtemp(dir=self._root, prefix="cand-")
+        trials = [(t["seed"], t["dist"]) for t in ref.trials]
+        job = {
+            "kind": "candidate", "device": self.backend.device, "workdir": work, "problem_source": problem.source,
+            "candidate_source": source, "init_seed": base, "trials": trials,
+            "specs": [s.__dict__ for s in problem.input_specs], "output_specs": ref.trials[0]["outputs"],
+            "order_seed": int.from_bytes(os.urandom(4), "little"), "timed": self.backend.timed and want_timing,
+            "timing": {"rounds": cfg.rounds, "warmup_ms": cfg.warmup_ms, "rep_ms": cfg.rep_ms,
+                       "min_reps": cfg.min_reps, "max_reps": cfg.max_reps, "baselines": list(cfg.baselines)},
+            "timing_sets": [(t["seed"], t["dist"]) for t in ref.timing], "l2_bytes": self._l2,
+            "memory_limit_mb": cfg.memory_limit_mb, "device_memory_fraction": cfg.device_memory_fraction,
+        }
+        if not want_timing and self.backend.timed:
+            job["timing"] = None  # on the interpreter the rotation re-check always runs; it costs little
+        out = self._run(job)
+        ok = self._absorb_outcome(res, out)
+        if not ok:
+            return res
+        msg = out.result or {}
+        res.launches = msg.get("launches", {})
+        res.stage = "correctness"
+        for i, path in enumerate(msg["cand_files"]):
+            ref_t = load_file(ref.trials[i]["file"])
+            got = load_file(path)
+            m, why = compare_outputs([ref_t[f"out{j}"] for j in range(len(ref_t))],
+                                     [got[f"out{j}"] for j in range(len(got))], cfg.tolerance, i, trials[i][1])
+            if why:
+                res.mismatch = m
+                res.reject("mismatch", why)
+                return res
+        res.trials = len(msg["cand_files"])
+        if res.verdict == REJECTED and res.reasons:
+            return res
+        if msg.get("post_files"):
+            res.stage = "timing"
+            for k, path in enumerate(msg["post_files"]):
+                ref_t = load_file(ref.timing[k]["file"])
+                got = load_file(path)
+                m, why = compare_outputs([ref_t[f"out{j}"] for j in range(len(ref_t))],
+                                         [got[f"out{j}"] for j in range(len(got))], cfg.tolerance, k, "rotating")
+                if why:
+                    res.mismatch = m
+                    res.reject("stale_result", "wrong after repeated calls on refreshed inputs (results cached or "
+                               f"state kept across calls): {why}")
+                    return res
+        res.correct, res.verdict = True, ACCEPTED
+        if msg.get("samples") and self.backend.timed:
+            self._judge_speed(res, problem, msg)
+        res.stage = "done"
+        return res
+
+    def _judge_speed(self, res: EvalResult, problem: Problem, msg: dict[str, Any]) -> None:
+        from ks_inductor.judge import timing as T
+
+        cfg = self.config
+        samples = msg["samples"]
+        res.timing_meaningful = True
+        res.timings = {name: T.summarize(rounds) for name, rounds in samples.items()}
+        cand = samples["candidate"]
+        lcbs = []
+        if "eager" in samples:
+            res.speedup_eager, res.speedup_eager_lcb = T.ratio_with_lcb(samples["eager"], cand)
+            lcbs.append(res.speedup_eager_lcb)
+        if "inductor" in samples:
+            res.speedup_inductor, res.speedup_inductor_lcb = T.ratio_with_lcb(samples["inductor"], cand)
+            lcbs.append(res.speedup_inductor_lcb)
+        res.faster = bool(lcbs) and min(lcbs) >= 1 + cfg.margin
+        cand_ms = res.timings["candidate"].median_ms
+        wall = msg.get("wall")
+        if wall and wall["wall_ms"] > 1.5 * cand_ms + wall["enqueue_ms"] + 0.01:
+            res.reject("side_stream", f"host wall-clock {wall['wall_ms']:.4f} ms per call against {cand_ms:.4f} ms "
+                       "measured by events: work is running outside the timed stream")
+            return
+        # Reported against the bandwidth measured here (as the anchors are); the plausibility gate uses the
+        # larger of measured and datasheet peaks so that it never quarantines an honest kernel.
+        measured = self._floor_ms(problem, msg.get("bandwidth"), nominal=False)
+        if measured:
+            res.roofline_floor_ms = measured
+            res.roofline_fraction = measured / cand_ms
+        floor = self._floor_ms(problem, msg.get("bandwidth"), nominal=True)
+        if res.speedup_eager is not None and res.speedup_eager > cfg.max_plausible_speedup:
+            res.verdict = QUARANTINED
+            res.flags.append("implausible_speedup")
+            res.reasons.append(f"{res.speedup_eager:.1f}x faster than eager: held for review")
+        if floor and cand_ms < cfg.floor_slack * floor:
+            res.verdict = QUARANTINED
+            res.flags.append("faster_than_roofline")
+            res.reasons.append(f"{cand_ms:.4f} ms is below the roofline floor {floor:.4f} ms: held for review")
+
+    def _floor_ms(self, problem: Problem, bandwidth: float | None, nominal: bool) -> float | None:
+        peaks = self.backend.nominal_peaks(self.fingerprint.device_name)
+        bw = max(bandwidth or 0.0, peaks.get("bandwidth", 0.0)) if nominal else (bandwidth or 0.0)
+        t_bytes = problem.bytes_moved / bw * 1e3 if bw else 0.0
+        dtype = next((d for d in ("bfloat16", "float16", "float32") if d in problem.dtypes), "float32")
+        peak = peaks.get(dtype)
+        t_flops = problem.flops / peak * 1e3 if peak and problem.op_summary.keys() & {"mm", "addmm", "bmm",
+                                                                                        "convolution"} else 0.0
+        floor = max(t_bytes, t_flops)
+        return floor or None
+
+
+def evaluate(problem: Problem, source: str, config: JudgeConfig | None = None) -> EvalResult:
+    """One-shot evaluation (starts and stops a judge)."""
+    with Judge(config, spares=False) as judge:
+        return judge.evaluate(problem, source)

@@ -1,0 +1,207 @@
+"""The timing protocol, shared by the judge and the benchmarks so both measure the same way.
+
+Per call: refresh the inputs (``before_each``), flush L2 (a buffer of at least twice the L2, zeroed), then a CUDA
+event pair around the call alone. Candidates and baselines run in interleaved rounds whose order is shuffled each
+round, so clock and thermal drift hit all of them alike; the speedup's lower confidence bound comes from a
+bootstrap over rounds. On CPU the same loop runs with a host clock; those numbers are only used to exercise the
+protocol (interpreter timings mean nothing).
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ks_inductor.judge.verdict import Timing
+
+
+def _sync(device: str) -> None:
+    if device != "cpu":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def make_l2_flush(device: str, l2_bytes: int = 0) -> Callable[[], None]:
+    """A callable that evicts the L2 by writing a buffer of max(2 x L2, 256 MiB)."""
+    if device == "cpu":
+        return lambda: None
+    import torch
+
+    if not l2_bytes:
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        l2_bytes = int(getattr(props, "L2_cache_size", 0) or 64 * 2**20)
+    n = max(2 * l2_bytes, 256 * 2**20)
+    buf = torch.empty(n // 4, dtype=torch.int32, device=device)
+    return buf.zero_
+
+
+def _time_calls(fn: Callable[[], Any], n: int, device: str, flush: Callable[[], None],
+                before_each: Callable[[int], None] | None, start_index: int) -> list[float]:
+    if device == "cpu":
+        out = []
+        for j in range(n):
+            if before_each:
+                before_each(start_index + j)
+            t0 = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t0) * 1e3)
+        return out
+    import torch
+
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    for j in range(n):
+        if before_each:
+            before_each(start_index + j)
+        flush()
+        starts[j].record()
+        fn()
+        ends[j].record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def benchmark_interleaved(
+    fns: dict[str, Callable[[], Any]],
+    *,
+    rounds: int = 7,
+    warmup_ms: float = 25.0,
+    rep_ms: float = 200.0,
+    min_reps: int = 5,
+    max_reps: int = 2000,
+    flush: Callable[[], None] | None = None,
+    before_each: Callable[[int], None] | None = None,
+    seed: int = 0,
+    device: str = "cuda",
+) -> dict[str, list[list[float]]]:
+    """Time every function in ``fns`` in interleaved, shuffled rounds; returns samples (ms) per function per round."""
+    flush = flush or make_l2_flush(device)
+    rng = random.Random(seed)
+    reps: dict[str, int] = {}
+    counter = 0
+    for name, fn in fns.items():
+        # Warm-up until warmup_ms of calls have run (compiles, autotuning, allocator growth happen here).
+        _sync(device)
+        t0 = time.perf_counter()
+        calls = 0
+        while calls < 2 or (time.perf_counter() - t0) * 1e3 < warmup_ms:
+            if before_each:
+                before_each(counter)
+                counter += 1
+            fn()
+            calls += 1
+            if calls >= 10000:
+                break
+            _sync(device)
+        est = statistics.median(_time_calls(fn, 5, device, flush, before_each, counter))
+        counter += 5
+        per_round = rep_ms / max(rounds, 1) / max(est, 1e-4)
+        reps[name] = int(min(max(per_round, min_reps), max_reps))
+    samples: dict[str, list[list[float]]] = {name: [] for name in fns}
+    names = list(fns)
+    for _ in range(rounds):
+        rng.shuffle(names)
+        for name in names:
+            samples[name].append(_time_calls(fns[name], reps[name], device, flush, before_each, counter))
+            counter += reps[name]
+    return samples
+
+
+def _flat(rounds: list[list[float]]) -> list[float]:
+    return [x for r in rounds for x in r]
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    if not s:
+        return float("nan")
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def summarize(rounds: list[list[float]]) -> Timing:
+    xs = _flat(rounds)
+    return Timing(
+        median_ms=statistics.median(xs),
+        iqr_ms=_quantile(xs, 0.75) - _quantile(xs, 0.25),
+        min_ms=min(xs),
+        n=len(xs),
+    )
+
+
+def ratio_with_lcb(
+    ref_rounds: list[list[float]], cand_rounds: list[list[float]], q: float = 0.05, n_boot: int = 1000, seed: int = 0
+) -> tuple[float, float]:
+    """ref/cand median ratio and its lower confidence bound: a paired bootstrap over interleaved rounds, with the
+    samples inside each chosen round resampled too."""
+    ratio = statistics.median(_flat(ref_rounds)) / statistics.median(_flat(cand_rounds))
+    n = min(len(ref_rounds), len(cand_rounds))
+    if n < 2:
+        return ratio, ratio
+    rng = random.Random(seed)
+    boots = []
+    for _ in range(n_boot):
+        idx = [rng.randrange(n) for _ in range(n)]
+        ref = [x for i in idx for x in rng.choices(ref_rounds[i], k=len(ref_rounds[i]))]
+        cand = [x for i in idx for x in rng.choices(cand_rounds[i], k=len(cand_rounds[i]))]
+        boots.append(statistics.median(ref) / statistics.median(cand))
+    return ratio, _quantile(boots, q)
+
+
+def wall_clock_check(fn: Callable[[], Any], n: int, device: str) -> tuple[float, float]:
+    """Per-call host wall time of ``n`` back-to-back calls ended by a device-wide sync, and the per-call time
+    spent just enqueueing them. Work hidden on another stream shows up here even when events miss it."""
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    t_enqueue = time.perf_counter() - t0
+    _sync(device)
+    t_wall = time.perf_counter() - t0
+    return t_wall * 1e3 / n, t_enqueue * 1e3 / n
+
+
+def measure_copy_bandwidth(device: str = "cuda", nbytes: int = 2 * 2**30) -> float:
+    """Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes written."""
+    import torch
+
+    x = torch.empty(nbytes // 2, dtype=torch.int16, device=device).random_()
+    y = torch.empty_like(x)
+    y.copy_(x)
+    _sync(device)
+    times = []
+    for _ in range(10):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        y.copy_(x)
+        e.record()
+        torch.cuda.synchronize()
+        times.append(s.elapsed_time(e) / 1e3)
+    return 2 * x.numel() * x.element_size() / statistics.median(times)
+
+
+def measure_matmul_peak(device: str = "cuda", dtype: Any = None, n: int = 8192) -> float:
+    """Dense matmul rate (FLOP/s) on random data through torch (cuBLAS)."""
+    import torch
+
+    dtype = dtype or torch.bfloat16
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    _sync(device)
+    times = []
+    for _ in range(10):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        a @ b
+        e.record()
+        torch.cuda.synchronize()
+        times.append(s.elapsed_time(e) / 1e3)
+    return 2 * n**3 / statistics.median(times)
