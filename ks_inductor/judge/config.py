@@ -39,6 +39,8 @@ class JudgeConfig:
     max_plausible_speedup: float = 10.0
     # Plausibility against the roofline floor: faster than this fraction of the floor is quarantined.
     floor_slack: float = 0.9
+    # Static rules on by default; tests switch them off to prove the runtime guards stand on their own.
+    static_rules: bool = True
     seed: int | None = None  # secret per-judge seed; None draws one from os.urandom
     keep_workdir: bool = False
 

@@ -224,6 +224,7 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
             if not ref_first:
                 _ = ref_model(*saved)
                 del _
+        guard_check(f"trial {i}")
         for j, (a, b) in enumerate(zip(inputs, saved)):
             if not _bitwise_equal(a, b):
                 flags.append(("inputs_modified", f"trial {i}: the candidate changed input {j} in place"))
@@ -236,14 +237,14 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
         flags.append(("torch_compute", "torch computed during forward: " + ", ".join(sorted(torch_ops))))
     if min(launches_per_call) == 0:
         flags.append(("no_triton_launch", "forward returned without launching any Triton kernel"))
-    guard_check("after correctness")
 
     result: dict[str, Any] = {"cand_files": files, "launches": dict(counter.counts),
                               "launches_per_call": launches_per_call}
     if job.get("timing"):
         result.update(_timing(job, ref_mod, ref_model, model, counter, flags, device))
         guard_check("after timing")
-    result["flags"] = flags
+    seen: set[str] = set()
+    result["flags"] = [f for f in flags if not (f[0] in seen or seen.add(f[0]))]
     return result
 
 
@@ -379,7 +380,8 @@ def main() -> None:
         msg = f"{type(e).__name__}: {e}"
         device_error = any(s in msg for s in ("CUDA error", "illegal memory access", "cudaError", "device-side",
                                               "AcceleratorError", "unspecified launch failure"))
-        oom = isinstance(e, MemoryError) or "out of memory" in msg.lower()
+        oom = isinstance(e, MemoryError) or any(
+            s in msg.lower() for s in ("out of memory", "can't allocate memory", "cannot allocate memory"))
         try:
             send({"event": "result", "ok": False, "error": msg, "traceback": tb, "device_error": device_error,
                   "oom": oom})

@@ -6,7 +6,7 @@ class Model(nn.Module):
     def __init__(self, dim: int, eps: float = 1e-6):
         super().__init__()
         self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
+        self.weight = nn.Parameter(1.0 + 0.1 * torch.randn(dim))
 
     def forward(self, x):
         var = x.float().pow(2).mean(-1, keepdim=True)

@@ -1,0 +1,263 @@
+"""From aten pointwise operations to Triton expressions.
+
+Templates use this table for prologues, epilogues and whole pointwise chains: a matmul followed by mish and
+mish becomes one kernel whose epilogue is the two mish chains lowered here. Values are computed in fp32; a node
+whose aten output is bf16/fp16 is rounded to that dtype and back, so the fused kernel rounds where eager does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ks_inductor.evolve.graph import Graph, Node, Ref
+
+_TL_DTYPES = {"bfloat16": "tl.bfloat16", "float16": "tl.float16", "float32": "tl.float32",
+              "float64": "tl.float32", "int64": "tl.int64", "int32": "tl.int32", "int16": "tl.int16",
+              "int8": "tl.int8", "uint8": "tl.uint8", "bool": "tl.int1"}
+_FLOAT = ("bfloat16", "float16", "float32", "float64")
+
+
+class PointwiseUnsupported(Exception):
+    """An op of the chain has no Triton lowering here."""
+
+
+@dataclass
+class Val:
+    expr: str
+    kind: str = "f"  # "f" float (fp32 in registers), "b" bool, "i" integer
+
+
+def tl_dtype(dtype: str) -> str:
+    return _TL_DTYPES.get(dtype, "tl.float32")
+
+
+def literal(v: Any) -> str:
+    """A Python number as Triton source (inf clamped to the fp32 range, which the interpreter and PTX share)."""
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, int):
+        return f"{float(v)!r}"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "(0.0 / 0.0)"
+        if math.isinf(v):
+            return "3.4028234663852886e+38" if v > 0 else "-3.4028234663852886e+38"
+        return repr(v)
+    raise PointwiseUnsupported(f"constant {v!r} of type {type(v).__name__}")
+
+
+def _tanh(a: str) -> str:
+    return f"(2.0 * tl.sigmoid(2.0 * ({a})) - 1.0)"
+
+
+def _pow(a: str, e: Any) -> str:
+    if isinstance(e, (int, float)) and float(e).is_integer() and 0 <= e <= 4:
+        n = int(e)
+        return "1.0" if n == 0 else "(" + " * ".join([f"({a})"] * n) + ")"
+    if e == 0.5:
+        return f"tl.sqrt({a})"
+    if e == -0.5:
+        return f"tl.rsqrt({a})"
+    if e == -1:
+        return f"(1.0 / ({a}))"
+    if isinstance(e, (int, float)):
+        return f"tl.exp({literal(e)} * tl.log({a}))"
+    raise PointwiseUnsupported("pow with a tensor exponent")
+
+
+def _gelu(a: str, approximate: str) -> str:
+    if approximate == "tanh":
+        inner = f"0.7978845608028654 * (({a}) + 0.044715 * ({a}) * ({a}) * ({a}))"
+        return f"(0.5 * ({a}) * (1.0 + {_tanh(inner)}))"
+    return f"(0.5 * ({a}) * (1.0 + tl.erf(({a}) * 0.7071067811865476)))"
+
+
+def _clamp(a: str, lo: Any, hi: Any) -> str:
+    out = a
+    if lo is not None:
+        out = f"tl.maximum({out}, {lo})"
+    if hi is not None:
+        out = f"tl.minimum({out}, {hi})"
+    return out
+
+
+def _elu(a: str, alpha: str, scale: str, input_scale: str) -> str:
+    return f"tl.where(({a}) > 0.0, {scale} * ({a}), {scale} * {alpha} * (tl.exp(({a}) * {input_scale}) - 1.0))"
+
+
+Lowering = Callable[[list[Val], dict[str, Any]], Val]
+
+
+def _f(fmt: Callable[..., str]) -> Lowering:
+    return lambda a, kw: Val(fmt(*[x.expr for x in a]), "f")
+
+
+def _cmp(sym: str) -> Lowering:
+    return lambda a, kw: Val(f"(({a[0].expr}) {sym} ({a[1].expr}))", "b")
+
+
+def _alpha(sym: str) -> Lowering:
+    def low(a: list[Val], kw: dict[str, Any]) -> Val:
+        alpha = kw.get("alpha")
+        rhs = a[1].expr if alpha in (None, 1) else f"{literal(alpha)} * ({a[1].expr})"
+        kind = "i" if a[0].kind == "i" and a[1].kind == "i" else "f"
+        return Val(f"(({a[0].expr}) {sym} ({rhs}))", kind)
+
+    return low
+
+
+def _arith(sym: str) -> Lowering:
+    def low(a: list[Val], kw: dict[str, Any]) -> Val:
+        kind = "i" if sym != "/" and all(x.kind == "i" for x in a) else "f"
+        return Val(f"(({a[0].expr}) {sym} ({a[1].expr}))", kind)
+
+    return low
+
+
+def _where(a: list[Val], kw: dict[str, Any]) -> Val:
+    kind = "i" if a[1].kind == "i" and a[2].kind == "i" else "f"
+    return Val(f"tl.where({a[0].expr}, {a[1].expr}, {a[2].expr})", kind)
+
+
+# op -> lowering from argument values (constants already turned into literals) and kwargs.
+_TABLE: dict[str, Lowering] = {
+    "add": _alpha("+"),
+    "sub": _alpha("-"),
+    "rsub": lambda a, kw: Val(f"(({a[1].expr}) - ({a[0].expr}))"),
+    "mul": _arith("*"),
+    "div": _arith("/"),
+    "neg": lambda a, kw: Val(f"(-({a[0].expr}))", a[0].kind),
+    "abs": _f(lambda a: f"tl.abs({a})"),
+    "exp": _f(lambda a: f"tl.exp({a})"),
+    "exp2": _f(lambda a: f"tl.exp2({a})"),
+    "expm1": _f(lambda a: f"(tl.exp({a}) - 1.0)"),
+    "log": _f(lambda a: f"tl.log({a})"),
+    "log2": _f(lambda a: f"tl.log2({a})"),
+    "log1p": _f(lambda a: f"tl.log(1.0 + ({a}))"),
+    "sqrt": _f(lambda a: f"tl.sqrt({a})"),
+    "rsqrt": _f(lambda a: f"tl.rsqrt({a})"),
+    "reciprocal": _f(lambda a: f"(1.0 / ({a}))"),
+    "sigmoid": _f(lambda a: f"tl.sigmoid({a})"),
+    "tanh": _f(_tanh),
+    "sin": _f(lambda a: f"tl.sin({a})"),
+    "cos": _f(lambda a: f"tl.cos({a})"),
+    "erf": _f(lambda a: f"tl.erf({a})"),
+    "relu": _f(lambda a: f"tl.maximum({a}, 0.0)"),
+    "silu": _f(lambda a: f"(({a}) * tl.sigmoid({a}))"),
+    "sign": _f(lambda a: f"tl.where(({a}) > 0.0, 1.0, tl.where(({a}) < 0.0, -1.0, 0.0))"),
+    "maximum": _f(lambda a, b: f"tl.maximum({a}, {b})"),
+    "minimum": _f(lambda a, b: f"tl.minimum({a}, {b})"),
+    "where": _where,
+    "gt": _cmp(">"), "lt": _cmp("<"), "ge": _cmp(">="), "le": _cmp("<="), "eq": _cmp("=="), "ne": _cmp("!="),
+    "logical_not": lambda a, kw: Val(f"(({a[0].expr}) == 0)", "b"),
+}
+
+
+def _special(node: Node, args: list[Val], raw: list[Any]) -> Val | None:
+    op, kw = node.op, node.kwargs
+    if op == "gelu":
+        return Val(_gelu(args[0].expr, str(kw.get("approximate", "none"))))
+    if op == "pow" and node.overload == "Tensor_Scalar":
+        return Val(_pow(args[0].expr, raw[1]))
+    if op == "pow" and node.overload == "Scalar":
+        return Val(f"tl.exp(({args[1].expr}) * {literal(math.log(raw[0]))})") if raw[0] > 0 else None
+    if op == "leaky_relu":
+        slope = literal(raw[1] if len(raw) > 1 else 0.01)
+        return Val(f"tl.where(({args[0].expr}) > 0.0, {args[0].expr}, ({args[0].expr}) * {slope})")
+    if op == "elu":
+        vals = [literal(v) for v in (list(raw[1:]) + [1.0, 1.0, 1.0])[:3]]
+        return Val(_elu(args[0].expr, *vals))
+    if op == "hardtanh":
+        lo = literal(raw[1] if len(raw) > 1 else -1.0)
+        hi = literal(raw[2] if len(raw) > 2 else 1.0)
+        return Val(_clamp(args[0].expr, lo, hi))
+    if op in ("clamp", "clamp_min", "clamp_max"):
+        lo = raw[1] if len(raw) > 1 else kw.get("min")
+        hi = raw[2] if len(raw) > 2 else kw.get("max")
+        if op == "clamp_max":
+            lo, hi = None, raw[1]
+        lo_s = args[1].expr if isinstance(lo, Ref) else (literal(lo) if lo is not None else None)
+        hi_s = (args[2].expr if isinstance(hi, Ref) else (literal(hi) if hi is not None else None))
+        return Val(_clamp(args[0].expr, lo_s, hi_s))
+    if op == "_to_copy" or op == "to":
+        dtype = kw.get("dtype")
+        a = args[0]
+        if dtype in ("bfloat16", "float16"):
+            src = a.expr if a.kind == "f" else f"({a.expr}).to(tl.float32)"
+            return Val(f"({src}).to({tl_dtype(dtype)}).to(tl.float32)")
+        if dtype in ("float32", "float64") or dtype is None:
+            return Val(a.expr if a.kind == "f" else f"({a.expr}).to(tl.float32)")
+        if dtype == "bool":
+            return Val(f"(({a.expr}) != 0)", "b")
+        return Val(f"({a.expr}).to({tl_dtype(dtype)})", "i")
+    if op in ("full", "scalar_tensor"):
+        value = raw[1] if op == "full" else raw[0]
+        dtype = kw.get("dtype", "float32")
+        if dtype in _FLOAT:
+            return Val(literal(float(value)))
+        return Val(str(int(value)), "i")
+    return None
+
+
+POINTWISE_OPS = frozenset(_TABLE) | {"gelu", "pow", "leaky_relu", "elu", "hardtanh", "clamp", "clamp_min",
+                                      "clamp_max", "_to_copy", "to", "full", "scalar_tensor"}
+
+
+def is_pointwise(node: Node) -> bool:
+    if node.op in ("add_", "mul_", "sub_", "div_"):
+        return True
+    if node.op == "full" or node.op == "scalar_tensor":
+        return True
+    return node.op in POINTWISE_OPS
+
+
+def _arg_val(v: Any, env: dict[str, Val]) -> Val:
+    if isinstance(v, Ref):
+        if v.name not in env:
+            raise PointwiseUnsupported(f"value {v.name} is not available inside the kernel")
+        return env[v.name]
+    if v is None:
+        return Val("None")
+    return Val(literal(v), "i" if isinstance(v, int) and not isinstance(v, bool) else "f")
+
+
+def lower_node(node: Node, env: dict[str, Val]) -> tuple[str, Val]:
+    """One line of Triton computing ``node`` into ``x_<name>``; the caller keeps ``env`` up to date."""
+    op = node.op.rstrip("_") if node.op.endswith("_") and node.op[:-1] in _TABLE else node.op
+    args = [_arg_val(a, env) if not isinstance(a, list) else Val("None") for a in node.args]
+    # Integer literals used against float tensors must read as floats.
+    args = [Val(a.expr, "f") if a.kind == "i" and a.expr.replace(".", "").lstrip("-").isdigit() else a
+            for a in args]
+    val = _special(node, args, list(node.args))
+    if val is None:
+        low = _TABLE.get(op)
+        if low is None:
+            raise PointwiseUnsupported(f"no Triton lowering for aten.{node.op}")
+        val = low(args, node.kwargs)
+    t = node.type
+    if val.kind == "f" and t is not None and t.low_precision and op not in ("_to_copy", "to"):
+        val = Val(f"({val.expr}).to({tl_dtype(t.dtype)}).to(tl.float32)")
+    if val.kind == "f" and t is not None and t.dtype in ("int64", "int32"):
+        val = Val(f"({val.expr}).to({tl_dtype(t.dtype)})", "i")
+    var = f"x_{node.name}"
+    return f"{var} = {val.expr}", Val(var, val.kind)
+
+
+def lower_chain(nodes: list[Node], env: dict[str, Val]) -> list[str]:
+    """Lower a topologically ordered list of pointwise nodes; ``env`` gains one entry per node."""
+    lines = []
+    for node in nodes:
+        if not is_pointwise(node):
+            raise PointwiseUnsupported(f"aten.{node.op} is not pointwise")
+        line, val = lower_node(node, env)
+        lines.append(line)
+        env[node.name] = val
+    return lines
+
+
+def pointwise_closure(graph: Graph, start: str) -> list[Node]:
+    """The pointwise nodes downstream of ``start`` (in graph order), if the rest of the graph is exactly that."""
+    return [n for n in graph.nodes if n.name != start and is_pointwise(n)]

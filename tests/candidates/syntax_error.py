@@ -1,0 +1,8 @@
+import torch
+import triton
+
+@triton.jit
+def k(x):
+    pass
+
+class ModelNew(

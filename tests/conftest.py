@@ -1,0 +1,34 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# Candidate kernels in tests run through the Triton interpreter on CPU unless a GPU test asks otherwise.
+if not os.environ.get("KS_TEST_GPU"):
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+PROBLEMS = ROOT / "tests" / "problems"
+CANDIDATES = ROOT / "tests" / "candidates"
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if _has_cuda() and os.environ.get("TRITON_INTERPRET") != "1":
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA/MACA GPU (run with KS_TEST_GPU=1 on a GPU machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
