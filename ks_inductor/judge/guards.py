@@ -139,8 +139,28 @@ def numerics_flags() -> dict[str, Any]:
     }
 
 
-def thread_count() -> int:
-    return threading.active_count()
+class ThreadWatch:
+    """Records every thread started after install, with the module its code comes from. Framework threads
+    (Triton's and Inductor's compile pools, CUDA's) are expected; threads whose code is the candidate's are not."""
+
+    def __init__(self, candidate_prefix: str) -> None:
+        self.prefix = candidate_prefix
+        self.started: list[str] = []
+
+    def install(self) -> None:
+        watch = self
+        original = threading.Thread.start
+
+        def start(thread: threading.Thread) -> None:
+            target = getattr(thread, "_target", None)
+            mods = {type(thread).__module__, getattr(target, "__module__", None) or ""}
+            watch.started.extend(m for m in mods if m)
+            return original(thread)
+
+        threading.Thread.start = start  # type: ignore[method-assign]
+
+    def candidate_threads(self) -> list[str]:
+        return [m for m in self.started if m.startswith(self.prefix)]
 
 
 def current_stream_id(device: str) -> int | None:

@@ -154,17 +154,17 @@ def ratio_with_lcb(
     return ratio, _quantile(boots, q)
 
 
-def wall_clock_check(fn: Callable[[], Any], n: int, device: str) -> tuple[float, float]:
-    """Per-call host wall time of ``n`` back-to-back calls ended by a device-wide sync, and the per-call time
-    spent just enqueueing them. Work hidden on another stream shows up here even when events miss it."""
-    _sync(device)
-    t0 = time.perf_counter()
+def synced_call_ms(fn: Callable[[], Any], n: int, device: str) -> float:
+    """Median host time of one call bracketed by device-wide syncs: it covers work on every stream, which an
+    event pair on the current stream does not."""
+    times = []
     for _ in range(n):
+        _sync(device)
+        t0 = time.perf_counter()
         fn()
-    t_enqueue = time.perf_counter() - t0
-    _sync(device)
-    t_wall = time.perf_counter() - t0
-    return t_wall * 1e3 / n, t_enqueue * 1e3 / n
+        _sync(device)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
 
 
 def measure_copy_bandwidth(device: str = "cuda", nbytes: int = 2 * 2**30) -> float:

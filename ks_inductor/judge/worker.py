@@ -122,14 +122,11 @@ def run_reference(job: dict[str, Any]) -> dict[str, Any]:
     return {"trials": results}
 
 
-def _load_candidate(source: str) -> Any:
-    import types
+def _load_candidate(source: str, workdir: str) -> Any:
+    from ks_inductor.source_module import load_source_module
 
-    mod = types.ModuleType("ks_candidate")
-    mod.__file__ = "<candidate>"
-    code = compile(source, "<candidate>", "exec")
-    sys.modules["ks_candidate"] = mod  # triton.jit looks functions up through their module
-    exec(code, mod.__dict__)
+    # A real file: Triton's JIT reads kernel source through inspect.
+    mod = load_source_module(source, "ks_candidate", workdir)
     if not hasattr(mod, "ModelNew"):
         raise LookupError("the candidate defines no ModelNew")
     return mod
@@ -162,7 +159,8 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     counter.install()
     ids_before = guards.identity_snapshot()
     numerics_before = guards.numerics_flags()
-    threads_before = guards.thread_count()
+    threads = guards.ThreadWatch("ks_candidate")
+    threads.install()
     stream_before = guards.current_stream_id(device)
     rng = random.Random(job["order_seed"])
 
@@ -174,15 +172,16 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
         diff = [k for k in nf if nf[k] != numerics_before[k]]
         if diff:
             flags.append(("global_config_change", f"{when}: changed torch settings {', '.join(diff)}"))
-        if guards.thread_count() > threads_before:
-            flags.append(("thread_injection", f"{when}: started {guards.thread_count() - threads_before} thread(s)"))
+        if threads.candidate_threads():
+            flags.append(("thread_injection", f"{when}: the candidate started {len(threads.candidate_threads())} "
+                          "thread(s)"))
         if guards.current_stream_id(device) != stream_before:
             flags.append(("side_stream", f"{when}: switched the current stream"))
 
     stage("load")
     ref_mod = exec_problem_source(job["problem_source"], "<problem>")
     ref_model = build_model(ref_mod, "Model", job["init_seed"], device)
-    cand_mod = _load_candidate(job["candidate_source"])
+    cand_mod = _load_candidate(job["candidate_source"], job["workdir"])
     torch.manual_seed(job["init_seed"])
     model = cand_mod.ModelNew(*ref_mod.get_init_inputs())
     ref_state = ref_model.state_dict()
@@ -297,8 +296,10 @@ def _timing(job: dict[str, Any], ref_mod: Any, ref_model: Any, model: Any, count
             cand_calls = sum(len(r) for r in samples["candidate"])
             wall = None
             if job["timed"]:
-                wall_ms, enq_ms = T.wall_clock_check(fns["candidate"], 20, device)
-                wall = {"wall_ms": wall_ms, "enqueue_ms": enq_ms}
+                # Work hidden on another stream escapes events but not a device-wide sync around each call.
+                scratch = torch.empty(1, device=device)
+                overhead = T.synced_call_ms(scratch.zero_, 30, device)
+                wall = {"synced_ms": T.synced_call_ms(fns["candidate"], 30, device), "overhead_ms": overhead}
             post_files = []
             for k in range(len(sets)):
                 rotate(k)
@@ -326,7 +327,7 @@ def run_vectors(job: dict[str, Any]) -> dict[str, Any]:
     counter = guards.LaunchCounter()
     counter.install()
     stage("load")
-    cand_mod = _load_candidate(job["candidate_source"])
+    cand_mod = _load_candidate(job["candidate_source"], job["workdir"])
     torch.manual_seed(job.get("init_seed", 0))
     model = cand_mod.ModelNew(*job.get("init_inputs", []))
     if job.get("state_file"):

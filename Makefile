@@ -1,0 +1,33 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   - creates .venv, installs kernelsmith, runs the main job on CPU (Triton interpreter)
+#   make test   - creates .venv, installs kernelsmith, runs the test suite
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test lint bench-host clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: setup.py pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch first, pinned, so that nothing pulls a CUDA build of torch onto a CPU machine
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+demo: setup
+	TRITON_INTERPRET=1 $(BIN)/python -m ks_inductor.demo
+
+test: setup
+	TRITON_INTERPRET=1 $(BIN)/pytest -q -p no:cacheprovider
+
+lint: setup
+	$(BIN)/ruff check .
+
+bench-host: setup
+	TRITON_INTERPRET=1 $(BIN)/pytest benchmarks/host -o python_files='bench_*.py' --benchmark-enable -p no:cacheprovider
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,37 @@
+"""``kernelsmith bench`` and ``kernelsmith report``: the benchmark runner and the report, as sub-commands."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def _bench(args: argparse.Namespace) -> int:
+    import sys
+
+    from benchmarks.run import handle
+
+    # Recorded in the result as the command that reproduces it.
+    return handle(args, sys.argv[1:], prog="kernelsmith")
+
+
+def _report(args: argparse.Namespace) -> int:
+    from benchmarks.report import handle
+
+    return handle(args)
+
+
+def register(subparsers: Any) -> None:
+    from pathlib import Path
+
+    from benchmarks.run import add_arguments
+
+    p = subparsers.add_parser("bench", help="time kernelsmith against eager, Inductor and Liger on the GPU",
+                              description="Run a benchmark suite (llm-ops, kernelbench, model) and write "
+                                          "JSON, markdown and plots under benchmarks/results/")
+    add_arguments(p)
+    p.set_defaults(func=_bench)
+    r = subparsers.add_parser("report", help="regenerate the markdown table and plots of a benchmark result")
+    r.add_argument("result", type=Path, help="a result JSON written by kernelsmith bench")
+    r.add_argument("--no-plots", action="store_true")
+    r.set_defaults(func=_report)

@@ -1,0 +1,199 @@
+"""The GPU benchmark runner.
+
+    python -m benchmarks.run --suite llm-ops [--out FILE] [--db URL] [--evolve-budget N] [--resume]
+    python -m benchmarks.run --suite kernelbench --kernelbench ~/KernelBench --levels 1,2 [--problems 1,19]
+    python -m benchmarks.run --suite model
+
+Times eager, Inductor (default and max-autotune-no-cudagraphs), Liger-Kernel where it has the op, and
+kernelsmith's cached kernel in one process with the judge's timing protocol, after checking each one's output
+against an fp32 reference. Writes ``benchmarks/results/<suite>-<device>-<date>.json`` (after every workload, so
+an interrupted run keeps what it measured; ``--resume`` continues it), then the markdown table and the plots
+next to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from benchmarks.config import SUITES, BenchUsageError, RunConfig
+from benchmarks.measure import Protocol
+from benchmarks.results import RunResult, default_result_path, load_result, now_iso
+
+log = logging.getLogger(__name__)
+
+
+def _csv(kind: type = str):  # noqa: ANN202 - argparse type factory
+    def parse(text: str) -> list:
+        try:
+            return [kind(x.strip()) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list of {kind.__name__}, got {text!r}") \
+                from None
+
+    return parse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--suite", required=True, choices=SUITES)
+    p.add_argument("--out", type=Path, help="result JSON (default benchmarks/results/<suite>-<device>-<date>.json)")
+    p.add_argument("--db", default=None, help="kernel cache URL (default $KERNELSMITH_DB or the user cache)")
+    p.add_argument("--backend", default=None, choices=["triton-cuda", "triton-maca", "triton-interpret"],
+                   help="judge backend for cache lookups and --evolve-budget (default: detect)")
+    p.add_argument("--evolve-budget", type=int, default=0, metavar="N",
+                   help="on a cache miss, evolve the problem with N judged candidates first, then look again")
+    p.add_argument("--no-kernelsmith", action="store_true", help="time the peers only")
+    p.add_argument("--peers", type=_csv(), default=None,
+                   help="peers to time (eager always is): eager,inductor,inductor-max-autotune,liger,F.rms_norm")
+    p.add_argument("--ops", type=_csv(), default=None, help="llm-ops: subset of ops")
+    p.add_argument("--dtypes", type=_csv(), default=None, help="llm-ops: bfloat16,float16")
+    p.add_argument("--phases", type=_csv(), default=None, help="llm-ops and model: prefill,decode")
+    p.add_argument("--kernelbench", type=Path, default=None, help="kernelbench: path of a KernelBench checkout")
+    p.add_argument("--levels", type=_csv(int), default=None, help="kernelbench: levels (default 1,2,3)")
+    p.add_argument("--problems", type=_csv(int), default=None, help="kernelbench: problem ids")
+    p.add_argument("--limit", type=int, default=None, help="kernelbench: at most N problems")
+    p.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (default 7)")
+    p.add_argument("--rep-ms", type=float, default=200.0, help="timed milliseconds per tool, all rounds (200)")
+    p.add_argument("--warmup-ms", type=float, default=25.0, help="warm-up milliseconds per tool (25)")
+    p.add_argument("--rotating-sets", type=int, default=3, help="input sets cycled through while timing (3)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--resume", action="store_true", help="keep the rows already in --out and run the rest")
+    p.add_argument("--no-plots", action="store_true", help="write JSON and markdown only")
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny shapes and a few timed calls: checks the runner works, measures nothing")
+    p.add_argument("--export-problems", type=Path, default=None, metavar="DIR",
+                   help="llm-ops: write the selected workloads as problem files to DIR (for kernelsmith evolve) "
+                        "and exit")
+
+
+def config_from_args(args: argparse.Namespace, argv: list[str] | None = None,
+                     prog: str = "python -m benchmarks.run") -> RunConfig:
+    if args.smoke:
+        protocol = Protocol.smoke()
+        protocol.seed = args.seed
+    else:
+        protocol = Protocol(rounds=args.rounds, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
+                            rotating_sets=args.rotating_sets, seed=args.seed)
+    cfg = RunConfig(
+        suite=args.suite, device=args.device, out=args.out, db=args.db, backend=args.backend,
+        evolve_budget=args.evolve_budget, kernelsmith=not args.no_kernelsmith, peers=args.peers, ops=args.ops,
+        dtypes=args.dtypes, phases=args.phases, smoke=args.smoke, protocol=protocol, kernelbench=args.kernelbench,
+        levels=args.levels, problem_ids=args.problems, limit=args.limit, resume=args.resume,
+        plots=not args.no_plots,
+        command=prog + " " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])))
+    cfg.validate()
+    return cfg
+
+
+def _check_device(cfg: RunConfig) -> None:
+    if cfg.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise BenchUsageError("no CUDA device visible; run this on the GPU machine (or --device cpu --smoke "
+                                  "to exercise the runner)")
+    elif cfg.device == "cpu":
+        import os
+
+        # Cached kernels and candidates run on the Triton interpreter on a CPU.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def _suite_dtypes(cfg: RunConfig) -> list[str]:
+    if cfg.suite == "llm-ops":
+        from benchmarks.suites.llm_ops import matmul_dtypes
+
+        return matmul_dtypes(cfg)
+    if cfg.suite == "kernelbench":
+        return ["float32", "bfloat16"]
+    return ["bfloat16"]
+
+
+def run_suite(cfg: RunConfig, console: Console | None = None) -> tuple[RunResult, Path]:
+    """Run one suite; returns the result and the path of its JSON (markdown and plots are written beside it)."""
+    from benchmarks.env import collect_env
+    from benchmarks.kernelsmith_peer import KernelSource
+    from benchmarks.roofline import Ceilings, measure_ceilings
+    from benchmarks.suites import SuiteContext, kernelbench, llm_ops, model
+
+    console = console or Console(stderr=True)
+    suites = {"llm-ops": llm_ops, "kernelbench": kernelbench, "model": model}
+    suites[cfg.suite].plan(cfg)  # bad filters and missing inputs fail here, before a file or a store is touched
+    _check_device(cfg)
+    env = collect_env(cfg.device)
+    out = Path(cfg.out) if cfg.out else default_result_path(cfg.suite, env.get("device_name", cfg.device))
+    result: RunResult | None = None
+    if cfg.resume and out.exists():
+        try:
+            result = load_result(out)
+        except ValueError as e:
+            raise BenchUsageError(f"--resume: {e}") from None
+        if result.suite != cfg.suite:
+            raise BenchUsageError(f"--resume: {out} holds suite {result.suite!r}, not {cfg.suite!r}")
+        if result.env.get("device_name") != env.get("device_name"):
+            raise BenchUsageError(f"--resume: {out} was measured on {result.env.get('device_name')}, this is "
+                                  f"{env.get('device_name')}; use another --out")
+        console.print(f"resuming {out}: {len(result.workloads)} rows kept")
+    if result is None:
+        result = RunResult(suite=cfg.suite, created=now_iso(), command=cfg.command, env=env,
+                           protocol=cfg.protocol.to_json(), smoke=cfg.smoke or cfg.device == "cpu")
+        with console.status("measuring copy bandwidth and matmul peak"):
+            result.ceilings = measure_ceilings(cfg.device, _suite_dtypes(cfg)).to_json()
+    else:
+        result.env.setdefault("resumed", []).append({"at": now_iso(), "command": cfg.command})
+    result.protocol["inductor_max_autotune_mode"] = "max-autotune-no-cudagraphs"
+    kernels = KernelSource(cfg.db, cfg.evolve_budget, cfg.backend) if cfg.kernelsmith else None
+    ctx = SuiteContext(cfg=cfg, result=result, ceilings=Ceilings.from_json(result.ceilings), kernels=kernels,
+                       save=lambda: result.save(out), progress=lambda line: console.print(line))
+    try:
+        suites[cfg.suite].run(ctx)
+    finally:
+        if kernels is not None:
+            kernels.close()
+        if result.workloads:
+            result.save(out)
+    from benchmarks.report import write_report
+
+    written = write_report(result, out, plots=cfg.plots)
+    for p in written:
+        console.print(f"wrote {p}")
+    return result, out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    return handle(args, argv)
+
+
+def handle(args: argparse.Namespace, argv: list[str] | None = None, prog: str = "python -m benchmarks.run") -> int:
+    console = Console(stderr=True)
+    try:
+        if getattr(args, "export_problems", None):
+            from benchmarks.workloads import FULL, SMOKE, export_problems, llm_ops_workloads
+
+            ws = llm_ops_workloads(args.ops, args.dtypes, args.phases, SMOKE if args.smoke else FULL)
+            for p in export_problems(ws, args.export_problems):
+                console.print(str(p))
+            return 0
+        cfg = config_from_args(args, argv, prog)
+        result, out = run_suite(cfg, console)
+    except (BenchUsageError, FileNotFoundError) as e:
+        console.print(f"[red]error:[/] {e}")
+        return 2
+    from benchmarks.report import render_table
+
+    console.print(render_table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""The report: markdown table, closing note and plots from a result JSON, on CPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.report import closing_note, fmt_ms, main, render_markdown
+from benchmarks.results import (
+    FAILED,
+    KERNELSMITH,
+    NO_KERNEL,
+    OK,
+    UNAVAILABLE,
+    RunResult,
+    Speedup,
+    ToolResult,
+    WorkloadResult,
+    default_result_path,
+    load_result,
+)
+
+
+def _ok(ms: float) -> ToolResult:
+    return ToolResult(OK, median_ms=ms, iqr_ms=ms / 50, min_ms=ms * 0.98, n=100, round_medians_ms=[ms] * 7)
+
+
+def synthetic() -> RunResult:
+    rms = WorkloadResult(
+        name="rmsnorm-bf16-prefill", op="rmsnorm", dtype="bfloat16", phase="prefill", shape="4096x4096",
+        problem_key="k1", bytes_moved=67117056, flops=0, floor_ms=0.0159, floor_bound="memory",
+        tools={"eager": _ok(0.243), "inductor": _ok(0.0477), "inductor-max-autotune": _ok(0.0669),
+               "liger": _ok(0.135), "F.rms_norm": _ok(0.026), KERNELSMITH: _ok(0.020)},
+        speedups={"eager": Speedup(12.1, 11.8), "inductor": Speedup(2.38, 2.3), "F.rms_norm": Speedup(1.3, 1.25),
+                  "liger": Speedup(6.7, 6.5), "inductor-max-autotune": Speedup(3.3, 3.2)},
+        kernel={"id": 3, "sha256": "ab"})
+    ce = WorkloadResult(
+        name="cross_entropy-fp32-prefill", op="cross_entropy", dtype="float32", phase="prefill",
+        shape="4096x32064", floor_ms=0.124, floor_bound="memory",
+        tools={"eager": _ok(0.448), "inductor": _ok(0.195),
+               "liger": ToolResult(FAILED, error="TypeError: forward() missing 'weight'"),
+               "inductor-max-autotune": ToolResult(UNAVAILABLE, error="not asked"),
+               KERNELSMITH: ToolResult(NO_KERNEL, error="no verified kernel for key abc")})
+    return RunResult(suite="llm-ops", created="2026-11-22T10:00:00+00:00",
+                     command="python -m benchmarks.run --suite llm-ops",
+                     env={"device_name": "NVIDIA H200", "driver": "570.1", "torch": "2.11.0", "triton": "3.6.0",
+                          "kernelsmith": "0.1.0", "liger_kernel": "0.8.5"},
+                     ceilings={"copy_bytes_per_s": 4.227e12, "matmul_flops_per_s": {"bfloat16": 6.94e14}},
+                     protocol={"rounds": 7, "rep_ms": 200.0, "rotating_sets": 3},
+                     workloads=[rms, ce])
+
+
+def test_round_trip_and_derived_figures(tmp_path):
+    r = synthetic()
+    p = r.save(tmp_path / "r.json")
+    back = load_result(p)
+    assert back.to_json() == r.to_json()
+    rms, ce = back.workloads
+    assert rms.best_peer()[0] == "F.rms_norm"
+    assert rms.ratio_to_best_peer() == pytest.approx(0.026 / 0.020)
+    assert rms.fraction_of_floor(KERNELSMITH) == pytest.approx(0.0159 / 0.020)
+    assert ce.best_peer()[0] == "inductor" and ce.ratio_to_best_peer() is None
+
+
+def test_markdown_has_table_failures_and_closing_note():
+    r = synthetic()
+    md = render_markdown(r, {"speedup": "x-speedup.png"})
+    assert "| workload | shape | eager | inductor | inductor-max-autotune | liger | F.rms_norm | kernelsmith |" in md
+    assert "4,227 GB/s" in md and "694 TFLOP/s" in md and "NVIDIA H200" in md and "driver 570.1" in md
+    row = next(line for line in md.splitlines() if line.startswith("| rmsnorm-bf16-prefill"))
+    assert "20.0 µs ±" in row and "1.30x (F.rms_norm)" in row and "80%" in row and "61% (F.rms_norm)" in row
+    ce_row = next(line for line in md.splitlines() if line.startswith("| cross_entropy"))
+    assert "failed [1]" in ce_row and "no verified kernel" in ce_row and "n/a" in ce_row
+    assert "1. cross_entropy-fp32-prefill, liger: TypeError" in md
+    assert "![speedup](x-speedup.png)" in md
+    note = closing_note(r)
+    assert "1.30x the best peer (lower bound 1.25x), 80% of the floor" in note[0]
+    assert note[1].startswith("- **cross_entropy-fp32-prefill**: no verified kernel; best peer inductor")
+
+
+def test_report_cli_writes_md_and_pngs(tmp_path):
+    path = synthetic().save(tmp_path / "llm-ops-h200.json")
+    assert main([str(path)]) == 0
+    for suffix in (".md", "-speedup.png", "-roofline.png"):
+        f = tmp_path / f"llm-ops-h200{suffix}"
+        assert f.exists() and f.stat().st_size > 0
+        if suffix.endswith("png"):
+            assert f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_on_bad_input(tmp_path, capsys):
+    assert main([str(tmp_path / "missing.json")]) == 2
+    assert "not found" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"hello": 1}))
+    assert main([str(bad)]) == 2
+    assert "not a kernelsmith benchmark result" in capsys.readouterr().err
+
+
+def test_kernelbench_summary_table():
+    r = synthetic()
+    r.suite = "kernelbench"
+    r.summary = {"all": {"vs_eager": {"n": 2, "correct": 1, "fast_p": {"1": 0.5, "1.05": 0.5, "1.5": 0.5, "2": 0.0},
+                                      "geomean_speedup": 1.7},
+                         "vs_inductor": {"n": 2, "correct": 1, "fast_p": {"1": 0.0, "1.05": 0.0, "1.5": 0.0,
+                                                                          "2": 0.0}, "geomean_speedup": 0.9},
+                         "inductor_vs_eager_geomean": 1.4}, "levels": {}}
+    md = render_markdown(r)
+    assert "| all | eager | 2 | 1 | 50% | 50% | 50% | 0% | 1.70x |" in md
+    assert "Inductor over eager, geometric mean over the problems both ran: 1.40x." in md
+
+
+def test_small_helpers():
+    assert fmt_ms(0.0000234) == "0.02 µs"
+    assert fmt_ms(0.0477) == "47.7 µs"
+    assert fmt_ms(0.243) == "243 µs"
+    assert fmt_ms(3.74) == "3.74 ms"
+    assert fmt_ms(None) == "–"
+    assert default_result_path("llm-ops", "NVIDIA H200").name.startswith("llm-ops-nvidia-h200-")

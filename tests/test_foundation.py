@@ -1,0 +1,239 @@
+"""Problems, canonical keys, fingerprints, backend detection, timing statistics and the plausibility gate."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import PROBLEMS, ROOT
+
+LINEAR_A = """
+import torch, torch.nn as nn
+class Model(nn.Module):
+    def __init__(self, n, m):
+        super().__init__()
+        self.lin = nn.Linear(n, m)
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+def get_inputs():
+    return [torch.randn(8, {n})]
+def get_init_inputs():
+    return [{n}, 16]
+"""
+
+LINEAR_B = """
+import torch, torch.nn as nn, torch.nn.functional as F
+class Model(nn.Module):
+    def __init__(self, n, m):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(m, n))
+        self.bias = nn.Parameter(torch.randn(m))
+    def forward(self, x):
+        return F.relu(F.linear(x, self.weight, self.bias))
+def get_inputs():
+    return [torch.rand(8, {n})]
+def get_init_inputs():
+    return [{n}, 16]
+"""
+
+
+def test_two_spellings_share_a_key_and_shapes_change_it():
+    from ks_inductor.problem import problem_from_source
+
+    a = problem_from_source(LINEAR_A.format(n=32), "a")
+    b = problem_from_source(LINEAR_B.format(n=32), "b")
+    assert a.key == b.key
+    c = problem_from_source(LINEAR_A.format(n=64), "c")
+    assert c.key != a.key
+    half = problem_from_source(LINEAR_A.format(n=32).replace("torch.randn(8, 32)", "torch.randn(8, 32).half()"), "h")
+    assert half.key != a.key
+    assert a.op_summary.get("addmm") == 1 and a.op_summary.get("relu") == 1
+    assert a.flops == 2 * 8 * 32 * 16  # the matmul FLOPs from the flop counter
+    assert a.bytes_moved == 4 * (8 * 32 + 16 * 32 + 16 + 8 * 16)
+
+
+def test_constant_spelling_does_not_change_the_key():
+    from ks_inductor.problem import problem_from_source
+
+    src = """
+import torch, torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        return x * {c}
+def get_inputs():
+    return [torch.randn(4, 4)]
+"""
+    assert problem_from_source(src.format(c="2.0"), "a").key == problem_from_source(src.format(c="2."), "b").key
+    assert problem_from_source(src.format(c="2.0"), "a").key != problem_from_source(src.format(c="2.5"), "b").key
+
+
+def test_problem_from_callable_renders_kernelbench_source_with_the_same_key():
+    import torch
+
+    from ks_inductor.problem import exec_problem_source, problem_from_callable, problem_from_source
+
+    def fn(x, w):
+        return torch.softmax(x @ w, dim=-1)
+
+    x, w = torch.randn(4, 8), torch.randn(8, 6)
+    p = problem_from_callable(fn, [x, w], "region")
+    mod = exec_problem_source(p.source)
+    out = mod.Model()(x, w)
+    assert torch.allclose(out, fn(x, w), atol=1e-6)
+    assert problem_from_source(p.source, "again").key == p.key
+    assert [s.shape for s in p.input_specs] == [[4, 8], [8, 6]]
+
+
+def test_problem_json_round_trip():
+    from ks_inductor.problem import Problem, load_problem
+
+    p = load_problem(PROBLEMS / "rmsnorm.py")
+    q = Problem.from_json(json.loads(json.dumps(p.to_json())))
+    assert q == p
+
+
+def test_missing_and_malformed_problems_are_clear_errors(tmp_path):
+    from ks_inductor.problem import ProblemError, load_problem
+
+    with pytest.raises(ProblemError, match="not found"):
+        load_problem(tmp_path / "nope.py")
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f(:\n")
+    with pytest.raises(ProblemError, match="syntax error"):
+        load_problem(bad)
+    empty = tmp_path / "empty.py"
+    empty.write_text("x = 1\n")
+    with pytest.raises(ProblemError, match="missing Model"):
+        load_problem(empty)
+
+
+def _fp(**kw):
+    from ks_inductor.fingerprint import EnvFingerprint
+
+    base = dict(backend="cuda", device_name="NVIDIA H200", capability="sm_90", warp_size=32, sm_count=132,
+                torch_version="2.11.0+cu130", triton_version="3.6.0", toolchain="cuda-13.0")
+    base.update(kw)
+    return EnvFingerprint(**base)
+
+
+def test_fingerprint_match_rule():
+    from ks_inductor.fingerprint import match
+
+    here = _fp()
+    assert match(_fp(torch_version="2.11.1+cu130"), here) == "exact"
+    assert match(_fp(torch_version="2.12.0+cu130"), here) == "reverify"
+    assert match(_fp(triton_version="3.7.0"), here) == "reverify"
+    assert match(_fp(device_name="NVIDIA H100 80GB HBM3", sm_count=132), here) == "none"
+    assert match(_fp(backend="cpu-interpret"), here) == "none"
+
+
+def test_maca_detection_and_fingerprints_never_collide_with_nvidia():
+    from ks_inductor.judge.backends import (
+        BackendUnavailable,
+        PlatformProbe,
+        backend_for,
+        is_maca,
+        select_backend_name,
+    )
+
+    nvidia = PlatformProbe(cuda_available=True, device_count=1, torch_version="2.11.0+cu130",
+                           device_names=["NVIDIA H200"], triton_target_backend="cuda")
+    assert not is_maca(nvidia)
+    assert select_backend_name(None, nvidia) == "triton-cuda"
+    for probe in (
+        PlatformProbe(cuda_available=True, torch_version_maca="3.5.3.9", torch_version="2.8.0"),
+        PlatformProbe(cuda_available=True, torch_version="2.8.0+metax3.5.3.9"),
+        PlatformProbe(cuda_available=True, triton_target_backend="maca"),
+        PlatformProbe(cuda_available=True, mx_smi_path="/opt/mxdriver/bin/mx-smi"),
+        PlatformProbe(cuda_available=True, device_names=["MetaX C500"]),
+    ):
+        assert is_maca(probe)
+        assert select_backend_name(None, probe) == "triton-maca"
+        with pytest.raises(BackendUnavailable, match="MetaX"):
+            select_backend_name("triton-cuda", probe)
+    maca = backend_for("triton-maca")
+    assert maca.warp_size == 64 and maca.fingerprint_backend == "maca" and maca.timed
+    cpu = PlatformProbe()
+    assert select_backend_name(None, cpu) == "triton-interpret"
+    with pytest.raises(BackendUnavailable, match="needs a GPU"):
+        select_backend_name("triton-cuda", cpu)
+    # A C500 reports sm_80 like an A100; the fingerprints still differ in backend, capability and warp size.
+    from ks_inductor.fingerprint import match
+
+    a100 = _fp(device_name="NVIDIA A100-SXM4-80GB", capability="sm_80", sm_count=108)
+    c500 = _fp(backend="maca", device_name="MetaX C500", capability="maca:8.0", warp_size=64, sm_count=104)
+    assert a100.hardware_id != c500.hardware_id and match(a100, c500) == "none"
+
+
+def test_worker_environment_pins_devices_and_interpreter():
+    from ks_inductor.judge.backends import backend_for, worker_environment
+
+    env = worker_environment(backend_for("triton-interpret"), None)
+    assert env["TRITON_INTERPRET"] == "1" and env["CUDA_VISIBLE_DEVICES"] == ""
+    env = worker_environment(backend_for("triton-maca"), 3)
+    assert env["CUDA_VISIBLE_DEVICES"] == "3" and env["MACA_VISIBLE_DEVICES"] == "3"
+
+
+def test_timing_statistics_and_lower_bound():
+    from ks_inductor.judge.timing import ratio_with_lcb, summarize
+
+    ref = [[2.0, 2.1, 1.9, 2.0] for _ in range(7)]
+    fast = [[1.0, 1.05, 0.95, 1.0] for _ in range(7)]
+    t = summarize(fast)
+    assert t.median_ms == pytest.approx(1.0) and t.n == 28 and t.min_ms == 0.95
+    ratio, lcb = ratio_with_lcb(ref, fast)
+    assert ratio == pytest.approx(2.0) and 1.8 < lcb <= ratio
+    noisy = [[1.0, 3.0, 0.5, 2.5] for _ in range(7)]
+    r2, lcb2 = ratio_with_lcb(ref, noisy)
+    assert lcb2 < r2 and lcb2 < 1.03  # noise must not decide: no claimed win
+
+
+def test_interpreter_timing_loop_runs_the_rotation():
+    from ks_inductor.judge.timing import benchmark_interleaved
+
+    seen = []
+    samples = benchmark_interleaved({"a": lambda: sum(range(100)), "b": lambda: None}, rounds=3, warmup_ms=0,
+                                    rep_ms=0, min_reps=2, max_reps=2, before_each=seen.append, device="cpu")
+    assert len(samples["a"]) == 3 and all(len(r) == 2 for r in samples["a"])
+    assert len(seen) > 12 and len(set(seen)) == len(seen)  # every call gets fresh (rotated) inputs
+
+
+def test_plausibility_gate_quarantines_implausible_speed():
+    from ks_inductor.judge import EvalResult, Judge, JudgeConfig
+    from ks_inductor.problem import load_problem
+
+    problem = load_problem(PROBLEMS / "rmsnorm.py")
+    with Judge(JudgeConfig(backend="triton-interpret"), spares=False) as judge:
+        judge.backend.timed = True  # feed the gate synthetic GPU samples
+        base = {"eager": [[1.0] * 5] * 5, "inductor": [[0.5] * 5] * 5}
+        r = EvalResult(correct=True, verdict="accepted")
+        judge._judge_speed(r, problem, {"samples": {**base, "candidate": [[0.05] * 5] * 5}, "wall": None})
+        assert r.verdict == "quarantined" and "implausible_speedup" in r.flags
+        r = EvalResult(correct=True, verdict="accepted")
+        judge._judge_speed(r, problem, {"samples": {**base, "candidate": [[0.25] * 5] * 5}, "wall": None})
+        assert r.verdict == "accepted" and r.faster and r.speedup_inductor == pytest.approx(2.0)
+        r = EvalResult(correct=True, verdict="accepted")
+        judge._judge_speed(r, problem, {"samples": {**base, "candidate": [[0.25] * 5] * 5},
+                                        "wall": {"synced_ms": 2.0, "overhead_ms": 0.02}})
+        assert r.verdict == "rejected" and "side_stream" in r.flags
+        r = EvalResult(correct=True, verdict="accepted")
+        judge._judge_speed(r, problem, {"samples": {**base, "candidate": [[0.49] * 5] * 5}, "wall": None})
+        assert r.verdict == "accepted" and not r.faster  # 2% is inside the 3% margin
+
+
+def test_eval_cli_json_and_exit_codes():
+    cmd = [sys.executable, "-m", "ks_inductor.cli", "eval", str(PROBLEMS / "rmsnorm.py")]
+    ok = subprocess.run(cmd + [str(ROOT / "tests/candidates/rmsnorm_ok.py"), "--backend", "triton-interpret",
+                               "--json"], capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    data = json.loads(ok.stdout)
+    assert data["correct"] is True and data["stage"] == "done" and data["flags"] == [] and data["error"] is None
+    bad = subprocess.run(cmd + [str(ROOT / "tests/candidates/exploits/try_except_fallback.py"), "--json",
+                                "--backend", "triton-interpret"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1
+    assert json.loads(bad.stdout)["flags"] == ["try_except_fallback"]
+    usage = subprocess.run(cmd + ["/nonexistent.py", "--json"], capture_output=True, text=True, timeout=300)
+    assert usage.returncode == 2 and json.loads(usage.stdout)["correct"] is False
