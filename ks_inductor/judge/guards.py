@@ -28,9 +28,12 @@ ALLOWED_ATEN = frozenset({
 class LaunchCounter:
     """Counts Triton launches by patching the launch entry points at class level (JIT and interpreter)."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: str = "cpu") -> None:
         self.counts: Counter[str] = Counter()
         self.enabled = True
+        self.device = device
+        self.expected_stream: int | None = None
+        self.off_stream = 0
 
     def install(self) -> None:
         from triton.runtime.jit import JITFunction
@@ -51,9 +54,22 @@ class LaunchCounter:
                     fn = getattr(self, "fn", None)
                     name = getattr(fn, "__name__", None) or getattr(self, "__name__", "kernel")
                     counter.counts[name] += 1
+                    counter._check_stream()
                 return _original(self, *args, **kwargs)
 
             cls.run = run
+
+    def _check_stream(self) -> None:
+        # Triton launches on torch's current stream; anything else is work the timing events cannot see.
+        if self.device == "cpu":
+            return
+        import torch
+
+        current = torch.cuda.current_stream().cuda_stream
+        if self.expected_stream is None:
+            self.expected_stream = torch.cuda.default_stream().cuda_stream
+        if current != self.expected_stream:
+            self.off_stream += 1
 
     def total(self) -> int:
         return sum(self.counts.values())

@@ -37,6 +37,38 @@ class JobOutcome:
     stages: list[str] = field(default_factory=list)
 
 
+class DeviceLock:
+    """Many jobs may use a device at once to compile and check; timing takes it alone. Writers (timing) are
+    preferred so that a stream of new jobs cannot starve a measurement."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._exclusive = False
+        self._waiting = 0
+
+    def acquire(self, mode: str) -> None:
+        with self._cond:
+            if mode == "exclusive":
+                self._waiting += 1
+                while self._exclusive or self._shared:
+                    self._cond.wait()
+                self._waiting -= 1
+                self._exclusive = True
+            else:
+                while self._exclusive or self._waiting:
+                    self._cond.wait()
+                self._shared += 1
+
+    def release(self, mode: str) -> None:
+        with self._cond:
+            if mode == "exclusive":
+                self._exclusive = False
+            else:
+                self._shared -= 1
+            self._cond.notify_all()
+
+
 def _rss_mb(pid: int) -> float:
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -107,7 +139,7 @@ class WorkerProcess:
             return ""
 
     def run_job(self, job: dict[str, Any], stage_limits: dict[str, float], memory_limit_mb: int,
-                device_lock: threading.Lock | None) -> JobOutcome:
+                device_lock: DeviceLock | None) -> JobOutcome:
         """Send the job and supervise it to the end. Stage limits apply per stage; waiting for the device lock
         does not count against them."""
         stages = ["start"]
@@ -124,7 +156,7 @@ class WorkerProcess:
                               stages)
         stage = "load"
         deadline = time.monotonic() + stage_limits.get(stage, 300.0)
-        holding = False
+        held: list[str] = []
         try:
             while True:
                 try:
@@ -141,16 +173,19 @@ class WorkerProcess:
                         stages.append(stage)
                         deadline = time.monotonic() + stage_limits.get(stage, 300.0)
                     elif ev == "acquire":
+                        mode = msg.get("mode", "exclusive")
                         if device_lock is not None:
-                            device_lock.acquire()
-                            holding = True
+                            device_lock.acquire(mode)  # waiting for the device is not the candidate's time
+                            held.append(mode)
                         self.proc.stdin.write(b"grant\n")
                         self.proc.stdin.flush()
-                        deadline = time.monotonic() + stage_limits.get("timing", 300.0)
+                        deadline = time.monotonic() + stage_limits.get("timing" if mode == "exclusive" else stage,
+                                                                       300.0)
                     elif ev == "release":
-                        if holding and device_lock is not None:
-                            device_lock.release()
-                            holding = False
+                        mode = msg.get("mode", "exclusive")
+                        if mode in held and device_lock is not None:
+                            held.remove(mode)
+                            device_lock.release(mode)
                     elif ev == "result":
                         return JobOutcome(msg, stage, None, "", self.log_tail(), stages)
                 if time.monotonic() > deadline:
@@ -162,8 +197,9 @@ class WorkerProcess:
                                       f"used more than {memory_limit_mb} MB of host memory in stage {stage}",
                                       self.log_tail(), stages)
         finally:
-            if holding and device_lock is not None:
-                device_lock.release()
+            if device_lock is not None:
+                for mode in held:
+                    device_lock.release(mode)
             self.kill()
 
 
@@ -189,7 +225,7 @@ class WorkerPool:
         self.spares_enabled = spares
         self._spares: dict[int | None, list[WorkerProcess]] = {d: [] for d in devices}
         self._lock = threading.Lock()
-        self.device_locks = {d: threading.Lock() for d in devices}
+        self.device_locks = {d: DeviceLock() for d in devices}
         self._next = 0
         self._closed = False
         if spares:

@@ -307,10 +307,10 @@ class Judge:
         cand_ms = res.timings["candidate"].median_ms
         wall = msg.get("wall")
         if wall:
-            hidden = wall["synced_ms"] - wall["overhead_ms"]
-            if hidden > 1.5 * cand_ms + 0.015:
-                res.reject("side_stream", f"a device-wide sync shows {hidden:.4f} ms of work per call against "
-                           f"{cand_ms:.4f} ms measured by events: work is running outside the timed stream")
+            hidden = wall["hidden_ms"] - wall["overhead_ms"]
+            if hidden > 1.5 * cand_ms + 0.01:
+                res.reject("side_stream", f"after each call returns, a device-wide sync still waits {hidden:.4f} ms "
+                           f"against {cand_ms:.4f} ms measured by events: work runs outside the timed stream")
                 return
         # Reported against the bandwidth measured here (as the anchors are); the plausibility gate uses the
         # larger of measured and datasheet peaks so that it never quarantines an honest kernel.
@@ -319,10 +319,14 @@ class Judge:
             res.roofline_floor_ms = measured
             res.roofline_fraction = measured / cand_ms
         floor = self._floor_ms(problem, msg.get("bandwidth"), nominal=True)
-        if res.speedup_eager is not None and res.speedup_eager > cfg.max_plausible_speedup:
+        # Plausibility is judged against the fastest baseline measured in the same run: a fused kernel may well
+        # be 10x faster than a hand-written eager reference of five separate ops, and still only 1.2x faster
+        # than Inductor; 10x beyond the best compiler output is what needs a human.
+        best = res.speedup_best
+        if best is not None and best > cfg.max_plausible_speedup:
             res.verdict = QUARANTINED
             res.flags.append("implausible_speedup")
-            res.reasons.append(f"{res.speedup_eager:.1f}x faster than eager: held for review")
+            res.reasons.append(f"{best:.1f}x faster than the best baseline ({res.best_baseline}): held for review")
         if floor and cand_ms < cfg.floor_slack * floor:
             res.verdict = QUARANTINED
             res.flags.append("faster_than_roofline")

@@ -154,17 +154,17 @@ def ratio_with_lcb(
     return ratio, _quantile(boots, q)
 
 
-def synced_call_ms(fn: Callable[[], Any], n: int, device: str) -> float:
-    """Median host time of one call bracketed by device-wide syncs: it covers work on every stream, which an
-    event pair on the current stream does not."""
+def post_enqueue_ms(fn: Callable[[], Any], n: int, device: str) -> float:
+    """Device time left after a call has been enqueued: host time from the call's return to the end of a
+    device-wide sync, which waits for every stream. Minimum over ``n`` calls, since CPU contention only adds."""
     times = []
     for _ in range(n):
         _sync(device)
-        t0 = time.perf_counter()
         fn()
+        t0 = time.perf_counter()
         _sync(device)
         times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return min(times)
 
 
 def measure_copy_bandwidth(device: str = "cuda", nbytes: int = 2 * 2**30) -> float:

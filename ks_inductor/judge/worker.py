@@ -27,6 +27,17 @@ def stage(name: str) -> None:
     send({"event": "stage", "stage": name})
 
 
+def acquire(mode: str) -> None:
+    """Ask the judge for the device: "shared" to compile and check, "exclusive" to time."""
+    send({"event": "acquire", "mode": mode})
+    if sys.stdin.readline().strip() != "grant":
+        raise RuntimeError("device lock not granted")
+
+
+def release(mode: str) -> None:
+    send({"event": "release", "mode": mode})
+
+
 def _set_memory_limit(limit_mb: int) -> None:
     import resource
 
@@ -132,6 +143,14 @@ def _load_candidate(source: str, workdir: str) -> Any:
     return mod
 
 
+def _load_matching_state(model: Any, state: dict[str, Any]) -> None:
+    """Give ModelNew the reference's weights when it holds the same parameters (names and shapes), whatever order
+    it created them in; otherwise it keeps its own seeded initialisation."""
+    own = model.state_dict()
+    if state and set(state) == set(own) and all(state[k].shape == own[k].shape for k in state):
+        model.load_state_dict(state)
+
+
 def _check_output_objects(outs: list[Any], device: str) -> list[tuple[str, str]]:
     import torch
 
@@ -155,7 +174,7 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
 
     device = job["device"]
     flags: list[tuple[str, str]] = []
-    counter = guards.LaunchCounter()
+    counter = guards.LaunchCounter(device)
     counter.install()
     ids_before = guards.identity_snapshot()
     numerics_before = guards.numerics_flags()
@@ -184,11 +203,7 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     cand_mod = _load_candidate(job["candidate_source"], job["workdir"])
     torch.manual_seed(job["init_seed"])
     model = cand_mod.ModelNew(*ref_mod.get_init_inputs())
-    ref_state = ref_model.state_dict()
-    new_state = model.state_dict()
-    if ref_state and set(ref_state) == set(new_state) and all(
-            ref_state[k].shape == new_state[k].shape for k in ref_state):
-        model.load_state_dict(ref_state)  # identical weights, whatever order ModelNew created them in
+    _load_matching_state(model, ref_model.state_dict())
     model = model.to(device).eval()
     guard_check("after import")
 
@@ -234,6 +249,9 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
         del outs, inputs, saved
     if torch_ops:
         flags.append(("torch_compute", "torch computed during forward: " + ", ".join(sorted(torch_ops))))
+    if counter.off_stream:
+        flags.append(("side_stream", f"{counter.off_stream} Triton launch(es) went to a stream other than the "
+                      "current one"))
     if min(launches_per_call) == 0:
         flags.append(("no_triton_launch", "forward returned without launching any Triton kernel"))
 
@@ -274,9 +292,8 @@ def _timing(job: dict[str, Any], ref_mod: Any, ref_model: Any, model: Any, count
             with torch.no_grad():
                 compiled(*active)
             fns["inductor"] = lambda: compiled(*active)
-    send({"event": "acquire"})
-    if sys.stdin.readline().strip() != "grant":
-        raise RuntimeError("timing lock not granted")
+    release("shared")
+    acquire("exclusive")
     stage("timing")
     try:
         before = counter.total()
@@ -296,10 +313,10 @@ def _timing(job: dict[str, Any], ref_mod: Any, ref_model: Any, model: Any, count
             cand_calls = sum(len(r) for r in samples["candidate"])
             wall = None
             if job["timed"]:
-                # Work hidden on another stream escapes events but not a device-wide sync around each call.
+                # Work hidden on another stream escapes events but not a device-wide sync after each call.
                 scratch = torch.empty(1, device=device)
-                overhead = T.synced_call_ms(scratch.zero_, 30, device)
-                wall = {"synced_ms": T.synced_call_ms(fns["candidate"], 30, device), "overhead_ms": overhead}
+                wall = {"hidden_ms": T.post_enqueue_ms(fns["candidate"], 30, device),
+                        "overhead_ms": T.post_enqueue_ms(scratch.zero_, 30, device)}
             post_files = []
             for k in range(len(sets)):
                 rotate(k)
@@ -311,7 +328,8 @@ def _timing(job: dict[str, Any], ref_mod: Any, ref_model: Any, model: Any, count
                 post_files.append(path)
             bandwidth = T.measure_copy_bandwidth(device, 512 * 2**20) if job["timed"] else None
     finally:
-        send({"event": "release"})
+        release("exclusive")
+        acquire("shared")
     launched = counter.total() - before
     del launched, cand_calls
     return {"samples": samples, "wall": wall, "post_files": post_files, "bandwidth": bandwidth}
@@ -324,14 +342,14 @@ def run_vectors(job: dict[str, Any]) -> dict[str, Any]:
     from ks_inductor.judge import guards
 
     device = job["device"]
-    counter = guards.LaunchCounter()
+    counter = guards.LaunchCounter(device)
     counter.install()
     stage("load")
     cand_mod = _load_candidate(job["candidate_source"], job["workdir"])
     torch.manual_seed(job.get("init_seed", 0))
     model = cand_mod.ModelNew(*job.get("init_inputs", []))
     if job.get("state_file"):
-        model.load_state_dict(load_file(job["state_file"]))
+        _load_matching_state(model, load_file(job["state_file"]))
     model = model.to(device).eval()
     stage("correctness")
     files, flags = [], []
@@ -373,6 +391,7 @@ def main() -> None:
             _set_memory_limit(job["memory_limit_mb"])
         else:
             torch.cuda.set_per_process_memory_fraction(job["device_memory_fraction"])
+        acquire("shared")
         handler = {"reference": run_reference, "candidate": run_candidate, "vectors": run_vectors}[job["kind"]]
         result = handler(job)
         send({"event": "result", "ok": True, **result})
