@@ -1,0 +1,133 @@
+"""Engine creation: where the database lives, and how SQLite is set up for many concurrent writers.
+
+SQLite runs in WAL mode with a busy timeout, and every write transaction starts with ``BEGIN IMMEDIATE``: a
+deferred transaction that reads first and writes later can fail at once with "database is locked" (the busy
+handler cannot help a reader that must upgrade), while an immediate one simply waits its turn.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+from kernel_cache.errors import CorruptDatabaseError, DatabaseUnavailableError
+
+log = logging.getLogger(__name__)
+
+ENV_DB = "KERNELSMITH_DB"
+ENV_HOME = "KERNELSMITH_HOME"
+BUSY_TIMEOUT_MS = 30_000
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+# Execution option marking an engine whose transactions write (BEGIN IMMEDIATE on SQLite).
+WRITE_OPTION = "ks_write"
+
+
+def kernelsmith_home() -> Path:
+    """``$KERNELSMITH_HOME``, else ``$XDG_CACHE_HOME/kernelsmith``, else ``~/.cache/kernelsmith``."""
+    home = os.environ.get(ENV_HOME)
+    if home:
+        return Path(home).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "kernelsmith"
+
+
+def default_db_url() -> str:
+    """``$KERNELSMITH_DB`` if set, else SQLite at ``kernelsmith_home()/kernels.db``."""
+    env = os.environ.get(ENV_DB)
+    if env:
+        return env
+    return f"sqlite:///{kernelsmith_home() / 'kernels.db'}"
+
+
+def resolve_url(url: str | None) -> str:
+    """Accept a SQLAlchemy URL or a plain file path (taken as SQLite); ``None`` means the default."""
+    if not url:
+        return default_db_url()
+    if "://" not in url:
+        return f"sqlite:///{Path(url).expanduser().resolve()}"
+    return url
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file behind a SQLite URL; None for in-memory databases and other dialects."""
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
+        return None
+    if u.database.startswith("file:"):
+        return None
+    return Path(u.database)
+
+
+def check_sqlite_file(path: Path) -> None:
+    """Refuse a file that exists but is not SQLite, before SQLAlchemy touches it."""
+    if not path.exists():
+        return
+    if path.is_dir():
+        raise DatabaseUnavailableError(f"{path} is a directory; pass a database file path with --db")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(_SQLITE_MAGIC))
+    except OSError as e:
+        raise DatabaseUnavailableError(f"cannot read database {path}: {e.strerror}") from None
+    if head and head != _SQLITE_MAGIC:
+        raise CorruptDatabaseError(
+            f"{path} is not a SQLite database (bad header); it was left untouched. "
+            "Move it aside or pass another file with --db / KERNELSMITH_DB."
+        )
+
+
+def create_db_engine(url: str) -> tuple[Engine, Engine]:
+    """Return (engine for reads, engine for writes); both share one connection pool."""
+    try:
+        u = make_url(url)
+    except ArgumentError as e:
+        raise DatabaseUnavailableError(f"not a database URL: {url!r} ({e})") from None
+    path = sqlite_path(url)
+    kwargs: dict[str, Any] = {}
+    if u.get_backend_name() == "sqlite":
+        if path is not None:
+            check_sqlite_file(path)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise DatabaseUnavailableError(f"cannot create directory {path.parent}: {e.strerror}") from None
+        # The driver's own transaction handling is switched off below; the timeout covers connect-time locks.
+        kwargs["connect_args"] = {"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}
+    else:
+        kwargs["pool_pre_ping"] = True
+    try:
+        engine = create_engine(url, **kwargs)
+    except (NoSuchModuleError, ImportError) as e:
+        raise DatabaseUnavailableError(
+            f"no driver for {u.get_backend_name()!r} ({e}); install the database driver or use sqlite"
+        ) from None
+    if u.get_backend_name() == "sqlite":
+        _setup_sqlite(engine, in_memory=path is None)
+    return engine, engine.execution_options(**{WRITE_OPTION: True})
+
+
+def _setup_sqlite(engine: Engine, in_memory: bool) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (see the module docstring)
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA foreign_keys = ON")
+        if not in_memory:
+            # Setting WAL on a database already in WAL mode writes nothing, so a read-only open stays read-only.
+            mode = cur.execute("PRAGMA journal_mode").fetchone()[0]
+            if str(mode).lower() != "wal":
+                cur.execute("PRAGMA journal_mode = WAL")
+            cur.execute("PRAGMA synchronous = NORMAL")  # durable at each checkpoint; safe against process crashes
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        write = conn.get_execution_options().get(WRITE_OPTION, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")

@@ -1,0 +1,631 @@
+"""KernelStore: the cache's one entry point for problems, kernels, evaluations, runs, evolution steps and misses.
+
+Every method is one short transaction. Writes take SQLite's write lock up front (see :mod:`kernel_cache.db`), so
+the judge's pool and several warm-up jobs can write at once without losing anything.
+
+``lookup`` is the hot path (the backend calls it for every region it compiles): one index range scan on
+(problem_key, status, hardware_id, rank), then ``fingerprint.match`` in Python on the few rows it returns. On
+SQLite a per-process memo sits in front of it; it is dropped whenever ``PRAGMA data_version`` says any
+connection (this process or another) committed, so it never serves a stale answer.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from sqlalchemy import and_, delete, func, select, update
+from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError
+
+from kernel_cache.db import create_db_engine, default_db_url, resolve_url, sqlite_path
+from kernel_cache.errors import CacheError, CorruptDatabaseError, NotFoundError
+from kernel_cache.migrations import ensure_schema, minor_version, rank_of
+from kernel_cache.models import EvaluationRow, KernelRow, MissRow, ProblemRow, RunRow, StepRow
+from kernel_cache.record import QUARANTINED, REJECTED, VERIFIED, KernelRecord, StepRecord, source_sha256
+from ks_inductor.fingerprint import BACKEND_CPU_INTERPRET, MATCH_EXACT, MATCH_NONE, EnvFingerprint, match
+
+__all__ = ["KernelStore", "MergeOutcome", "StoreStats", "default_db_url"]
+
+log = logging.getLogger(__name__)
+
+STATUSES = (VERIFIED, QUARANTINED, REJECTED)
+_T = TypeVar("_T")
+_K = KernelRow.__table__
+_KERNEL_FIELDS = [f for f in KernelRecord.__dataclass_fields__]
+_LOOKUP_SQL = (
+    f"SELECT {', '.join(_KERNEL_FIELDS)} FROM kernels WHERE problem_key = ? AND status = ? AND hardware_id = ? "
+    "ORDER BY rank_speedup IS NULL, rank_speedup DESC, median_ms IS NULL, median_ms, id"
+)
+_STEP_COLUMNS = ("run_id", "problem_key", "parent_id", "child_id", "mutation", "diff", "prompt", "response",
+                 "verdict", "correct", "speedup_delta", "feedback", "id", "created_at")
+
+
+def _db_errors(fn: Callable[..., _T]) -> Callable[..., _T]:
+    """Turn driver errors into CacheErrors that say what to do."""
+
+    @functools.wraps(fn)
+    def wrapper(self: KernelStore, *args: Any, **kwargs: Any) -> _T:
+        try:
+            return fn(self, *args, **kwargs)
+        except OperationalError as e:
+            msg = str(e.orig) if e.orig is not None else str(e)
+            if "locked" in msg or "busy" in msg:
+                raise CacheError(f"{self.where} stayed locked by another writer for over 30 s ({msg}); retry") from None
+            if "malformed" in msg or "not a database" in msg:
+                raise CorruptDatabaseError(f"{self.where} is corrupt ({msg})") from None
+            raise CacheError(f"{self.where}: {msg}") from None
+        except IntegrityError as e:
+            raise CacheError(f"{self.where}: rejected by a constraint: {e.orig}") from None
+        except DatabaseError as e:
+            raise CorruptDatabaseError(f"{self.where} cannot be read ({e.orig}); it was left untouched") from None
+        except sqlite3.OperationalError as e:  # the direct SQLite reader of lookup()
+            raise CacheError(f"{self.where}: {e}") from None
+        except sqlite3.DatabaseError as e:
+            raise CorruptDatabaseError(f"{self.where} cannot be read ({e}); it was left untouched") from None
+
+    return wrapper
+
+
+@dataclass
+class MergeOutcome:
+    """What importing one kernel did: ``added``, or ``kept`` (an identical kernel was already here and the local
+    row, with its local verdict, stays)."""
+
+    record: KernelRecord
+    action: str
+    kernel_id: int
+    best: bool = False  # it is now the kernel lookup() serves for its key on its hardware
+
+
+@dataclass
+class StoreStats:
+    url: str
+    schema_version: int
+    problems: int = 0
+    kernels_by_status: dict[str, int] = field(default_factory=dict)
+    kernels_by_backend: dict[str, int] = field(default_factory=dict)
+    keys_with_verified: int = 0
+    runs: int = 0
+    unfinished_runs: int = 0
+    evaluations: int = 0
+    steps: int = 0
+    misses: int = 0
+    size_bytes: int | None = None
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _check_status(status: str) -> None:
+    if status not in STATUSES:
+        raise CacheError(f"unknown status {status!r}; expected one of {', '.join(STATUSES)}")
+
+
+def _fingerprint_of(data: dict[str, Any] | None, what: str) -> EnvFingerprint:
+    try:
+        return EnvFingerprint.from_json(dict(data or {}))
+    except (KeyError, TypeError) as e:
+        raise CacheError(f"{what}: malformed fingerprint ({e}); expected EnvFingerprint.to_json()") from None
+
+
+@functools.lru_cache(maxsize=256)
+def _fingerprint_ids(fp: EnvFingerprint) -> tuple[str, str]:
+    # Hashing the JSON costs more than the insert itself; a process meets only a handful of fingerprints.
+    return fp.id, fp.hardware_id
+
+
+def _record_from_row(row: Any) -> KernelRecord:
+    m = row._mapping
+    return KernelRecord(**{f: m[f] for f in _KERNEL_FIELDS})
+
+
+def _servable(rec: KernelRecord, fp: EnvFingerprint, current: EnvFingerprint) -> str:
+    """The match verdict, with the interpreter rule on top: an untimed kernel is only for cpu-interpret."""
+    if not rec.timed and current.backend != BACKEND_CPU_INTERPRET:
+        return MATCH_NONE
+    return match(fp, current)
+
+
+class KernelStore:
+    """The kernel cache. ``url``: any SQLAlchemy URL or a file path; None: ``default_db_url()``."""
+
+    def __init__(self, url: str | None = None, memo: bool = True) -> None:
+        self.url = resolve_url(url)
+        self._path = sqlite_path(self.url)
+        self.where = str(self._path) if self._path else self.url
+        self._engine, self._wengine = create_db_engine(self.url)
+        try:
+            self.schema_version = ensure_schema(self._engine, self._wengine, self.where)
+        except BaseException:
+            self._engine.dispose()
+            raise
+        self._memo_enabled = memo and self._path is not None
+        self._memo: dict[tuple[str, EnvFingerprint], KernelRecord | None] = {}
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._memo_lock = threading.Lock()
+        self._stamp_conn: Any = None
+        self._stamp: int | None = None
+        self._lookup_stmt = (
+            select(_K)
+            .where(and_(_K.c.problem_key == _bind("key"), _K.c.status == VERIFIED, _K.c.hardware_id == _bind("hw")))
+            .order_by(_K.c.rank_speedup.desc().nulls_last(), _K.c.median_ms.asc().nulls_last(), _K.c.id.asc())
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        with self._memo_lock:
+            if self._stamp_conn is not None:
+                self._stamp_conn.close()
+                self._stamp_conn = None
+            for conn in self._readers:
+                conn.close()
+            self._readers.clear()
+            self._memo.clear()
+        self._engine.dispose()
+
+    def __enter__(self) -> KernelStore:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _invalidate(self) -> None:
+        with self._memo_lock:
+            self._memo.clear()
+
+    def _data_version(self) -> int:
+        # A connection of its own: data_version changes when *other* connections commit, pooled ones included.
+        if self._stamp_conn is None:
+            self._stamp_conn = sqlite3.connect(str(self._path), timeout=30, isolation_level=None,
+                                               check_same_thread=False)
+        return int(self._stamp_conn.execute("PRAGMA data_version").fetchone()[0])
+
+    # ------------------------------------------------------------------ problems
+    @_db_errors
+    def upsert_problem(self, problem: Any) -> None:
+        data = problem.to_json()
+        values = {"name": problem.name, "source": problem.source, "op_summary": dict(problem.op_summary),
+                  "signature": problem.signature(), "problem_json": data, "updated_at": _now()}
+        with self._wengine.begin() as conn:
+            self._upsert_problem(conn, problem.key, values)
+
+    @staticmethod
+    def _upsert_problem(conn: Any, key: str, values: dict[str, Any]) -> None:
+        t = ProblemRow.__table__
+        if conn.execute(update(t).where(t.c.key == key).values(**values)).rowcount == 0:
+            conn.execute(t.insert().values(key=key, created_at=values["updated_at"], **values))
+
+    @_db_errors
+    def get_problem(self, key: str) -> Any:
+        from ks_inductor.problem import Problem
+
+        t = ProblemRow.__table__
+        with self._engine.connect() as conn:
+            data = conn.execute(select(t.c.problem_json).where(t.c.key == key)).scalar()
+        return Problem.from_json(data) if data is not None else None
+
+    @_db_errors
+    def problems(self, keys: Iterable[str] | None = None) -> list[Any]:
+        from ks_inductor.problem import Problem
+
+        t = ProblemRow.__table__
+        stmt = select(t.c.problem_json).order_by(t.c.key)
+        if keys is not None:
+            stmt = stmt.where(t.c.key.in_(list(keys)))
+        with self._engine.connect() as conn:
+            return [Problem.from_json(d) for d in conn.execute(stmt).scalars()]
+
+    # ------------------------------------------------------------------ kernels
+    def _kernel_values(self, rec: KernelRecord) -> dict[str, Any]:
+        _check_status(rec.status)
+        if rec.sha256 != source_sha256(rec.source):
+            raise CacheError(f"kernel for {rec.problem_key}: sha256 does not match its source; refusing to store it")
+        fp = _fingerprint_of(rec.fingerprint, f"kernel for {rec.problem_key}")
+        fp_id, hw_id = _fingerprint_ids(fp)
+        now = _now()
+        values = {f: getattr(rec, f) for f in _KERNEL_FIELDS if f not in ("id", "created_at")}
+        values.update(
+            fingerprint=fp.to_json(), fingerprint_id=fp_id, hardware_id=hw_id,
+            torch_minor=minor_version(fp.torch_version), triton_minor=minor_version(fp.triton_version),
+            rank_speedup=rank_of(rec.speedup_lcb, rec.speedup_inductor, rec.speedup_eager),
+            launch_params=dict(rec.launch_params or {}), updated_at=now, trials=int(rec.trials or 0),
+            timed=bool(rec.timed),
+        )
+        values["created_at"] = rec.created_at or now
+        return values
+
+    def _find_identical(self, conn: Any, v: dict[str, Any]) -> Any:
+        return conn.execute(
+            select(_K.c.id, _K.c.status).where(and_(_K.c.problem_key == v["problem_key"], _K.c.sha256 == v["sha256"],
+                                                    _K.c.fingerprint_id == v["fingerprint_id"]))
+        ).first()
+
+    @_db_errors
+    def add_kernel(self, record: KernelRecord) -> int:
+        """Store a judged kernel; the same source for the same key and fingerprint updates the existing row (the
+        judge's newest verdict on it stands). Returns the kernel id."""
+        v = self._kernel_values(record)
+        with self._wengine.begin() as conn:
+            hit = self._find_identical(conn, v)
+            if hit is not None:
+                v.pop("created_at")
+                conn.execute(update(_K).where(_K.c.id == hit.id).values(**v))
+                kid = int(hit.id)
+            else:
+                kid = int(conn.execute(_K.insert(), v).inserted_primary_key[0])
+        self._invalidate()
+        return kid
+
+    @_db_errors
+    def add_kernels_bulk(self, records: list[KernelRecord]) -> None:
+        """Insert many new kernels in one transaction (no identity check: for building large test databases)."""
+        rows = [self._kernel_values(r) for r in records]
+        with self._wengine.begin() as conn:
+            conn.execute(_K.insert(), rows)
+        self._invalidate()
+
+    @_db_errors
+    def get_kernel(self, kernel_id: int) -> KernelRecord:
+        with self._engine.connect() as conn:
+            row = conn.execute(select(_K).where(_K.c.id == int(kernel_id))).first()
+        if row is None:
+            raise NotFoundError(f"no kernel with id {kernel_id} in {self.where}; see `kernelsmith cache ls`")
+        return _record_from_row(row)
+
+    @_db_errors
+    def lookup(self, problem_key: str, fingerprint: EnvFingerprint) -> KernelRecord | None:
+        """The best verified kernel for ``problem_key`` that may serve on ``fingerprint`` unverified again."""
+        if not self._memo_enabled:
+            return self._lookup_db(problem_key, fingerprint)
+        memo_key = (problem_key, fingerprint)  # the frozen dataclass hashes faster than its .id
+        with self._memo_lock:
+            stamp = self._data_version()
+            if stamp != self._stamp:
+                self._memo.clear()
+                self._stamp = stamp
+            if memo_key in self._memo:
+                return self._memo[memo_key]
+        rec = self._lookup_db(problem_key, fingerprint)
+        with self._memo_lock:
+            if self._stamp == stamp:
+                self._memo[memo_key] = rec
+        return rec
+
+    @_db_errors
+    def _lookup_db(self, problem_key: str, fingerprint: EnvFingerprint) -> KernelRecord | None:
+        if self._path is not None:
+            return self._lookup_sqlite(problem_key, fingerprint)
+        with self._engine.connect() as conn:
+            for row in conn.execute(self._lookup_stmt, {"key": problem_key, "hw": fingerprint.hardware_id}):
+                rec = _record_from_row(row)
+                if _servable(rec, EnvFingerprint.from_json(rec.fingerprint), fingerprint) == MATCH_EXACT:
+                    return rec
+        return None
+
+    def _reader(self) -> sqlite3.Connection:
+        """This thread's read-only driver connection. The same query as ``_lookup_stmt``, without the layers of
+        SQLAlchemy's execution machinery, which cost more than the index scan itself."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(str(self._path), timeout=30, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA query_only = 1")
+            self._local.conn = conn
+            with self._memo_lock:
+                self._readers.append(conn)
+        return conn
+
+    def _lookup_sqlite(self, problem_key: str, fingerprint: EnvFingerprint) -> KernelRecord | None:
+        cur = self._reader().execute(_LOOKUP_SQL, (problem_key, VERIFIED, fingerprint.hardware_id))
+        for row in cur:
+            data = dict(zip(_KERNEL_FIELDS, row))
+            data["fingerprint"] = fp_json = json.loads(data["fingerprint"])
+            data["launch_params"] = json.loads(data["launch_params"]) if data["launch_params"] else {}
+            data["timed"] = bool(data["timed"])
+            rec = KernelRecord(**data)
+            if _servable(rec, EnvFingerprint.from_json(fp_json), fingerprint) == MATCH_EXACT:
+                cur.close()
+                return rec
+        return None
+
+    @_db_errors
+    def lookup_candidates(self, problem_key: str, fingerprint: EnvFingerprint) -> list[tuple[KernelRecord, str]]:
+        """Verified kernels for the key on this hardware, best first, each with its match ("exact" or
+        "reverify": usable only after the judge verifies it again here)."""
+        with self._engine.connect() as conn:
+            rows = conn.execute(self._lookup_stmt, {"key": problem_key, "hw": fingerprint.hardware_id}).all()
+        out = []
+        for row in rows:
+            rec = _record_from_row(row)
+            m = _servable(rec, EnvFingerprint.from_json(rec.fingerprint), fingerprint)
+            if m != MATCH_NONE:
+                out.append((rec, m))
+        return out
+
+    @_db_errors
+    def kernels(self, problem_key: str | None = None, status: str | None = None, *,
+                keys: Iterable[str] | None = None, op_family: str | None = None,
+                fingerprint_id: str | None = None, hardware_id: str | None = None,
+                min_speedup: float | None = None, limit: int | None = None) -> list[KernelRecord]:
+        """Kernels matching every filter given, grouped by key, best first within a key."""
+        stmt = select(_K)
+        if problem_key is not None:
+            stmt = stmt.where(_K.c.problem_key == problem_key)
+        if keys is not None:
+            stmt = stmt.where(_K.c.problem_key.in_(list(keys)))
+        if status is not None:
+            _check_status(status)
+            stmt = stmt.where(_K.c.status == status)
+        if op_family is not None:
+            stmt = stmt.where(_K.c.op_family == op_family)
+        if fingerprint_id is not None:
+            stmt = stmt.where(_K.c.fingerprint_id == fingerprint_id)
+        if hardware_id is not None:
+            stmt = stmt.where(_K.c.hardware_id == hardware_id)
+        if min_speedup is not None:
+            stmt = stmt.where(_K.c.rank_speedup >= float(min_speedup))
+        stmt = stmt.order_by(_K.c.problem_key, _K.c.rank_speedup.desc().nulls_last(), _K.c.median_ms.asc().nulls_last(),
+                             _K.c.id)
+        if limit is not None:
+            stmt = stmt.limit(int(limit))
+        with self._engine.connect() as conn:
+            return [_record_from_row(r) for r in conn.execute(stmt)]
+
+    @_db_errors
+    def set_status(self, kernel_id: int, status: str) -> None:
+        _check_status(status)
+        with self._wengine.begin() as conn:
+            n = conn.execute(update(_K).where(_K.c.id == int(kernel_id)).values(status=status, updated_at=_now())).rowcount
+        if not n:
+            raise NotFoundError(f"no kernel with id {kernel_id} in {self.where}")
+        self._invalidate()
+
+    @_db_errors
+    def delete_kernels(self, kernel_ids: Iterable[int]) -> int:
+        ids = [int(i) for i in kernel_ids]
+        if not ids:
+            return 0
+        with self._wengine.begin() as conn:
+            n = conn.execute(delete(_K).where(_K.c.id.in_(ids))).rowcount
+        self._invalidate()
+        return int(n)
+
+    @_db_errors
+    def merge(self, problems: list[Any], records: list[KernelRecord]) -> list[MergeOutcome]:
+        """Import problems and kernels in ONE transaction: all of it lands or none of it does.
+
+        A problem already here keeps its local reference source.
+        A kernel already here (same key, source and fingerprint) keeps its local row: a local verdict is never
+        replaced from outside, so a verified entry can never be downgraded by an unverified one, nor a locally
+        rejected one revived. Everything else is added; lookup's ranking then serves the best verified kernel.
+        """
+        staged = [(r, self._kernel_values(r)) for r in records]
+        outcomes: list[MergeOutcome] = []
+        with self._wengine.begin() as conn:
+            t = ProblemRow.__table__
+            have = set()
+            keys = sorted({p.key for p in problems})
+            for i in range(0, len(keys), 500):
+                have.update(conn.execute(select(t.c.key).where(t.c.key.in_(keys[i:i + 500]))).scalars())
+            for p in problems:  # a problem already here keeps its local reference
+                if p.key not in have:
+                    have.add(p.key)
+                    now = _now()
+                    conn.execute(t.insert(), {
+                        "key": p.key, "name": p.name, "source": p.source, "op_summary": dict(p.op_summary),
+                        "signature": p.signature(), "problem_json": p.to_json(), "created_at": now,
+                        "updated_at": now})
+            existing: dict[tuple[str, str, str], int] = {}
+            shas = sorted({v["sha256"] for _, v in staged})
+            for i in range(0, len(shas), 500):
+                for row in conn.execute(select(_K.c.id, _K.c.problem_key, _K.c.sha256, _K.c.fingerprint_id)
+                                        .where(_K.c.sha256.in_(shas[i:i + 500]))):
+                    existing[(row.problem_key, row.sha256, row.fingerprint_id)] = int(row.id)
+            now = _now()
+            for rec, v in staged:
+                ident = (v["problem_key"], v["sha256"], v["fingerprint_id"])
+                if ident in existing:
+                    outcomes.append(MergeOutcome(rec, "kept", existing[ident]))
+                    continue
+                v["created_at"] = now
+                kid = int(conn.execute(_K.insert(), v).inserted_primary_key[0])
+                existing[ident] = kid
+                outcomes.append(MergeOutcome(rec, "added", kid))
+        self._invalidate()
+        best: dict[tuple[str, EnvFingerprint], int | None] = {}
+        for o in outcomes:
+            k = (o.record.problem_key, EnvFingerprint.from_json(o.record.fingerprint))
+            if k not in best:
+                hit = self._lookup_db(*k)
+                best[k] = hit.id if hit is not None else None
+            o.best = best[k] == o.kernel_id
+        return outcomes
+
+    # ------------------------------------------------------------------ evaluations
+    @_db_errors
+    def add_evaluation(self, problem_key: str, candidate_hash: str, result: Any, run_id: str | None = None) -> int:
+        fp_id = _fingerprint_of(result.fingerprint, "evaluation").id if result.fingerprint else ""
+        t = EvaluationRow.__table__
+        values = {"problem_key": problem_key, "candidate_hash": candidate_hash, "fingerprint_id": fp_id,
+                  "run_id": run_id, "verdict": result.verdict, "correct": bool(result.correct),
+                  "stage": result.stage, "median_ms": result.candidate_ms, "speedup_eager": result.speedup_eager,
+                  "speedup_inductor": result.speedup_inductor, "result": result.to_json(), "created_at": _now()}
+        with self._wengine.begin() as conn:
+            if run_id is not None and not conn.execute(select(RunRow.id).where(RunRow.id == run_id)).first():
+                raise NotFoundError(f"evaluation refers to unknown run {run_id!r}; start_run() first")
+            return int(conn.execute(t.insert().values(**values)).inserted_primary_key[0])
+
+    @_db_errors
+    def get_evaluation(self, problem_key: str, candidate_hash: str, fingerprint_id: str) -> Any:
+        from ks_inductor.judge.verdict import EvalResult
+
+        t = EvaluationRow.__table__
+        stmt = (select(t.c.result).where(and_(t.c.problem_key == problem_key, t.c.candidate_hash == candidate_hash,
+                                              t.c.fingerprint_id == fingerprint_id))
+                .order_by(t.c.id.desc()).limit(1))
+        with self._engine.connect() as conn:
+            data = conn.execute(stmt).scalar()
+        return EvalResult.from_json(data) if data is not None else None
+
+    # ------------------------------------------------------------------ runs
+    @_db_errors
+    def start_run(self, problem_key: str, fingerprint: EnvFingerprint, config: dict[str, Any]) -> str:
+        run_id = uuid.uuid4().hex
+        now = _now()
+        with self._wengine.begin() as conn:
+            conn.execute(RunRow.__table__.insert().values(
+                id=run_id, problem_key=problem_key, fingerprint=fingerprint.to_json(), fingerprint_id=fingerprint.id,
+                config=dict(config), status="running", started_at=now, updated_at=now))
+        return run_id
+
+    @_db_errors
+    def latest_run(self, problem_key: str, fingerprint: EnvFingerprint, unfinished_only: bool = True) -> str | None:
+        t = RunRow.__table__
+        stmt = select(t.c.id).where(and_(t.c.problem_key == problem_key, t.c.fingerprint_id == fingerprint.id))
+        if unfinished_only:
+            stmt = stmt.where(t.c.status == "running")
+        with self._engine.connect() as conn:
+            return conn.execute(stmt.order_by(t.c.started_at.desc()).limit(1)).scalar()
+
+    def _update_run(self, run_id: str, **values: Any) -> None:
+        t = RunRow.__table__
+        with self._wengine.begin() as conn:
+            n = conn.execute(update(t).where(t.c.id == run_id).values(updated_at=_now(), **values)).rowcount
+        if not n:
+            raise NotFoundError(f"no run {run_id!r} in {self.where}")
+
+    @_db_errors
+    def save_run_state(self, run_id: str, state: dict[str, Any]) -> None:
+        self._update_run(run_id, state=state)
+
+    @_db_errors
+    def load_run_state(self, run_id: str) -> dict[str, Any] | None:
+        with self._engine.connect() as conn:
+            return conn.execute(select(RunRow.state).where(RunRow.id == run_id)).scalar()
+
+    @_db_errors
+    def finish_run(self, run_id: str, summary: dict[str, Any]) -> None:
+        self._update_run(run_id, summary=summary, status="finished", finished_at=_now())
+
+    # ------------------------------------------------------------------ evolution steps
+    @_db_errors
+    def add_step(self, step: StepRecord) -> int:
+        data = step.to_json()
+        values = {k: data[k] for k in _STEP_COLUMNS if k not in ("id", "created_at")}
+        values["detail"] = {k: v for k, v in data.items() if k not in _STEP_COLUMNS}
+        values["created_at"] = step.created_at or _now()
+        with self._wengine.begin() as conn:
+            if not conn.execute(select(RunRow.id).where(RunRow.id == step.run_id)).first():
+                raise NotFoundError(f"step refers to unknown run {step.run_id!r}; start_run() first")
+            return int(conn.execute(StepRow.__table__.insert().values(**values)).inserted_primary_key[0])
+
+    @_db_errors
+    def steps(self, run_id: str | None = None, problem_key: str | None = None) -> list[StepRecord]:
+        t = StepRow.__table__
+        stmt = select(t).order_by(t.c.id)
+        if run_id is not None:
+            stmt = stmt.where(t.c.run_id == run_id)
+        if problem_key is not None:
+            stmt = stmt.where(t.c.problem_key == problem_key)
+        out = []
+        with self._engine.connect() as conn:
+            for row in conn.execute(stmt):
+                m = row._mapping
+                data = {k: m[k] for k in _STEP_COLUMNS}
+                data.update(m["detail"] or {})
+                out.append(StepRecord.from_json(data))
+        return out
+
+    # ------------------------------------------------------------------ misses
+    @_db_errors
+    def record_miss(self, problem: Any, fingerprint: EnvFingerprint) -> None:
+        t = MissRow.__table__
+        now = _now()
+        shapes = [s.shape for s in problem.input_specs if s.kind == "tensor"]
+        with self._wengine.begin() as conn:
+            n = conn.execute(update(t).where(t.c.problem_key == problem.key).values(
+                count=t.c.count + 1, last_seen=now, fingerprint=fingerprint.to_json(), shapes=shapes)).rowcount
+            if not n:
+                conn.execute(t.insert().values(
+                    problem_key=problem.key, count=1, signature=problem.signature(), shapes=shapes,
+                    problem_json=problem.to_json(), fingerprint=fingerprint.to_json(), first_seen=now, last_seen=now))
+
+    @_db_errors
+    def misses(self) -> list[dict[str, Any]]:
+        t = MissRow.__table__
+        with self._engine.connect() as conn:
+            rows = conn.execute(select(t).order_by(t.c.count.desc(), t.c.last_seen.desc())).all()
+        return [{"key": r.problem_key, "count": r.count, "signature": r.signature, "shapes": r.shapes,
+                 "first_seen": r.first_seen, "last_seen": r.last_seen, "source": r.problem_json.get("source", ""),
+                 "problem": r.problem_json, "fingerprint": r.fingerprint} for r in rows]
+
+    @_db_errors
+    def clear_miss(self, problem_key: str) -> None:
+        with self._wengine.begin() as conn:
+            conn.execute(delete(MissRow.__table__).where(MissRow.problem_key == problem_key))
+
+    # ------------------------------------------------------------------ maintenance
+    @_db_errors
+    def stats(self) -> StoreStats:
+        s = StoreStats(url=self.url, schema_version=self.schema_version)
+        with self._engine.connect() as conn:
+            def count(model: Any, *where: Any) -> int:
+                return int(conn.execute(select(func.count()).select_from(model).where(*where)).scalar() or 0)
+
+            s.problems = count(ProblemRow)
+            s.kernels_by_status = {st: n for st, n in conn.execute(
+                select(_K.c.status, func.count()).group_by(_K.c.status))}
+            s.kernels_by_backend = {b: n for b, n in conn.execute(
+                select(_K.c.backend, func.count()).group_by(_K.c.backend))}
+            s.keys_with_verified = int(conn.execute(
+                select(func.count(func.distinct(_K.c.problem_key))).where(_K.c.status == VERIFIED)).scalar() or 0)
+            s.runs = count(RunRow)
+            s.unfinished_runs = count(RunRow, RunRow.status == "running")
+            s.evaluations = count(EvaluationRow)
+            s.steps = count(StepRow)
+            s.misses = count(MissRow)
+        if self._path is not None and self._path.exists():
+            s.size_bytes = sum(p.stat().st_size for p in (self._path, self._path.with_name(self._path.name + "-wal"))
+                               if p.exists())
+        return s
+
+    @_db_errors
+    def gc_plan(self, keep: int = 3, drop_rejected: bool = True) -> list[KernelRecord]:
+        """Kernels gc would delete: rejected ones, and verified ones ranked below the ``keep`` best for their key
+        and fingerprint. Quarantined kernels stay: they await review."""
+        doomed: list[KernelRecord] = []
+        seen: dict[tuple[str, str], int] = {}
+        for rec in self.kernels():
+            if rec.status == REJECTED and drop_rejected:
+                doomed.append(rec)
+            elif rec.status == VERIFIED:
+                k = (rec.problem_key, EnvFingerprint.from_json(rec.fingerprint).id)
+                seen[k] = seen.get(k, 0) + 1
+                if seen[k] > keep:
+                    doomed.append(rec)
+        return doomed
+
+    @_db_errors
+    def vacuum(self) -> None:
+        if self._engine.dialect.name != "sqlite":
+            return
+        with self._engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+            conn.rollback()
+            conn.connection.driver_connection.execute("VACUUM")
+
+
+def _bind(name: str) -> Any:
+    from sqlalchemy import bindparam
+
+    return bindparam(name)
+
