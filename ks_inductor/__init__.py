@@ -18,3 +18,12 @@ def register() -> None:
     from ks_inductor.backend import kernelsmith_backend
 
     torch._dynamo.register_backend(kernelsmith_backend, name="kernelsmith")
+
+
+def __getattr__(name: str):
+    # ks_inductor.explain(model, *inputs) without importing torch at package import time.
+    if name == "explain":
+        from ks_inductor.explain import explain
+
+        return explain
+    raise AttributeError(name)

@@ -1,0 +1,447 @@
+"""The ``kernelsmith`` torch.compile backend.
+
+``torch.compile(model, backend="kernelsmith")`` finds :func:`kernelsmith_backend` through the
+``torch_dynamo_backends`` entry point (setup.py); this module registers nothing itself, because a second
+registration of the name makes Dynamo's lookup fail (research note C §1.3).
+
+What happens to a graph:
+
+1. :func:`ks_inductor.regions.partition` cuts the Dynamo graph into regions, each a Problem with the canonical
+   key the optimizer and the cache use.
+2. Each region is looked up in the kernel cache for this machine's fingerprint. A hit is a verified kernel whose
+   recorded speedup over Inductor is at least ``min_speedup`` (interpreter kernels are untimed and serve only the
+   interpreter). A miss follows the policy: ``fallback`` (Inductor compiles it), ``record`` (also a miss row for
+   ``kernelsmith warm --from-misses``) or ``evolve`` (run the optimizer now, within the budget).
+3. Hits are swapped into a *copy* of the Dynamo graph as one call of a ``torch.library`` op (see
+   :mod:`ks_inductor.kernel_ops`), and that graph goes to Inductor's ``compile_fx`` with the user's ``mode`` and
+   options. Swapping at this level keeps Inductor's caches right: the op's name carries the kernel's hash, so a
+   new kernel is a new graph (research note C §0.3 A). Everything that is not a hit is compiled by Inductor as
+   usual; a graph without hits is handed over unchanged.
+4. Dynamic shapes: a kernel serves the shapes it was verified for. A region with symbolic sizes is looked up at
+   the sizes' hints; on a hit those sizes are specialised (a Dynamo guard), so other sizes recompile and meet
+   their own kernels or Inductor.
+
+Never worse: any failure (database missing or corrupt, a kernel that does not load, a graph the analysis does not
+understand, a compile error with the swapped graph) gives a warning and plain Inductor.
+
+Options, through ``torch.compile(..., options={...})`` (keys prefixed ``kernelsmith.``; all other keys are
+Inductor config patches) or the environment:
+
+=========================  ==============================  =======================================
+option                     environment                     meaning
+=========================  ==============================  =======================================
+``kernelsmith.db``         ``KERNELSMITH_DB``              cache URL or path (default: the store's)
+``kernelsmith.on_miss``    ``KERNELSMITH_ON_MISS``         ``fallback`` | ``record`` | ``evolve``
+``kernelsmith.budget``     ``KERNELSMITH_BUDGET``          candidates judged per region on ``evolve``
+``kernelsmith.time_limit`` ``KERNELSMITH_TIME_LIMIT``      seconds per region on ``evolve``
+``kernelsmith.min_speedup`` ``KERNELSMITH_MIN_SPEEDUP``    speedup over Inductor a timed kernel needs
+``kernelsmith.enabled``    ``KERNELSMITH_DISABLE=1``       off: exactly Inductor
+``kernelsmith.triton_op``  ``KERNELSMITH_TRITON_OP``       GPU: register hits as triton_op (default on)
+=========================  ==============================  =======================================
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+log = logging.getLogger(__name__)
+
+ON_MISS_POLICIES = ("fallback", "record", "evolve")
+OPTION_PREFIX = "kernelsmith."
+
+# Region statuses, as reported by explain.
+HIT = "hit"
+MISS = "miss"
+SLOWER = "slower"  # a verified kernel exists but is not faster than Inductor here
+EVOLVED = "evolved"  # missed, then found by the optimizer during this compile
+UNSUPPORTED = "unsupported"
+ERROR = "error"
+
+
+class KernelsmithWarning(UserWarning):
+    """Something went wrong and the backend used Inductor instead; the message says what."""
+
+
+@dataclass
+class BackendOptions:
+    db: str | None = None
+    on_miss: str = "fallback"
+    budget: int = 16
+    time_limit_s: float | None = None
+    min_speedup: float = 1.0
+    enabled: bool = True
+    triton_op: bool = True
+    judge_backend: str | None = None
+
+    @classmethod
+    def resolve(cls, options: dict[str, Any] | None) -> tuple[BackendOptions, dict[str, Any]]:
+        """Split ``torch.compile(options=...)`` into ours and Inductor's; the environment fills the gaps."""
+        env = os.environ
+        o = cls(
+            db=env.get("KERNELSMITH_DB") or None,
+            on_miss=env.get("KERNELSMITH_ON_MISS", "fallback"),
+            budget=int(env.get("KERNELSMITH_BUDGET", "16")),
+            time_limit_s=float(env["KERNELSMITH_TIME_LIMIT"]) if env.get("KERNELSMITH_TIME_LIMIT") else None,
+            min_speedup=float(env.get("KERNELSMITH_MIN_SPEEDUP", "1.0")),
+            enabled=env.get("KERNELSMITH_DISABLE", "") not in ("1", "true", "yes"),
+            triton_op=env.get("KERNELSMITH_TRITON_OP", "1") not in ("0", "false", "no"),
+            judge_backend=env.get("KERNELSMITH_JUDGE_BACKEND") or None,
+        )
+        inductor: dict[str, Any] = {}
+        aliases = {"time_limit": "time_limit_s", "judge": "judge_backend"}
+        for k, v in (options or {}).items():
+            if not k.startswith(OPTION_PREFIX):
+                inductor[k] = v
+                continue
+            name = aliases.get(k[len(OPTION_PREFIX):], k[len(OPTION_PREFIX):])
+            if name not in cls.__dataclass_fields__:
+                raise ValueError(f"unknown kernelsmith option {k!r}; known: "
+                                 + ", ".join(OPTION_PREFIX + f for f in cls.__dataclass_fields__))
+            setattr(o, name, v)
+        if o.on_miss not in ON_MISS_POLICIES:
+            raise ValueError(f"kernelsmith on_miss={o.on_miss!r}; choose one of {', '.join(ON_MISS_POLICIES)}")
+        return o, inductor
+
+
+@dataclass
+class RegionReport:
+    index: int
+    kind: str
+    ops: str
+    key: str | None
+    signature: str
+    status: str
+    speedup: float | None = None
+    kernel_id: int | None = None
+    note: str = ""
+    symbolic: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class CompileReport:
+    """What one compile did: the regions, what was swapped, and why anything fell back."""
+
+    regions: list[RegionReport] = field(default_factory=list)
+    swapped: int = 0
+    fallback_reason: str | None = None
+    analysis_s: float = 0.0
+    variant: str | None = None  # "triton_op" | "custom_op" | None (nothing swapped)
+    problems: list[Any] = field(default_factory=list, repr=False)  # the regions' Problems (not serialized)
+
+    @property
+    def hits(self) -> int:
+        return sum(r.status in (HIT, EVOLVED) for r in self.regions)
+
+    @property
+    def misses(self) -> int:
+        return sum(r.status == MISS for r in self.regions)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"regions": [r.to_json() for r in self.regions], "swapped": self.swapped, "hits": self.hits,
+                "misses": self.misses, "fallback_reason": self.fallback_reason, "analysis_s": self.analysis_s,
+                "variant": self.variant}
+
+
+_REPORTS: collections.deque[CompileReport] = collections.deque(maxlen=256)
+_STORES: dict[str, Any] = {}
+_STORE_LOCK = threading.Lock()
+_FINGERPRINT: dict[str | None, Any] = {}
+
+
+def compile_reports() -> list[CompileReport]:
+    """Reports of the compiles this process made with the backend, oldest first (the last 256)."""
+    return list(_REPORTS)
+
+
+def clear_reports() -> None:
+    _REPORTS.clear()
+
+
+def current_fingerprint(judge_backend: str | None = None) -> Any:
+    """This machine's fingerprint, as the judge computes it (memoized per process)."""
+    if judge_backend not in _FINGERPRINT:
+        from ks_inductor.judge.backends import current_fingerprint as judge_fingerprint
+
+        _FINGERPRINT[judge_backend] = judge_fingerprint(judge_backend)
+    return _FINGERPRINT[judge_backend]
+
+
+def open_store(url: str | None) -> Any:
+    """One KernelStore per URL per process."""
+    from kernel_cache.store import KernelStore, default_db_url
+
+    key = url or os.environ.get("KERNELSMITH_DB") or default_db_url()
+    with _STORE_LOCK:
+        store = _STORES.get(key)
+        if store is None:
+            store = KernelStore(url)
+            _STORES[key] = store
+        return store
+
+
+def forget_stores() -> None:
+    """Close the cached stores (tests; a long-lived process that swaps databases)."""
+    with _STORE_LOCK:
+        for s in _STORES.values():
+            try:
+                s.close()
+            except Exception:  # noqa: BLE001
+                pass
+        _STORES.clear()
+
+
+def _warn(msg: str) -> None:
+    warnings.warn(f"kernelsmith: {msg}; using Inductor", KernelsmithWarning, stacklevel=3)
+
+
+# ----------------------------------------------------------------------------------------- analysis
+
+
+@dataclass
+class _Hit:
+    region: Any
+    record: Any
+    report: RegionReport
+
+
+def analyze(gm: fx.GraphModule, opts: BackendOptions, act_on_miss: bool = True) -> tuple[CompileReport, list[_Hit], Any]:
+    """Regions, problems, lookups and the on-miss policy. Raises only for a failure of the whole analysis."""
+    from ks_inductor import regions as rg
+
+    t0 = time.perf_counter()
+    report = CompileReport()
+    fp = current_fingerprint(opts.judge_backend)
+    device = "cpu" if fp.backend == "cpu-interpret" else "cuda"
+    store = open_store(opts.db)
+    part = rg.partition(gm)
+    hits: list[_Hit] = []
+    for region in part.regions:
+        rr = RegionReport(index=region.index, kind=region.kind, ops=region.op_text, key=None, signature="",
+                          status=MISS, symbolic=region.symbolic)
+        report.regions.append(rr)
+        try:
+            problem = rg.region_problem(gm, region)
+        except Exception as e:  # noqa: BLE001 - a region we cannot render is left to Inductor
+            rr.status, rr.note = UNSUPPORTED, f"cannot build a problem: {e}"[:300]
+            continue
+        rr.key, rr.signature = problem.key, problem.signature()
+        report.problems.append(problem)
+        if region.device != device:
+            rr.status, rr.note = UNSUPPORTED, f"region on {region.device}; cached kernels here are for {device}"
+            continue
+        record = store.lookup(problem.key, fp)
+        if record is None and act_on_miss:
+            record = _on_miss(opts, store, problem, fp, rr)
+        if record is None:
+            continue
+        rr.kernel_id = record.id
+        rr.speedup = record.speedup_inductor
+        if record.timed and (record.speedup_inductor is None or record.speedup_inductor < opts.min_speedup):
+            rr.status = SLOWER
+            rr.note = (f"kernel {record.id}: speedup over Inductor {record.speedup_inductor} < "
+                       f"{opts.min_speedup}")
+            continue
+        if rr.status != EVOLVED:
+            rr.status = HIT
+        hits.append(_Hit(region, record, rr))
+    for op in sorted(set(part.unsupported)):
+        report.regions.append(RegionReport(index=-1, kind="-", ops=op, key=None, signature="", status=UNSUPPORTED,
+                                           note="no region takes this operation"))
+    report.analysis_s = time.perf_counter() - t0
+    return report, hits, store
+
+
+def _on_miss(opts: BackendOptions, store: Any, problem: Any, fp: Any, rr: RegionReport) -> Any:
+    if opts.on_miss == "fallback":
+        return None
+    if opts.on_miss == "record":
+        try:
+            store.record_miss(problem, fp)
+            rr.note = "miss recorded"
+        except Exception as e:  # noqa: BLE001
+            _warn(f"could not record a miss for {problem.key}: {e}")
+        return None
+    try:
+        from ks_inductor.evolve import EvolveConfig, evolve_problem
+
+        store.upsert_problem(problem)
+        summary = evolve_problem(problem, EvolveConfig(budget=int(opts.budget), time_limit_s=opts.time_limit_s,
+                                                       backend=opts.judge_backend), store, progress=False)
+        rr.note = f"evolved: {summary.judged} judged, {summary.accepted} accepted"
+    except Exception as e:  # noqa: BLE001
+        _warn(f"evolving {problem.key} failed: {type(e).__name__}: {e}")
+        return None
+    record = store.lookup(problem.key, fp)
+    if record is not None:
+        rr.status = EVOLVED
+    return record
+
+
+# ----------------------------------------------------------------------------------------- rewrite
+
+
+def _specialize(region: Any) -> None:
+    """Guard the region's symbolic sizes to their hints: the kernel was verified for these shapes only."""
+    from torch.fx.experimental.symbolic_shapes import guard_int
+
+    from ks_inductor.regions import example_value
+
+    for a in region.inputs:
+        v = example_value(a)
+        sizes = (*v.shape, *v.stride()) if isinstance(v, torch.Tensor) else (v,)
+        for s in sizes:
+            if isinstance(s, torch.SymInt):
+                guard_int(s)
+
+
+def rewrite(gm: fx.GraphModule, hits: list[_Hit], use_triton_op: bool) -> tuple[fx.GraphModule, int]:
+    """A copy of ``gm`` with each hit region replaced by one call of its kernel op."""
+    from torch.fx.passes.tools_common import legalize_graph
+
+    from ks_inductor import kernel_ops as ko
+    from ks_inductor import regions as rg
+
+    graph = fx.Graph()
+    val_map: dict[fx.Node, fx.Node] = {}
+    out = graph.graph_copy(gm.graph, val_map)
+    graph.output(out)
+    swapped = 0
+    for hit in hits:
+        region = hit.region
+        try:
+            reference = rg.region_module(gm, region)
+            in_vals = [rg.example_value(a) for a in region.inputs]
+            out_vals = [rg.example_value(o) for o in region.outputs]
+            spec = ko.OpSpec([ko.input_kind(v) for v in in_vals], len(out_vals), [v.dtype for v in out_vals])
+            kernel = ko.load_kernel(hit.record, wrap_triton=use_triton_op)
+            op = ko.register_region_op(kernel, hit.region.problem.key, reference, spec, triton=use_triton_op)
+            if region.symbolic:
+                _specialize(region)
+        except Exception as e:  # noqa: BLE001 - this region stays with Inductor
+            hit.report.status = ERROR
+            hit.report.note = f"{type(e).__name__}: {e}"[:300]
+            _warn(f"kernel {hit.record.id} for region {region.index} ({region.op_text}) not used: {e}")
+            continue
+        nodes = [val_map[n] for n in region.nodes]
+        with graph.inserting_after(nodes[-1]):
+            call = graph.call_function(op, tuple(val_map[a] for a in region.inputs))
+        fake_out = tuple(torch.empty_like(v, memory_format=torch.contiguous_format) for v in out_vals)
+        call.meta["example_value"] = fake_out[0] if len(out_vals) == 1 else fake_out
+        if len(out_vals) == 1:
+            results = [call]
+        else:
+            results = []
+            anchor = call
+            for i, v in enumerate(fake_out):
+                with graph.inserting_after(anchor):
+                    gi = graph.call_function(_getitem, (call, i))
+                gi.meta["example_value"] = v
+                results.append(gi)
+                anchor = gi
+        for o, r in zip(region.outputs, results):
+            val_map[o].replace_all_uses_with(r)
+            val_map[o] = r  # later regions that read this output now read the kernel's result
+        for n in reversed(nodes):
+            graph.erase_node(n)
+        swapped += 1
+    new_gm = fx.GraphModule(gm, graph)
+    legalize_graph(new_gm)
+    new_gm.graph.lint()
+    new_gm.recompile()
+    return new_gm, swapped
+
+
+def _getitem(t: Any, i: int) -> Any:
+    import operator
+
+    return operator.getitem(t, i)
+
+
+# ----------------------------------------------------------------------------------------- entry point
+
+
+def _inductor_patches(mode: str | None, inductor_opts: dict[str, Any]) -> dict[str, Any]:
+    patches: dict[str, Any] = {}
+    if mode and mode != "default":
+        from torch._inductor import list_mode_options
+
+        patches.update(list_mode_options(mode))
+    patches.update(inductor_opts)
+    return patches
+
+
+def kernelsmith_backend(gm: fx.GraphModule, example_inputs: list[Any], mode: str | None = None,
+                        options: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+    """The backend Dynamo calls. Compiles ``gm`` with Inductor after swapping in cached kernels."""
+    from torch._inductor.compile_fx import compile_fx
+
+    opts, inductor_opts = BackendOptions.resolve(options)
+    patches = _inductor_patches(mode, inductor_opts)
+    if not opts.enabled:
+        return compile_fx(gm, example_inputs, config_patches=patches)
+    report = CompileReport()
+    hits: list[_Hit] = []
+    try:
+        report, hits, _ = analyze(gm, opts)
+    except Exception as e:  # noqa: BLE001 - database gone, corrupt, analysis bug: Inductor alone
+        report.fallback_reason = f"{type(e).__name__}: {e}"
+        _warn(f"kernel cache or region analysis unavailable ({report.fallback_reason})")
+    _publish(report)
+    variants: list[bool] = []
+    if hits:
+        on_gpu = any(h.region.device == "cuda" for h in hits)
+        if on_gpu and opts.triton_op and os.environ.get("TRITON_INTERPRET") != "1":
+            variants.append(True)
+        variants.append(False)
+    if hits and os.environ.get("TRITON_INTERPRET") != "1" and any(h.region.device == "cpu" for h in hits):
+        _warn("cached kernels for CPU run only under TRITON_INTERPRET=1")
+        variants = []
+    for use_triton_op in variants:
+        try:
+            new_gm, swapped = rewrite(gm, hits, use_triton_op)
+            if not swapped:
+                break
+            compiled = compile_fx(new_gm, example_inputs, config_patches=patches)
+        except Exception as e:  # noqa: BLE001 - next variant, then plain Inductor
+            name = "triton_op" if use_triton_op else "custom_op"
+            report.fallback_reason = f"compile with {name} kernels failed: {type(e).__name__}: {e}"[:500]
+            log.debug("compile with %s kernels failed", name, exc_info=True)
+            _warn(report.fallback_reason)
+            continue
+        report.swapped = swapped
+        report.variant = "triton_op" if use_triton_op else "custom_op"
+        _log(report)
+        return compiled
+    for rr in report.regions:
+        if rr.status in (HIT, EVOLVED):
+            rr.status, rr.note = ERROR, rr.note or "kernel not used (see warnings)"
+    _log(report)
+    return compile_fx(gm, example_inputs, config_patches=patches)
+
+
+def _publish(report: CompileReport) -> None:
+    _REPORTS.append(report)
+
+
+def _log(report: CompileReport) -> None:
+    n = len([r for r in report.regions if r.index >= 0])
+    log.info("kernelsmith: %d regions, %d hits (%d swapped, %s), %d misses, analysis %.2fs", n, report.hits,
+             report.swapped, report.variant or "-", report.misses, report.analysis_s)
+    for r in report.regions:
+        if r.index >= 0:
+            log.info("  region %d %-9s %-7s %s %s %s", r.index, r.kind, r.status, (r.key or "-")[:12], r.ops[:60],
+                     r.note)
+

@@ -1,0 +1,92 @@
+"""``ks_inductor.explain(model, *inputs)``: which regions the backend sees, their keys, and what the cache holds.
+
+It runs the same analysis as the backend (regions, problems, lookups) on the graphs Dynamo captures, without
+compiling anything and without acting on misses, so it is cheap and changes nothing in the cache. The same
+region list is what ``kernelsmith warm`` evolves kernels for.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ks_inductor.backend import BackendOptions, CompileReport, RegionReport, analyze
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Explanation:
+    graphs: list[CompileReport] = field(default_factory=list)
+    problems: list[Any] = field(default_factory=list)  # one Problem per distinct region key, first seen first
+
+    @property
+    def regions(self) -> list[RegionReport]:
+        return [r for g in self.graphs for r in g.regions]
+
+    @property
+    def hits(self) -> int:
+        return sum(g.hits for g in self.graphs)
+
+    @property
+    def misses(self) -> int:
+        return sum(g.misses for g in self.graphs)
+
+    def table(self, title: str = "kernelsmith regions") -> Any:
+        from rich.table import Table
+
+        t = Table(title=title)
+        for col in ("graph", "#", "kind", "key", "operations", "inputs", "status", "speedup vs Inductor", "note"):
+            t.add_column(col, overflow="fold")
+        colour = {"hit": "green", "evolved": "green", "miss": "yellow", "slower": "yellow"}
+        for gi, g in enumerate(self.graphs):
+            for r in g.regions:
+                sp = "-" if r.speedup is None else f"{r.speedup:.2f}x"
+                if r.status == "hit" and r.speedup is None:
+                    sp = "untimed"
+                t.add_row(str(gi), "-" if r.index < 0 else str(r.index), r.kind, (r.key or "-")[:16], r.ops,
+                          r.signature, f"[{colour.get(r.status, 'red')}]{r.status}[/]", sp, r.note)
+        return t
+
+    def to_json(self) -> dict[str, Any]:
+        return {"graphs": [g.to_json() for g in self.graphs], "hits": self.hits, "misses": self.misses}
+
+
+def explain(model: Any, *inputs: Any, db: str | None = None, judge_backend: str | None = None,
+            dynamic: bool | None = False, **kwargs: Any) -> Explanation:
+    """Trace ``model(*inputs, **kwargs)`` with Dynamo and report its regions against the kernel cache."""
+    opts, _ = BackendOptions.resolve({})
+    opts.db = db or opts.db
+    opts.judge_backend = judge_backend or opts.judge_backend
+    result = Explanation()
+    seen: set[str] = set()
+
+    def capture(gm: torch.fx.GraphModule, example_inputs: list[Any], **_: Any) -> Any:
+        report, _hits, _store = analyze(gm, opts, act_on_miss=False)
+        result.graphs.append(report)
+        for problem in report.problems:
+            if problem.key not in seen:
+                seen.add(problem.key)
+                result.problems.append(problem)
+        return gm.forward
+
+    compiled = torch.compile(model, backend=capture, dynamic=dynamic)
+    with torch.no_grad():
+        compiled(*inputs, **kwargs)
+    return result
+
+
+class _CallableModule(types.ModuleType):
+    """``ks_inductor.explain`` is this module; calling it calls :func:`explain`, so both
+    ``ks_inductor.explain(model, x)`` and ``from ks_inductor.explain import explain`` work."""
+
+    def __call__(self, model: Any, *inputs: Any, **kwargs: Any) -> Explanation:
+        return explain(model, *inputs, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,311 @@
+"""A verified cached kernel as a ``torch.library`` op the compiled graph can call.
+
+The kernel's source (a KernelBench candidate defining ``ModelNew``) is loaded once per process from a file (Triton
+reads kernel source through ``inspect``, so an exec'd string would not do). Only kernels the judge verified reach
+this module; it is the one place their code runs in the user's process.
+
+Two registrations:
+
+* ``custom_op`` (CPU and the Triton interpreter, and the GPU fallback): an opaque op. Its fake implementation
+  runs the region's reference graph on fake tensors, so output shapes are right for symbolic sizes too, and its
+  outputs are fresh contiguous tensors. If the kernel raises at run time the op warns once and computes the
+  region with the reference instead: a model never breaks on a kernel.
+* ``triton_op`` (GPU): the same launch code with its kernels wrapped by ``wrap_triton``, so AOTAutograd
+  decomposes the op into ``triton_kernel_wrapper_functional`` nodes and Inductor emits the kernel in its own
+  wrapper (no Python dispatch per call, part of Inductor's cache key). ``triton_op`` does not work under
+  ``TRITON_INTERPRET=1`` (research note C §3.3), so it is only offered on CUDA.
+
+Both get ``register_autograd`` with the backward of the reference region (``torch.func.vjp``): AOTAutograd traces
+it into the backward graph that Inductor compiles, so gradients are those of eager.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import logging
+import os
+import sys
+import tempfile
+import threading
+import types
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernel_cache.record import KernelRecord, source_sha256
+
+log = logging.getLogger(__name__)
+
+OP_NAMESPACE = "kernelsmith"
+
+
+class KernelLoadError(Exception):
+    """A cached kernel that cannot be turned into an op; the backend falls back to Inductor for its region."""
+
+
+@dataclass
+class LoadedKernel:
+    record: KernelRecord
+    module: types.ModuleType
+    model: torch.nn.Module
+    wrapped: bool = False  # launch kernels wrapped with wrap_triton (triton_op variant)
+    disabled: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_LOADED: dict[tuple[str, bool], LoadedKernel] = {}
+_OPS: dict[str, Any] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def _kernel_dir() -> Path:
+    home = os.environ.get("KERNELSMITH_HOME")
+    base = Path(home) if home else Path(tempfile.gettempdir()) / f"kernelsmith-{os.getuid() if hasattr(os, 'getuid') else 'u'}"
+    d = base / "kernels"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def launched_kernel_names(source: str) -> tuple[set[str], set[str]]:
+    """(names launched as ``name[grid](...)`` outside jit code, names referenced inside jit functions)."""
+    tree = ast.parse(source)
+    launched: set[str] = set()
+    in_jit: set[str] = set()
+
+    def is_jit(fn: ast.AST) -> bool:
+        for d in getattr(fn, "decorator_list", []):
+            text = ast.unparse(d)
+            if "jit" in text or "autotune" in text or "heuristics" in text:
+                return True
+        return False
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and is_jit(node):
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Name):
+                    in_jit.add(sub.id)
+    jit_bodies = {id(n) for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef) and is_jit(fn)
+                  for n in ast.walk(fn)}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript)
+                and isinstance(node.func.value, ast.Name) and id(node) not in jit_bodies):
+            launched.add(node.func.value.id)
+    return launched, in_jit
+
+
+def load_kernel(record: KernelRecord, wrap_triton: bool = False) -> LoadedKernel:
+    """Import a cached kernel's source and build its ``ModelNew`` (regions have no constructor arguments)."""
+    if source_sha256(record.source) != record.sha256:
+        raise KernelLoadError(f"kernel {record.id}: source does not match its sha256; the cache entry is damaged")
+    cache_key = (record.sha256, wrap_triton)
+    with _REGISTRY_LOCK:
+        if cache_key in _LOADED:
+            return _LOADED[cache_key]
+        suffix = "_w" if wrap_triton else ""
+        mod_name = f"ks_kernel_{record.sha256[:16]}{suffix}"
+        path = _kernel_dir() / f"{mod_name}.py"
+        try:
+            if not path.exists() or path.read_text() != record.source:
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(record.source)
+                os.replace(tmp, path)
+            spec = importlib.util.spec_from_file_location(mod_name, path)
+            if spec is None or spec.loader is None:
+                raise KernelLoadError(f"cannot import {path}")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[mod_name] = module
+            spec.loader.exec_module(module)
+        except KernelLoadError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any failure to import means: not this kernel
+            sys.modules.pop(mod_name, None)
+            raise KernelLoadError(f"kernel {record.id} failed to import: {type(e).__name__}: {e}") from None
+        if not hasattr(module, "ModelNew"):
+            raise KernelLoadError(f"kernel {record.id} defines no ModelNew")
+        if wrap_triton:
+            _wrap_launches(module, record.source)
+        try:
+            model = module.ModelNew()
+        except Exception as e:  # noqa: BLE001
+            raise KernelLoadError(f"kernel {record.id}: ModelNew() failed: {type(e).__name__}: {e}") from None
+        if any(True for _ in model.parameters()) or any(True for _ in model.buffers()):
+            # A region's weights are its inputs; a kernel carrying its own state was made for another problem.
+            raise KernelLoadError(f"kernel {record.id}: ModelNew holds parameters; not a region kernel")
+        loaded = LoadedKernel(record, module, model, wrapped=wrap_triton)
+        _LOADED[cache_key] = loaded
+        return loaded
+
+
+def _wrap_launches(module: types.ModuleType, source: str) -> None:
+    from torch.library import wrap_triton
+
+    launched, in_jit = launched_kernel_names(source)
+    shared = launched & in_jit
+    if shared:
+        raise KernelLoadError(f"kernels {sorted(shared)} are both launched and called from jit code; cannot wrap")
+    for name in launched:
+        obj = getattr(module, name, None)
+        if obj is None:
+            continue
+        try:
+            setattr(module, name, wrap_triton(obj))
+        except Exception as e:  # noqa: BLE001
+            raise KernelLoadError(f"wrap_triton({name}) failed: {e}") from None
+
+
+# ----------------------------------------------------------------------------------------- op registration
+
+
+@dataclass
+class OpSpec:
+    """What the op takes and returns: one entry per region input ("Tensor", "SymInt", "float", "bool")."""
+
+    input_kinds: list[str]
+    num_outputs: int
+    output_dtypes: list[torch.dtype]
+
+    def schema(self) -> str:
+        args = ", ".join(f"{k} in{i}" for i, k in enumerate(self.input_kinds))
+        ret = "Tensor" if self.num_outputs == 1 else "(" + ", ".join(["Tensor"] * self.num_outputs) + ")"
+        return f"({args}) -> {ret}"
+
+
+def input_kind(v: Any) -> str:
+    if isinstance(v, torch.Tensor):
+        return "Tensor"
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, (int, torch.SymInt)):
+        return "SymInt"
+    if isinstance(v, (float, torch.SymFloat)):
+        return "float"
+    raise KernelLoadError(f"region input of type {type(v).__name__} cannot cross a torch.library op")
+
+
+def op_name(record: KernelRecord, problem_key: str, spec: OpSpec, variant: str) -> str:
+    h = hashlib.sha256(f"{record.sha256}|{problem_key}|{spec.schema()}|{variant}".encode()).hexdigest()[:20]
+    return f"{OP_NAMESPACE}::r_{h}"
+
+
+def _as_tuple(out: Any) -> tuple:
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def _finish_outputs(outs: Sequence[Any], args: Sequence[Any], spec: OpSpec, check_alias: bool) -> Any:
+    if len(outs) != spec.num_outputs:
+        raise RuntimeError(f"kernel returned {len(outs)} outputs, the region has {spec.num_outputs}")
+    done = []
+    for o, dt in zip(outs, spec.output_dtypes):
+        if not isinstance(o, torch.Tensor) or o.dtype != dt:
+            raise RuntimeError(f"kernel output {type(o).__name__} {getattr(o, 'dtype', '')}, expected {dt}")
+        if check_alias and any(isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr()
+                               == o.untyped_storage().data_ptr() for a in args):
+            o = o.clone()
+        elif not check_alias and any(o is a for a in args):
+            o = o.clone()
+        done.append(o.contiguous())
+    return done[0] if spec.num_outputs == 1 else tuple(done)
+
+
+def register_region_op(
+    kernel: LoadedKernel,
+    problem_key: str,
+    reference: Callable[..., Any],
+    spec: OpSpec,
+    triton: bool = False,
+) -> Any:
+    """Register (once per process) the op that runs ``kernel`` for a region; returns its OpOverload."""
+    variant = "triton_op" if triton else "custom_op"
+    name = op_name(kernel.record, problem_key, spec, variant)
+    with _REGISTRY_LOCK:
+        if name in _OPS:
+            return _OPS[name]
+        schema = spec.schema()
+        if triton:
+            op_def = _make_triton_op(name, schema, kernel, spec)
+        else:
+            op_def = _make_custom_op(name, schema, kernel, reference, spec)
+        _register_autograd(op_def, reference, spec)
+        ns, short = name.split("::")
+        overload = getattr(getattr(torch.ops, ns), short).default
+        _OPS[name] = overload
+        log.debug("registered %s %s for kernel %s (%s)", variant, name, kernel.record.id, schema)
+        return overload
+
+
+def _make_custom_op(name: str, schema: str, kernel: LoadedKernel, reference: Callable[..., Any],
+                    spec: OpSpec) -> Any:
+    def impl(*args: Any) -> Any:
+        if not kernel.disabled:
+            try:
+                return _finish_outputs(_as_tuple(kernel.model(*args)), args, spec, check_alias=True)
+            except Exception as e:  # noqa: BLE001 - never a broken model: the reference computes the region
+                with kernel.lock:
+                    if not kernel.disabled:
+                        kernel.disabled = True
+                        warnings.warn(
+                            f"kernelsmith: kernel {kernel.record.id} ({kernel.record.problem_key}) failed at run "
+                            f"time ({type(e).__name__}: {e}); computing its region with the reference instead",
+                            RuntimeWarning, stacklevel=2)
+        with torch.no_grad():
+            return _finish_outputs(_as_tuple(reference(*args)), args, spec, check_alias=True)
+
+    op_def = torch.library.custom_op(name, impl, mutates_args=(), schema=schema)
+
+    def fake(*args: Any) -> Any:
+        outs = _as_tuple(reference(*args))
+        fresh = [torch.empty_like(o, memory_format=torch.contiguous_format) for o in outs]
+        return fresh[0] if spec.num_outputs == 1 else tuple(fresh)
+
+    op_def.register_fake(fake)
+    return op_def
+
+
+def _make_triton_op(name: str, schema: str, kernel: LoadedKernel, spec: OpSpec) -> Any:
+    if not kernel.wrapped:
+        raise KernelLoadError("triton_op needs a kernel loaded with wrap_triton=True")
+
+    def fn(*args: Any) -> Any:
+        return _finish_outputs(_as_tuple(kernel.model(*args)), args, spec, check_alias=False)
+
+    return torch.library.triton_op(name, fn, mutates_args=(), schema=schema)
+
+
+def _register_autograd(op_def: Any, reference: Callable[..., Any], spec: OpSpec) -> None:
+    def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+        tensor_idx = [i for i, a in enumerate(inputs) if isinstance(a, torch.Tensor)]
+        ctx.tensor_idx = tensor_idx
+        ctx.others = [None if isinstance(a, torch.Tensor) else a for a in inputs]
+        ctx.save_for_backward(*[inputs[i] for i in tensor_idx])
+
+    def backward(ctx: Any, *grads: Any) -> tuple:
+        args = list(ctx.others)
+        for i, t in zip(ctx.tensor_idx, ctx.saved_tensors):
+            args[i] = t
+        diff = [i for i in ctx.tensor_idx if args[i].dtype.is_floating_point or args[i].dtype.is_complex]
+
+        def f(*xs: Any) -> tuple:
+            full = list(args)
+            for i, x in zip(diff, xs):
+                full[i] = x
+            return _as_tuple(reference(*full))
+
+        outs, vjp_fn = torch.func.vjp(f, *[args[i] for i in diff])
+        cot = tuple(g if g is not None else torch.zeros_like(o) for g, o in zip(grads, outs))
+        in_grads = vjp_fn(cot)
+        result: list[Any] = [None] * len(args)
+        for i, g in zip(diff, in_grads):
+            result[i] = g
+        return tuple(result)
+
+    op_def.register_autograd(backward, setup_context=setup_context)
+
+
+def registered_ops() -> list[str]:
+    return sorted(_OPS)

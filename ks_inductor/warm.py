@@ -1,0 +1,261 @@
+"""Cache warming: find the regions a model (or a problem folder, or the recorded misses) needs, and evolve a
+verified kernel for each distinct key before the model is compiled.
+
+The regions come from the backend's own analysis (:func:`ks_inductor.explain.explain`), so the keys warmed are
+exactly the keys the backend looks up. Warming is resumable: a key that already has a verified kernel for this
+machine is skipped (``force`` re-runs it), and the optimizer resumes an unfinished run of a key by itself.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import logging
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class WarmError(Exception):
+    """Bad warm-up input (a factory that cannot be imported, a missing config); the message says what to fix."""
+
+
+@dataclass
+class WarmItem:
+    key: str
+    name: str
+    origin: str
+    signature: str
+    status: str = "pending"  # skipped | found | no-kernel | failed
+    judged: int = 0
+    accepted: int = 0
+    best_speedup: float | None = None
+    timed: bool = True
+    wall_s: float = 0.0
+    note: str = ""
+
+
+@dataclass
+class WarmSummary:
+    items: list[WarmItem] = field(default_factory=list)
+    wall_s: float = 0.0
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def found(self) -> int:
+        return sum(i.status in ("found", "skipped") for i in self.items)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"items": [asdict(i) for i in self.items], "wall_s": self.wall_s, "fingerprint": self.fingerprint,
+                "found": self.found}
+
+    def table(self) -> Any:
+        from rich.table import Table
+
+        t = Table(title=f"kernelsmith warm: {self.found}/{len(self.items)} keys have a verified kernel "
+                        f"({self.wall_s:.0f}s)")
+        for col in ("key", "region", "inputs", "status", "judged", "accepted", "best speedup", "s"):
+            t.add_column(col, overflow="fold")
+        colour = {"found": "green", "skipped": "cyan", "no-kernel": "yellow", "failed": "red"}
+        for i in self.items:
+            sp = "-" if i.best_speedup is None else f"{i.best_speedup:.2f}x"
+            if i.status in ("found", "skipped") and not i.timed:
+                sp = "untimed"
+            t.add_row(i.key[:16], i.name, i.signature, f"[{colour.get(i.status, 'white')}]{i.status}[/]",
+                      str(i.judged), str(i.accepted), sp, f"{i.wall_s:.0f}")
+        return t
+
+
+# ----------------------------------------------------------------------------------------- sources
+
+
+def load_factory(spec: str) -> tuple[Any, tuple]:
+    """``module:function`` or ``path/to/file.py:function`` → (model, example inputs)."""
+    if ":" not in spec:
+        raise WarmError(f"{spec!r}: expected module:function or path/to/file.py:function")
+    target, func_name = spec.rsplit(":", 1)
+    try:
+        if target.endswith(".py") or "/" in target:
+            path = Path(target)
+            if not path.is_file():
+                raise WarmError(f"factory file not found: {path}")
+            mod_name = f"ks_factory_{path.stem}"
+            mspec = importlib.util.spec_from_file_location(mod_name, path)
+            if mspec is None or mspec.loader is None:
+                raise WarmError(f"cannot import {path}")
+            module = importlib.util.module_from_spec(mspec)
+            sys.modules[mod_name] = module
+            mspec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(target)
+    except WarmError:
+        raise
+    except Exception as e:  # noqa: BLE001 - user code
+        raise WarmError(f"importing {target} failed: {type(e).__name__}: {e}") from None
+    fn = getattr(module, func_name, None)
+    if not callable(fn):
+        raise WarmError(f"{target} has no callable {func_name!r}")
+    out = fn()
+    if not (isinstance(out, (tuple, list)) and len(out) == 2):
+        raise WarmError(f"{spec} must return (model, example_inputs); got {type(out).__name__}")
+    model, inputs = out
+    import torch
+
+    if isinstance(inputs, torch.Tensor):
+        inputs = (inputs,)
+    return model, tuple(inputs)
+
+
+def parse_overrides(pairs: Iterable[str]) -> dict[str, Any]:
+    """``key=value`` strings → dict, values parsed as JSON where they parse (``hidden_size=64``)."""
+    out: dict[str, Any] = {}
+    for p in pairs:
+        if "=" not in p:
+            raise WarmError(f"override {p!r}: expected key=value")
+        k, v = p.split("=", 1)
+        try:
+            out[k.strip()] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k.strip()] = v
+    return out
+
+
+def hf_model(config: str, overrides: dict[str, Any] | None = None, batch: int = 1, seq: int = 16,
+             dtype: str | None = None, device: str | None = None) -> tuple[Any, tuple]:
+    """A transformers causal LM with random weights from a config file or a model type (nothing downloaded)."""
+    try:
+        import transformers
+    except ImportError:
+        raise WarmError("warming from a Hugging Face config needs `transformers` (pip install transformers)") from None
+    import torch
+
+    path = Path(config)
+    try:
+        if path.is_file():
+            cfg = transformers.AutoConfig.from_pretrained(str(path.parent) if path.name == "config.json"
+                                                          else str(path), **(overrides or {}))
+        else:
+            cfg = transformers.AutoConfig.for_model(config, **(overrides or {}))
+    except Exception as e:  # noqa: BLE001
+        raise WarmError(f"cannot build a transformers config from {config!r}: {e}") from None
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if device == "cuda" else torch.float32)
+    torch.manual_seed(0)
+    try:
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    except Exception as e:  # noqa: BLE001
+        raise WarmError(f"transformers cannot build a causal LM for {config!r}: {e}") from None
+    model = model.to(device=device, dtype=torch_dtype).eval()
+    ids = torch.randint(0, int(getattr(cfg, "vocab_size", 1000)), (batch, seq), device=device)
+    return model, (ids,)
+
+
+def problems_from_model(model: Any, inputs: Sequence[Any], db: str | None = None,
+                        judge_backend: str | None = None) -> list[Any]:
+    from ks_inductor.explain import explain
+
+    return explain(model, *inputs, db=db, judge_backend=judge_backend).problems
+
+
+def problems_from_folder(folder: str | Path) -> list[Any]:
+    from ks_inductor.problem import ProblemError, load_problem
+
+    root = Path(folder)
+    if not root.is_dir():
+        raise WarmError(f"KernelBench folder not found: {root}")
+    problems = []
+    for f in sorted(root.rglob("*.py")):
+        if f.name.startswith("_"):
+            continue
+        try:
+            problems.append(load_problem(f))
+        except ProblemError as e:
+            log.warning("skipping %s: %s", f, e)
+    if not problems:
+        raise WarmError(f"no KernelBench problem files in {root}")
+    return problems
+
+
+def problems_from_misses(store: Any) -> list[Any]:
+    from ks_inductor.problem import Problem
+
+    out = []
+    for m in store.misses():
+        data = m.get("problem")
+        if data:
+            out.append(Problem.from_json(data))
+    return out
+
+
+# ----------------------------------------------------------------------------------------- warming
+
+
+def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = None, force: bool = False,
+         console: Any = None, origin: str = "model") -> WarmSummary:
+    """Evolve a kernel for each distinct problem key that has none yet for this machine."""
+    from rich.console import Console
+
+    from ks_inductor.evolve import EvolveConfig, EvolveError, evolve_problem
+    from ks_inductor.judge import Judge, JudgeConfig
+
+    console = console or Console(stderr=True)
+    config = config or EvolveConfig()
+    own_judge = judge is None
+    if own_judge:
+        judge = Judge(JudgeConfig(backend=config.backend))
+    t0 = time.perf_counter()
+    summary = WarmSummary(fingerprint=judge.fingerprint.to_json())
+    distinct: dict[str, Any] = {}
+    for p in problems:
+        distinct.setdefault(p.key, p)
+    try:
+        for n, (key, problem) in enumerate(distinct.items(), 1):
+            item = WarmItem(key=key, name=problem.name, origin=origin, signature=problem.signature())
+            summary.items.append(item)
+            existing = store.lookup(key, judge.fingerprint)
+            if existing is not None and not force:
+                item.status, item.best_speedup, item.timed = "skipped", existing.speedup_inductor, existing.timed
+                item.note = f"kernel {existing.id} already verified"
+                console.print(f"[{n}/{len(distinct)}] {problem.name} {key[:12]}: [cyan]cached[/] (kernel {existing.id})")
+                continue
+            console.print(f"[{n}/{len(distinct)}] {problem.name} {key[:12]} ({problem.signature()}): evolving")
+            t1 = time.perf_counter()
+            try:
+                store.upsert_problem(problem)
+                res = evolve_problem(problem, config, store, judge=judge, progress=True)
+            except KeyboardInterrupt:
+                item.status, item.note = "failed", "interrupted"
+                raise
+            except EvolveError as e:  # expected: no template covers it and no LLM is configured
+                item.status, item.note = "no-kernel", str(e)[:300]
+                console.print(f"  [yellow]no kernel[/]: {e}")
+            except Exception as e:  # noqa: BLE001 - one problem failing must not stop the others
+                item.status, item.note = "failed", f"{type(e).__name__}: {e}"[:300]
+                log.warning("warming %s failed: %s", key, e, exc_info=log.isEnabledFor(logging.DEBUG))
+            else:
+                item.judged, item.accepted = res.judged, res.accepted
+                best = store.lookup(key, judge.fingerprint)
+                if best is not None:
+                    item.status, item.best_speedup, item.timed = "found", best.speedup_inductor, best.timed
+                    _clear_miss(store, key)
+                else:
+                    item.status = "no-kernel"
+            item.wall_s = time.perf_counter() - t1
+    finally:
+        summary.wall_s = time.perf_counter() - t0
+        if own_judge:
+            judge.close()
+    return summary
+
+
+def _clear_miss(store: Any, key: str) -> None:
+    try:
+        store.clear_miss(key)
+    except Exception as e:  # noqa: BLE001 - bookkeeping only
+        log.debug("clear_miss(%s): %s", key, e)

@@ -1,0 +1,134 @@
+"""``kernelsmith warm`` and ``kernelsmith explain``: thin command-line layers over :mod:`ks_inductor.warm` and
+:mod:`ks_inductor.explain`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+
+def _add_model_source(p: argparse.ArgumentParser) -> None:
+    p.add_argument("source", nargs="?", help="module:function or path/to/file.py:function returning "
+                   "(model, example_inputs); for warm also a KernelBench folder")
+    p.add_argument("--hf-config", metavar="CONFIG", help="a transformers config.json, or a model type such as "
+                   "'llama' (random weights, nothing downloaded)")
+    p.add_argument("--hf-set", metavar="KEY=VALUE", action="append", default=[],
+                   help="override a config field, e.g. --hf-set hidden_size=64 (repeatable)")
+    p.add_argument("--batch", type=int, default=1, help="batch size of the example input ids (HF)")
+    p.add_argument("--seq", type=int, default=16, help="sequence length of the example input ids (HF)")
+    p.add_argument("--dtype", default=None, help="model dtype for HF configs (default bf16 on GPU, fp32 on CPU)")
+    p.add_argument("--device", default=None, help="device for HF configs (default cuda when available)")
+    p.add_argument("--db", default=None, help="kernel cache URL or path (default $KERNELSMITH_DB or ~/.cache)")
+    p.add_argument("--backend", choices=["triton-cuda", "triton-maca", "triton-interpret"], default=None,
+                   help="judge backend (default: detect)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def register(subparsers: Any) -> None:
+    w = subparsers.add_parser("warm", help="evolve kernels for every region of a model (or a folder, or misses)")
+    _add_model_source(w)
+    w.add_argument("--kernelbench", metavar="DIR", help="a folder of KernelBench problem files")
+    w.add_argument("--from-misses", action="store_true", help="the regions compiles recorded as misses")
+    w.add_argument("--budget", type=int, default=32, help="candidates judged per region (default 32)")
+    w.add_argument("--time-limit", type=float, default=None, help="seconds per region")
+    w.add_argument("--islands", type=int, default=2)
+    w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--force", action="store_true", help="evolve keys that already have a verified kernel too")
+    w.set_defaults(func=_cmd_warm)
+
+    e = subparsers.add_parser("explain", help="table of a model's regions: key, operations, hit or miss, speedup")
+    _add_model_source(e)
+    e.set_defaults(func=_cmd_explain)
+
+
+def _usage(msg: str) -> Exception:
+    from ks_inductor.cli import UsageError
+
+    return UsageError(msg)
+
+
+def _model_and_inputs(args: argparse.Namespace) -> tuple[Any, tuple]:
+    from ks_inductor.warm import WarmError, hf_model, load_factory, parse_overrides
+
+    try:
+        if args.hf_config:
+            return hf_model(args.hf_config, parse_overrides(args.hf_set), args.batch, args.seq, args.dtype,
+                            args.device)
+        if args.source:
+            return load_factory(args.source)
+    except WarmError as e:
+        raise _usage(str(e)) from None
+    raise _usage("give a model factory (module:function), --hf-config, --kernelbench DIR or --from-misses")
+
+
+def _open_store(url: str | None) -> Any:
+    from kernel_cache.errors import CacheError
+    from kernel_cache.store import KernelStore
+
+    try:
+        return KernelStore(url)
+    except CacheError as e:
+        raise _usage(str(e)) from None
+
+
+def _cmd_warm(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from ks_inductor.evolve import EvolveConfig
+    from ks_inductor.judge.backends import BackendUnavailable
+    from ks_inductor.warm import (
+        WarmError,
+        problems_from_folder,
+        problems_from_misses,
+        problems_from_model,
+        warm,
+    )
+
+    console = Console(stderr=True)
+    store = _open_store(args.db)
+    try:
+        folder = args.kernelbench or (args.source if args.source and os.path.isdir(args.source) else None)
+        if args.from_misses:
+            problems, origin = problems_from_misses(store), "misses"
+            if not problems:
+                console.print("no recorded misses; compile with options={'kernelsmith.on_miss': 'record'} first")
+        elif folder:
+            problems, origin = problems_from_folder(folder), "kernelbench"
+        else:
+            model, inputs = _model_and_inputs(args)
+            with console.status("tracing the model's regions"):
+                problems = problems_from_model(model, inputs, db=args.db, judge_backend=args.backend)
+            origin = "model"
+        console.print(f"{len({p.key for p in problems})} distinct regions to warm")
+        config = EvolveConfig(budget=args.budget, time_limit_s=args.time_limit, islands=args.islands,
+                              backend=args.backend, seed=args.seed)
+        summary = warm(problems, store, config, force=args.force, console=console, origin=origin)
+    except WarmError as e:
+        raise _usage(str(e)) from None
+    except BackendUnavailable as e:
+        raise _usage(str(e)) from None
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps(summary.to_json()))
+    else:
+        Console().print(summary.table())
+    return 0 if all(i.status != "failed" for i in summary.items) else 1
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from ks_inductor.explain import explain
+
+    model, inputs = _model_and_inputs(args)
+    result = explain(model, *inputs, db=args.db, judge_backend=args.backend)
+    if args.json:
+        print(json.dumps(result.to_json()))
+    else:
+        console = Console()
+        console.print(result.table())
+        console.print(f"{result.hits} hits, {result.misses} misses")
+    return 0

@@ -1,0 +1,60 @@
+"""On a GPU: warm a bf16 RMSNorm + residual model, compile it with the backend; the hit goes in as a triton_op
+(Inductor emits the kernel itself), outputs match eager, and a max-autotune compile works too.
+
+    KS_TEST_GPU=1 pytest -m gpu tests/test_backend_gpu.py
+"""
+
+import pytest
+import torch
+import torch.nn as nn
+
+from ks_inductor import backend as B
+
+pytestmark = pytest.mark.gpu
+
+
+class NormResidual(nn.Module):
+    def __init__(self, dim=1024):
+        super().__init__()
+        self.w = nn.Parameter(1.0 + 0.1 * torch.randn(dim))
+
+    def forward(self, x, r):
+        x = x + r
+        xf = x.float()
+        return x, (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * self.w
+
+
+@pytest.fixture(scope="module")
+def warmed(tmp_path_factory):
+    from kernel_cache.store import KernelStore
+    from ks_inductor.evolve import EvolveConfig
+    from ks_inductor.warm import problems_from_model, warm
+
+    torch.manual_seed(0)
+    model = NormResidual().cuda().to(torch.bfloat16).eval()
+    inputs = (torch.randn(256, 1024, device="cuda", dtype=torch.bfloat16),
+              torch.randn(256, 1024, device="cuda", dtype=torch.bfloat16))
+    db = str(tmp_path_factory.mktemp("ksgpu") / "kernels.db")
+    store = KernelStore(db)
+    summary = warm(problems_from_model(model, inputs, db=db), store, EvolveConfig(budget=6, time_limit_s=60))
+    store.close()
+    assert summary.found >= 1, summary.to_json()
+    yield db, model, inputs
+    B.forget_stores()
+
+
+@pytest.mark.parametrize("mode", [None, "max-autotune-no-cudagraphs"])
+def test_hit_as_triton_op_matches_eager(warmed, mode):
+    db, model, inputs = warmed
+    torch._dynamo.reset()
+    # min_speedup 0: this test checks the mechanism, whether or not the kernel beat Inductor at this size
+    compiled = torch.compile(model, backend="kernelsmith", mode=mode,
+                             options={"kernelsmith.db": db, "kernelsmith.min_speedup": 0.0})
+    with torch.no_grad():
+        got = compiled(*inputs)
+        want = model(*inputs)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=2e-2, atol=2e-2)
+    report = B.compile_reports()[-1]
+    assert report.swapped >= 1, report.to_json()
+    assert report.variant == "triton_op", report.fallback_reason

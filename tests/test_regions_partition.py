@@ -1,0 +1,220 @@
+"""Regions of Dynamo graphs: kinds, convexity, that a region's callable computes what the graph did, and that a
+region's key equals the key of the same computation given as a KernelBench file."""
+
+import textwrap
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ks_inductor import regions as rg
+from ks_inductor.problem import load_problem
+
+H = 32
+
+
+class RMS(nn.Module):
+    def __init__(self, dim=H):
+        super().__init__()
+        self.w = nn.Parameter(1.0 + 0.1 * torch.randn(dim))
+
+    def forward(self, x):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * self.w
+
+
+class Decoder(nn.Module):
+    """A small Llama-style layer (same structure as shared/anchors/measure_layer.py)."""
+
+    NH, KV, D, FF = 4, 2, 8, 64
+
+    def __init__(self):
+        super().__init__()
+        NH, KV, D, FF = self.NH, self.KV, self.D, self.FF
+        self.n1, self.n2 = RMS(), RMS()
+        self.q = nn.Linear(H, NH * D, bias=False)
+        self.k = nn.Linear(H, KV * D, bias=False)
+        self.v = nn.Linear(H, KV * D, bias=False)
+        self.o = nn.Linear(NH * D, H, bias=False)
+        self.g = nn.Linear(H, FF, bias=False)
+        self.u = nn.Linear(H, FF, bias=False)
+        self.d = nn.Linear(FF, H, bias=False)
+
+    def forward(self, x, cos, sin):
+        B, T, _ = x.shape
+        NH, KV, D = self.NH, self.KV, self.D
+
+        def rot(t):
+            return torch.cat((-t[..., D // 2:], t[..., : D // 2]), -1)
+
+        h = self.n1(x)
+        q = self.q(h).view(B, T, NH, D).transpose(1, 2)
+        k = self.k(h).view(B, T, KV, D).transpose(1, 2)
+        v = self.v(h).view(B, T, KV, D).transpose(1, 2)
+        q = q * cos + rot(q) * sin
+        k = k * cos + rot(k) * sin
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        x = x + self.o(a.transpose(1, 2).reshape(B, T, NH * D))
+        h = self.n2(x)
+        return x + self.d(F.silu(self.g(h)) * self.u(h))
+
+
+def _capture(model, *inputs, with_inputs=False):
+    graphs = []
+
+    def backend(gm, example_inputs, **_):
+        graphs.append((gm, list(example_inputs)))
+        return gm.forward
+
+    with torch.no_grad():
+        torch.compile(model, backend=backend, dynamic=False)(*inputs)
+    assert len(graphs) == 1
+    return graphs[0] if with_inputs else graphs[0][0]
+
+
+def _decoder_inputs(B=2, T=4):
+    D = Decoder.D
+    return torch.randn(B, T, H), torch.randn(1, 1, T, D), torch.randn(1, 1, T, D)
+
+
+def _check_convex_and_disjoint(gm, regions):
+    seen = set()
+    for r in regions:
+        members = set(r.nodes)
+        assert not (members & seen), "regions overlap"
+        seen |= members
+        # no path leaves the region and comes back
+        outside_users = [u for n in r.nodes for u in n.users if u not in members]
+        stack, visited = list(outside_users), set()
+        while stack:
+            n = stack.pop()
+            assert n not in members, f"region {r.index} is not convex"
+            if n in visited:
+                continue
+            visited.add(n)
+            stack.extend(n.users)
+
+
+def test_decoder_layer_regions_cover_norms_anchors_and_epilogues():
+    torch.manual_seed(0)
+    m = Decoder().eval()
+    gm = _capture(m, *_decoder_inputs())
+    part = rg.partition(gm)
+    kinds = [r.kind for r in part.regions]
+    assert kinds.count("norm") == 2
+    assert "attention" in kinds
+    assert kinds.count("matmul") >= 5
+    _check_convex_and_disjoint(gm, part.regions)
+    # the second norm takes the residual add in front of it and hands both results on
+    second_norm = [r for r in part.regions if r.kind == "norm"][1]
+    assert second_norm.ops[0] == "add" and len(second_norm.outputs) == 2
+    # the gate projection carries the SiLU * up epilogue
+    assert any(r.kind == "matmul" and "sigmoid" in r.ops and r.ops.count("mul") >= 2 for r in part.regions)
+
+
+def test_region_module_reproduces_the_graph():
+    torch.manual_seed(0)
+    m = Decoder().eval()
+    inputs = _decoder_inputs()
+    gm, example_inputs = _capture(m, *inputs, with_inputs=True)
+    part = rg.partition(gm)
+    # Run the graph with an interpreter that records every node's value, then each region alone on the values
+    # of its inputs: the outputs must agree exactly.
+    values = {}
+
+    class Rec(torch.fx.Interpreter):
+        def run_node(self, n):
+            out = super().run_node(n)
+            values[n] = out
+            return out
+
+    with torch.no_grad():
+        Rec(gm).run(*example_inputs)
+        for r in part.regions:
+            mod = rg.region_module(gm, r)
+            outs = mod(*[values[a] for a in r.inputs])
+            for o, got in zip(r.outputs, outs):
+                torch.testing.assert_close(got, values[o], rtol=0, atol=0)
+
+
+def test_region_key_equals_kernelbench_file_key(tmp_path):
+    """The key the backend computes for an RMSNorm region is the key of the same computation as a problem file."""
+    torch.manual_seed(0)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = RMS()
+            self.lin = nn.Linear(H, H)
+
+        def forward(self, x):
+            return self.lin(self.norm(x))
+
+    gm = _capture(Net(), torch.randn(8, H))
+    part = rg.partition(gm)
+    norm = [r for r in part.regions if r.kind == "norm"][0]
+    region_key = rg.region_problem(gm, norm).key
+    f = tmp_path / "rmsnorm_region.py"
+    f.write_text(textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def forward(self, x, w):
+                xf = x.float()
+                return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w
+
+        def get_inputs():
+            return [torch.randn(8, 32), torch.randn(32)]
+
+        def get_init_inputs():
+            return []
+    """))
+    assert load_problem(f).key == region_key
+    # a different epsilon is a different problem
+    f.write_text(f.read_text().replace("1e-6", "1e-5"))
+    assert load_problem(f).key != region_key
+
+
+def test_lone_pointwise_op_is_left_to_inductor_and_chains_are_regions():
+    class P(nn.Module):
+        def forward(self, x, y):
+            a = torch.relu(x)  # alone
+            b = torch.sigmoid(y) * y + 1.0  # a chain
+            return a, b
+
+    gm = _capture(P(), torch.randn(4, 8), torch.randn(4, 8))
+    part = rg.partition(gm)
+    assert [r.kind for r in part.regions] == ["pointwise"]
+    assert part.regions[0].ops == ["sigmoid", "mul", "add"]
+
+
+def test_unsupported_ops_are_reported_not_grouped():
+    class U(nn.Module):
+        def forward(self, x):
+            return torch.cumsum(torch.softmax(x, -1), -1)
+
+    gm = _capture(U(), torch.randn(4, 8))
+    part = rg.partition(gm)
+    assert [r.kind for r in part.regions] == ["softmax"]
+    assert "cumsum" in part.unsupported
+
+
+@pytest.mark.parametrize("batch", [3, 5])
+def test_symbolic_regions_build_problems_at_their_hints(batch):
+    graphs = []
+
+    def backend(gm, ex, **_):
+        graphs.append(gm)
+        return gm.forward
+
+    m = RMS()
+    f = torch.compile(m, backend=backend, dynamic=True)
+    with torch.no_grad():
+        f(torch.randn(batch, H))
+    part = rg.partition(graphs[-1])
+    (norm,) = part.regions
+    assert norm.symbolic
+    problem = rg.region_problem(graphs[-1], norm)
+    assert problem.input_specs[0].shape == [batch, H]
