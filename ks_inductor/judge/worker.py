@@ -111,6 +111,7 @@ def run_reference(job: dict[str, Any]) -> dict[str, Any]:
     mod = exec_problem_source(job["problem_source"], "<problem>")
     model = build_model(mod, "Model", job["init_seed"], device)
     stage("correctness")
+    acquire("shared")
     results = []
     for i, (seed, dist) in enumerate(job["trials"]):
         with torch.no_grad():
@@ -130,6 +131,7 @@ def run_reference(job: dict[str, Any]) -> dict[str, Any]:
         results.append({"seed": seed, "dist": dist, "file": path, "finite": bool(finite),
                         "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", "")}
                                     for o in outs]})
+    release("shared")
     return {"trials": results}
 
 
@@ -215,6 +217,7 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
         _sync(device)
     del first
     stage("correctness")
+    acquire("shared")
     files = []
     launches_per_call: list[int] = []
     torch_ops: set[str] = set()
@@ -247,6 +250,7 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
         _save(path, [o for o in outs if isinstance(o, torch.Tensor)])
         files.append(path)
         del outs, inputs, saved
+    release("shared")
     if torch_ops:
         flags.append(("torch_compute", "torch computed during forward: " + ", ".join(sorted(torch_ops))))
     if counter.off_stream:
@@ -292,7 +296,6 @@ def _timing(job: dict[str, Any], ref_mod: Any, ref_model: Any, model: Any, count
             with torch.no_grad():
                 compiled(*active)
             fns["inductor"] = lambda: compiled(*active)
-    release("shared")
     acquire("exclusive")
     stage("timing")
     try:
@@ -329,7 +332,6 @@ def _timing(job: dict[str, Any], ref_mod: Any, ref_model: Any, model: Any, count
             bandwidth = T.measure_copy_bandwidth(device, 512 * 2**20) if job["timed"] else None
     finally:
         release("exclusive")
-        acquire("shared")
     launched = counter.total() - before
     del launched, cand_calls
     return {"samples": samples, "wall": wall, "post_files": post_files, "bandwidth": bandwidth}
@@ -352,6 +354,7 @@ def run_vectors(job: dict[str, Any]) -> dict[str, Any]:
         _load_matching_state(model, load_file(job["state_file"]))
     model = model.to(device).eval()
     stage("correctness")
+    acquire("shared")
     files, flags = [], []
     for i, path in enumerate(job["input_files"]):
         data = load_file(path)
@@ -365,6 +368,7 @@ def run_vectors(job: dict[str, Any]) -> dict[str, Any]:
         out_path = os.path.join(job["workdir"], f"vec_out_{i}.safetensors")
         _save(out_path, outs)
         files.append(out_path)
+    release("shared")
     if counter.total() == 0:
         flags.append(("no_triton_launch", "forward returned without launching any Triton kernel"))
     return {"cand_files": files, "flags": flags, "launches": dict(counter.counts)}
@@ -391,7 +395,6 @@ def main() -> None:
             _set_memory_limit(job["memory_limit_mb"])
         else:
             torch.cuda.set_per_process_memory_fraction(job["device_memory_fraction"])
-        acquire("shared")
         handler = {"reference": run_reference, "candidate": run_candidate, "vectors": run_vectors}[job["kind"]]
         result = handler(job)
         send({"event": "result", "ok": True, **result})
