@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+# CPython 3.11 can fail with "AST constructor recursion depth mismatch" when two threads parse at once; the judge
+# and the optimizer parse from several threads, so every parse goes through here.
+_PARSE_LOCK = threading.Lock()
+
+
+def parse_source(source: str) -> ast.Module:
+    with _PARSE_LOCK:
+        return ast.parse(source)
 
 
 def normalized_source_hash(source: str) -> str:
@@ -15,8 +25,9 @@ def normalized_source_hash(source: str) -> str:
     Unparseable source falls back to a whitespace-collapsed hash.
     """
     try:
-        tree = ast.parse(source)
-        text = ast.unparse(tree)
+        tree = parse_source(source)
+        with _PARSE_LOCK:
+            text = ast.unparse(tree)
     except SyntaxError:
         text = " ".join(source.split())
     return hashlib.sha256(text.encode()).hexdigest()[:32]

@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 from kernel_cache.record import KernelRecord, source_sha256
+from ks_inductor.candidate import parse_source
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ def _kernel_dir() -> Path:
 
 def launched_kernel_names(source: str) -> tuple[set[str], set[str]]:
     """(names launched as ``name[grid](...)`` outside jit code, names referenced inside jit functions)."""
-    tree = ast.parse(source)
+    tree = parse_source(source)
     launched: set[str] = set()
     in_jit: set[str] = set()
 

@@ -1,0 +1,25 @@
+"""The evolutionary optimizer: population, archive, mutators (embedded, LLM), seed templates, trajectories.
+
+    from ks_inductor.evolve import EvolveConfig, evolve_problem
+    summary = evolve_problem(problem, EvolveConfig(budget=32), store)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ks_inductor.evolve.config import EvolveConfig, LLMConfig
+
+__all__ = ["EvolveConfig", "EvolveError", "EvolveSummary", "LLMConfig", "evolve_problem", "family_of"]
+
+
+def __getattr__(name: str) -> Any:  # lazy: the CLI and the backend import this package cheaply
+    if name in ("evolve_problem", "EvolveSummary", "EvolveError", "Evolver"):
+        from ks_inductor.evolve import evolver
+
+        return getattr(evolver, name)
+    if name == "family_of":
+        from ks_inductor.evolve.families import family_of
+
+        return family_of
+    raise AttributeError(name)

@@ -112,7 +112,7 @@ class Graph:
 
 VIEW_OPS = frozenset({
     "view", "_unsafe_view", "reshape", "expand", "permute", "t", "transpose", "unsqueeze", "squeeze", "alias",
-    "detach", "clone", "getitem", "lift_fresh_copy", "contiguous",
+    "detach", "clone", "getitem", "lift_fresh_copy", "contiguous", "slice", "select",
 })
 
 _TYPE_RE = re.compile(r"([a-z0-9_]+)\[([0-9, ]*)\]")

@@ -34,6 +34,33 @@ def tl_dtype(dtype: str) -> str:
     return _TL_DTYPES.get(dtype, "tl.float32")
 
 
+RNE_BF16_HELPER = """
+@triton.jit
+def _rne_bf16(x):
+    # Round-to-nearest-even to bf16 by integer arithmetic, so that the Triton interpreter (whose casts truncate)
+    # and GPUs round alike.
+    u = x.to(tl.uint32, bitcast=True)
+    u = (u + (0x7FFF + ((u >> 16) & 1))) & 0xFFFF0000
+    return u.to(tl.float32, bitcast=True)
+"""
+
+
+def round_expr(expr: str, dtype: str) -> str:
+    """``expr`` (fp32) rounded to ``dtype`` and kept in fp32, the way eager rounds each op's output."""
+    if dtype == "bfloat16":
+        return f"_rne_bf16({expr})"
+    if dtype == "float16":
+        return f"({expr}).to(tl.float16).to(tl.float32)"
+    return expr
+
+
+def store_expr(expr: str, dtype: str) -> str:
+    """The value to hand to ``tl.store`` for an output of ``dtype``."""
+    if dtype == "bfloat16":
+        return f"_rne_bf16({expr}).to(tl.bfloat16)"
+    return f"({expr}).to({tl_dtype(dtype)})"
+
+
 def literal(v: Any) -> str:
     """A Python number as Triton source (inf clamped to the fp32 range, which the interpreter and PTX share)."""
     if isinstance(v, bool):
@@ -44,7 +71,7 @@ def literal(v: Any) -> str:
         if math.isnan(v):
             return "(0.0 / 0.0)"
         if math.isinf(v):
-            return "3.4028234663852886e+38" if v > 0 else "-3.4028234663852886e+38"
+            return "float('inf')" if v > 0 else "(-float('inf'))"
         return repr(v)
     raise PointwiseUnsupported(f"constant {v!r} of type {type(v).__name__}")
 
@@ -187,7 +214,7 @@ def _special(node: Node, args: list[Val], raw: list[Any]) -> Val | None:
         a = args[0]
         if dtype in ("bfloat16", "float16"):
             src = a.expr if a.kind == "f" else f"({a.expr}).to(tl.float32)"
-            return Val(f"({src}).to({tl_dtype(dtype)}).to(tl.float32)")
+            return Val(round_expr(src, dtype))
         if dtype in ("float32", "float64") or dtype is None:
             return Val(a.expr if a.kind == "f" else f"({a.expr}).to(tl.float32)")
         if dtype == "bool":
@@ -239,7 +266,7 @@ def lower_node(node: Node, env: dict[str, Val]) -> tuple[str, Val]:
         val = low(args, node.kwargs)
     t = node.type
     if val.kind == "f" and t is not None and t.low_precision and op not in ("_to_copy", "to"):
-        val = Val(f"({val.expr}).to({tl_dtype(t.dtype)}).to(tl.float32)")
+        val = Val(round_expr(val.expr, t.dtype))
     if val.kind == "f" and t is not None and t.dtype in ("int64", "int32"):
         val = Val(f"({val.expr}).to({tl_dtype(t.dtype)})", "i")
     var = f"x_{node.name}"

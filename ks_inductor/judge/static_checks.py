@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ast
 
+from ks_inductor.candidate import parse_source
+
 # Modules a candidate may import. Everything else (os, sys, ctypes, threading, gc, inspect, importlib, socket, ...)
 # is refused: candidates compute with Triton, allocate with torch, and do nothing else.
 ALLOWED_IMPORTS = ("torch", "torch.nn", "torch.nn.functional", "triton", "triton.language", "math", "typing",
@@ -258,7 +260,7 @@ class _Checker(ast.NodeVisitor):
 def static_check(source: str) -> list[tuple[str, str]]:
     """Return ``(flag, reason)`` pairs for every rule the source breaks; an empty list means clean."""
     try:
-        tree = ast.parse(source)
+        tree = parse_source(source)
     except SyntaxError as e:
         return [("syntax_error", f"syntax error at line {e.lineno}: {e.msg}")]
     c = _Checker()

@@ -1,0 +1,146 @@
+"""``kernelsmith evolve`` and ``kernelsmith export-trajectories``: thin layers over the library."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("evolve", help="evolve a faster verified Triton kernel for a KernelBench problem")
+    p.add_argument("problem", help="KernelBench-format problem file (Model, get_inputs, get_init_inputs)")
+    p.add_argument("--backend", choices=["triton-cuda", "triton-maca", "triton-interpret"], default=None)
+    p.add_argument("--budget", type=int, default=64, help="judgments to spend (default 64)")
+    p.add_argument("--time", type=float, default=None, metavar="MIN", help="wall-time limit in minutes")
+    p.add_argument("--islands", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--parallel", type=int, default=None, help="judgments in flight")
+    p.add_argument("--no-resume", action="store_true", help="start a new run even if an unfinished one exists")
+    p.add_argument("--db", default=None, metavar="URL", help="kernel cache database URL")
+    p.add_argument("--mutator", choices=["embedded", "llm"], default=None,
+                   help="embedded (default without an endpoint) or llm")
+    p.add_argument("--llm-base-url", default=None)
+    p.add_argument("--llm-model", default=None)
+    p.add_argument("--llm-api-key", default=None)
+    p.add_argument("--llm-concurrency", type=int, default=None)
+    p.add_argument("--llm-timeout", type=float, default=120.0, help="seconds per request")
+    p.add_argument("--llm-fallback", choices=["embedded", "none"], default="none",
+                   help="what to do when the endpoint cannot be reached")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.set_defaults(func=cmd_evolve)
+
+    e = subparsers.add_parser("export-trajectories",
+                              help="write correctness-preserving, high-gain evolution steps as training data")
+    e.add_argument("--format", choices=["sft", "rl"], default="sft")
+    e.add_argument("--db", default=None, metavar="URL")
+    e.add_argument("--min-gain", type=float, default=0.05, metavar="G",
+                   help="keep a step when the child's speedup lower bound >= parent speedup x (1 + G)")
+    e.add_argument("--max-noise", type=float, default=0.05, help="largest IQR/median of the child's timing")
+    e.add_argument("--problem-key", default=None)
+    e.add_argument("-o", "--output", required=True, metavar="FILE.jsonl")
+    e.set_defaults(func=cmd_export)
+
+
+def _usage_error(msg: str) -> Exception:
+    try:
+        from ks_inductor.cli import UsageError
+
+        return UsageError(msg)
+    except ImportError:  # pragma: no cover - the lead's CLI module is always present in the package
+        return SystemExit(msg)
+
+
+def cmd_evolve(args: argparse.Namespace) -> int:
+    from kernel_cache.errors import CacheError
+    from kernel_cache.store import KernelStore
+    from ks_inductor.evolve import EvolveConfig, LLMConfig
+    from ks_inductor.evolve.evolver import EvolveError, evolve_problem
+    from ks_inductor.evolve.mutators.llm import LLMUnavailable
+    from ks_inductor.judge.backends import BackendUnavailable
+    from ks_inductor.problem import ProblemError, load_problem
+
+    console = Console(stderr=args.json)
+    if args.budget < 1:
+        raise _usage_error("--budget must be at least 1")
+    try:
+        problem = load_problem(args.problem)
+    except ProblemError as e:
+        raise _usage_error(str(e)) from None
+    llm = None
+    wants_llm = args.mutator == "llm" or (args.mutator is None and (args.llm_base_url or args.llm_model))
+    if wants_llm:
+        llm = LLMConfig(base_url=args.llm_base_url, model=args.llm_model, api_key=args.llm_api_key,
+                        concurrency=args.llm_concurrency, timeout_s=args.llm_timeout,
+                        fallback="embedded" if args.llm_fallback == "embedded" else None)
+    config = EvolveConfig(budget=args.budget, time_limit_s=args.time * 60 if args.time else None,
+                          islands=args.islands, backend=args.backend, llm=llm, seed=args.seed,
+                          resume=not args.no_resume, parallel=args.parallel)
+    try:
+        store = KernelStore(args.db)
+    except CacheError as e:
+        raise _usage_error(str(e)) from None
+    try:
+        summary = evolve_problem(problem, config, store, progress=not args.json)
+    except (EvolveError, LLMUnavailable, BackendUnavailable) as e:
+        raise _usage_error(str(e)) from None
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps(summary.to_json()))
+    else:
+        _print_summary(console, problem, summary)
+    return 0 if summary.best is not None else 1
+
+
+def _print_summary(console: Console, problem: Any, s: Any) -> None:
+    t = Table(title=f"evolve {problem.name}", show_header=False)
+    t.add_row("problem key", s.problem_key)
+    t.add_row("family", str(s.family))
+    t.add_row("judgments", str(s.judged))
+    t.add_row("accepted", str(s.accepted))
+    t.add_row("failed steps", str(s.failed_steps))
+    t.add_row("wall time", f"{s.wall_s:.1f} s")
+    t.add_row("stopped by", s.stop_reason)
+    if s.timed:
+        t.add_row("seed speedup", f"{s.seed_speedup:.3f}x" if s.seed_speedup else "-")
+        t.add_row("best speedup", f"{s.best_speedup:.3f}x" if s.best_speedup else "-")
+    if s.best is not None:
+        b = s.best
+        t.add_row("winner", f"kernel #{b.id} ({b.status}, {'timed' if b.timed else 'untimed: interpreter only'})")
+        if b.median_ms:
+            t.add_row("winner time", f"{b.median_ms:.4f} ms")
+        if s.best_result is not None and s.best_result.roofline_fraction:
+            t.add_row("roofline", f"{100 * s.best_result.roofline_fraction:.1f}% of the floor")
+    else:
+        t.add_row("winner", "none (no correct candidate)")
+    if s.tokens:
+        t.add_row("LLM usage", ", ".join(f"{k} {v}" for k, v in s.tokens.items()))
+    console.print(t)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from kernel_cache.errors import CacheError
+    from kernel_cache.store import KernelStore
+    from ks_inductor.training import export_trajectories
+
+    console = Console(stderr=True)
+    if args.min_gain < 0:
+        raise _usage_error("--min-gain must be >= 0")
+    try:
+        store = KernelStore(args.db)
+    except CacheError as e:
+        raise _usage_error(str(e)) from None
+    try:
+        stats = export_trajectories(store, args.format, args.output, args.min_gain, args.max_noise,
+                                    args.problem_key)
+    finally:
+        store.close()
+    console.print(f"wrote {stats.rows} {args.format} rows to {args.output} "
+                  f"(from {stats.steps} steps; dropped: {stats.dropped_incorrect} incorrect or not revisions, "
+                  f"{stats.dropped_untimed} untimed, {stats.dropped_gain} below the gain, "
+                  f"{stats.dropped_noise} too noisy)")
+    return 0

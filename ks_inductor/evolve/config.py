@@ -1,0 +1,65 @@
+"""Settings of an evolution run and of the LLM endpoint (plain dataclasses; options override environment)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class LLMConfig:
+    """An OpenAI-compatible endpoint. Unset fields come from ``KERNELSMITH_LLM_BASE_URL``, ``_MODEL``,
+    ``_API_KEY`` and ``_CONCURRENCY``."""
+
+    base_url: str | None = None
+    model: str | None = None
+    api_key: str | None = None
+    concurrency: int | None = None
+    timeout_s: float = 120.0
+    max_retries: int = 4
+    backoff_s: float = 1.0
+    max_tokens: int = 4096
+    temperature: float = 0.7
+    fallback: str | None = None  # "embedded": use the embedded mutator when the endpoint cannot be reached
+    inspirations: int = 3
+
+    def resolved(self) -> LLMConfig:
+        env = os.environ
+        return LLMConfig(
+            base_url=self.base_url or env.get("KERNELSMITH_LLM_BASE_URL"),
+            model=self.model or env.get("KERNELSMITH_LLM_MODEL"),
+            api_key=self.api_key or env.get("KERNELSMITH_LLM_API_KEY") or "not-needed",
+            concurrency=int(self.concurrency or env.get("KERNELSMITH_LLM_CONCURRENCY") or 2),
+            timeout_s=self.timeout_s, max_retries=self.max_retries, backoff_s=self.backoff_s,
+            max_tokens=self.max_tokens, temperature=self.temperature, fallback=self.fallback,
+            inspirations=self.inspirations,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("api_key", None)  # never persisted
+        return d
+
+
+@dataclass
+class EvolveConfig:
+    budget: int = 64  # judgments, re-timings included
+    time_limit_s: float | None = None
+    islands: int = 2
+    backend: str | None = None  # judge backend; None: detect
+    llm: LLMConfig | None = None  # None: the embedded mutator
+    seed: int = 0
+    resume: bool = True
+    parallel: int | None = None  # judgments in flight; None: 2 on CPU, 4 on a GPU
+    margin: float = 0.02  # a child displaces an incumbent when its speedup LCB beats it by this much
+    retime_every: int = 6  # re-time the best elite after this many judged children (timed backends)
+    elite_size: int = 12
+    migration_interval: int = 6
+    judge_trials: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["llm"] = self.llm.to_json() if self.llm else None
+        return d

@@ -1,0 +1,432 @@
+"""The evolution loop: seeds, then parent selection, mutation, judgment and archive update, every step recorded.
+
+State lives in the kernel cache (run state, evaluations, steps), so an interrupted run resumes where it stopped;
+the verified winner is written to the cache at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernel_cache.record import QUARANTINED, REJECTED, VERIFIED, KernelRecord, StepRecord
+from ks_inductor.candidate import Candidate
+from ks_inductor.evolve.archive import Archive, Program
+from ks_inductor.evolve.config import EvolveConfig
+from ks_inductor.evolve.families import FamilyMatch, classify
+from ks_inductor.evolve.mutators.base import Mutation
+from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
+from ks_inductor.judge.verdict import ACCEPTED, EvalResult
+from ks_inductor.problem import Problem
+
+log = logging.getLogger(__name__)
+
+
+class EvolveError(Exception):
+    """The run cannot start (no template and no LLM, the reference fails, ...); the message says what to do."""
+
+
+@dataclass
+class EvolveSummary:
+    problem_key: str
+    best: KernelRecord | None
+    best_result: EvalResult | None
+    judged: int
+    accepted: int
+    wall_s: float
+    run_id: str
+    seed_speedup: float | None
+    best_speedup: float | None
+    family: str | None = None
+    timed: bool = False
+    failed_steps: int = 0
+    stop_reason: str = ""
+    tokens: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "problem_key": self.problem_key, "best": self.best.to_json() if self.best else None,
+            "best_result": self.best_result.to_json() if self.best_result else None, "judged": self.judged,
+            "accepted": self.accepted, "wall_s": self.wall_s, "run_id": self.run_id,
+            "seed_speedup": self.seed_speedup, "best_speedup": self.best_speedup, "family": self.family,
+            "timed": self.timed, "failed_steps": self.failed_steps, "stop_reason": self.stop_reason,
+            "tokens": self.tokens,
+        }
+
+
+@dataclass
+class MutationContext:
+    """What a mutator may look at: the problem, the archive, the hardware."""
+
+    problem: Problem
+    family: FamilyMatch | None
+    archive: Archive
+    hardware: dict[str, Any]
+    results: dict[str, EvalResult]  # program id -> its latest verdict (for feedback)
+
+
+def hardware_facts(judge: Any) -> dict[str, Any]:
+    fp = judge.fingerprint
+    peaks = judge.backend.nominal_peaks(fp.device_name) if hasattr(judge.backend, "nominal_peaks") else {}
+    return {"device": fp.device_name, "backend": fp.backend, "capability": fp.capability, "sm_count": fp.sm_count,
+            "warp_size": fp.warp_size, "bandwidth_Bps": peaks.get("bandwidth"),
+            "peak_flops": {k: v for k, v in peaks.items() if k != "bandwidth"}, "timed": fp.timed}
+
+
+def _program_from(cand: Candidate, res: EvalResult, descriptor: dict[str, Any], island: int) -> Program:
+    timed = bool(res.timing_meaningful)
+    speed = res.speedup_best
+    lcb = res.speedup_best_lcb
+    ms = res.candidate_ms
+    if timed and speed is None and ms:
+        speed = lcb = 1.0 / ms  # no baseline measured: rank by time alone
+    return Program(
+        id=cand.id, source_hash=cand.source_hash, candidate=cand.to_json(), descriptor=descriptor, island=island,
+        correct=res.verdict == ACCEPTED and res.correct, timed=timed,
+        speedups=[speed] if timed and speed is not None else [], lcbs=[lcb] if timed and lcb is not None else [],
+        median_ms=[ms] if ms is not None else [],
+        metrics={"speedup_eager": res.speedup_eager, "speedup_inductor": res.speedup_inductor,
+                 "roofline_fraction": res.roofline_fraction, "verdict": res.verdict},
+        feedback=res.feedback_text()[-3000:], generation=cand.generation,
+    )
+
+
+class Evolver:
+    def __init__(self, problem: Problem, config: EvolveConfig, store: Any, judge: Any, progress: bool = True) -> None:
+        self.problem = problem
+        self.config = config
+        self.store = store
+        self.judge = judge
+        self.progress = progress
+        self.fp = judge.fingerprint
+        self.timed = bool(self.fp.timed)
+        self.family = classify(problem)
+        if self.family is not None:
+            self.family.target = judge.backend.device
+        self.rng = random.Random(config.seed)
+        self.results: dict[str, EvalResult] = {}
+        self.tokens: dict[str, int] = {}
+        self.failed_steps = 0
+        self.judged = 0
+        self.accepted = 0
+        self.seed_speedup: float | None = None
+        self.wall_before = 0.0
+        self.mutator = self._make_mutator()
+
+    # ------------------------------------------------------------------ setup
+    def _make_mutator(self) -> Any:
+        embedded = EmbeddedMutator(self.family)
+        if self.config.llm is None:
+            return embedded
+        from ks_inductor.evolve.mutators.llm import LLMMutator
+
+        return LLMMutator(self.config.llm, embedded)
+
+    def _start(self) -> tuple[str, Archive, dict[str, Any]]:
+        self.store.upsert_problem(self.problem)
+        cfg = self.config
+        run_id = None
+        state: dict[str, Any] | None = None
+        if cfg.resume:
+            run_id = self.store.latest_run(self.problem.key, self.fp, unfinished_only=True)
+            if run_id:
+                state = self.store.load_run_state(run_id)
+        if run_id and state and "archive" in state:
+            log.info("resuming run %s of %s", run_id, self.problem.name)
+            archive = Archive.from_json(state["archive"])
+            self.judged = int(state.get("judged", 0))
+            self.accepted = int(state.get("accepted", 0))
+            self.failed_steps = int(state.get("failed_steps", 0))
+            self.seed_speedup = state.get("seed_speedup")
+            self.wall_before = float(state.get("wall_s", 0.0))
+            self.tokens = dict(state.get("tokens", {}))
+            return run_id, archive, state
+        run_id = run_id or self.store.start_run(self.problem.key, self.fp, cfg.to_json())
+        archive = Archive(cfg.islands, cfg.elite_size, cfg.margin, migration_interval=cfg.migration_interval)
+        return run_id, archive, {}
+
+    def _save(self, run_id: str, archive: Archive, wall: float, judged: int | None = None) -> None:
+        self.store.save_run_state(run_id, {
+            "archive": archive.to_json(), "judged": self.judged if judged is None else judged, "accepted": self.accepted,
+            "failed_steps": self.failed_steps, "seed_speedup": self.seed_speedup, "wall_s": wall,
+            "tokens": self.tokens,
+        })
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> EvolveSummary:
+        cfg = self.config
+        t0 = time.monotonic()
+        run_id, archive, _ = self._start()
+        ctx = MutationContext(self.problem, self.family, archive, hardware_facts(self.judge), self.results)
+        seeds = [c for c in self.mutator.seeds(ctx) if not archive.is_seen(c.source_hash)]
+        if not seeds and not archive.correct_programs() and not archive.programs:
+            raise EvolveError(
+                f"no seed template covers {self.problem.name} (ops: {', '.join(self.problem.op_summary)}) and no "
+                "LLM endpoint is configured to write a first kernel; pass --llm-base-url/--llm-model or set "
+                "KERNELSMITH_LLM_BASE_URL and KERNELSMITH_LLM_MODEL")
+        parallel = cfg.parallel or (2 if self.judge.backend.device == "cpu" else 4)
+        pending: dict[Future[EvalResult], dict[str, Any]] = {}
+        since_retime = 0
+        attempts = 0
+        max_attempts = max(20, cfg.budget * 4)
+        stop_reason = "budget"
+        island_rr = 0
+        bar = _Bar(self.progress, self.problem.name, cfg.budget, self.judged)
+
+        def time_left() -> bool:
+            return cfg.time_limit_s is None or (self.wall_before + time.monotonic() - t0) < cfg.time_limit_s
+
+        def submit(cand: Candidate, info: dict[str, Any]) -> None:
+            cached = None if info["kind"] == "retime" else self.store.get_evaluation(
+                self.problem.key, cand.source_hash, self.fp.id)
+            if cached is not None:
+                self._absorb(run_id, archive, cand, info, cached, bar, cached=True)
+                return
+            fut = self.judge.submit(self.problem, cand.source)
+            self.judged += 1
+            bar.advance()
+            pending[fut] = {**info, "cand": cand}
+
+        def seen(h: str) -> bool:
+            return archive.is_seen(h) or any(i["cand"].source_hash == h for i in pending.values())
+
+        def saved_judged() -> int:
+            return self.judged - len(pending)  # in-flight judgments are lost on interruption; redo them
+
+        try:
+            while True:
+                while (len(pending) < parallel and self.judged < cfg.budget and time_left()
+                       and attempts < max_attempts):
+                    attempts += 1
+                    if seeds:
+                        cand = seeds.pop(0)
+                        seed_mut = getattr(self.mutator, "seed_steps", {}).get(cand.id) or Mutation(cand.mutation, cand)
+                        self._count_tokens(seed_mut)
+                        submit(cand, {"kind": "seed", "parent": None, "island": island_rr % cfg.islands,
+                                      "mutation": seed_mut})
+                        island_rr += 1
+                        continue
+                    if (self.timed and since_retime >= cfg.retime_every and archive.best() is not None
+                            and not any(i["kind"] == "retime" for i in pending.values())):
+                        best = archive.best()
+                        since_retime = 0
+                        submit(Candidate.from_json(best.candidate), {"kind": "retime", "program": best.id})
+                        continue
+                    if not archive.programs or (not archive.correct_programs() and pending):
+                        break  # wait for the seeds before mutating
+                    island = island_rr % cfg.islands
+                    island_rr += 1
+                    parent = archive.select_parent(island, self.rng)
+                    if parent is None:
+                        if pending:
+                            break
+                        stop_reason = "no correct program to improve"
+                        break
+                    muts = self.mutator.propose([(parent, island)], ctx, self.rng)
+                    for mut in muts:
+                        self._count_tokens(mut)
+                        if mut.candidate is None:
+                            self._failed_step(run_id, archive, parent, island, mut)
+                            continue
+                        if seen(mut.candidate.source_hash):
+                            continue
+                        since_retime += 1
+                        submit(mut.candidate, {"kind": "child", "parent": parent, "island": island,
+                                               "mutation": mut})
+                if not pending:
+                    if self.judged >= cfg.budget:
+                        stop_reason = "budget"
+                    elif not time_left():
+                        stop_reason = "time"
+                    elif attempts >= max_attempts:
+                        stop_reason = "no new candidates (every mutation was already judged or failed)"
+                    break
+                done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                for fut in done:
+                    info = pending.pop(fut)
+                    res = fut.result()
+                    if _transient(res) and not info.get("retried"):
+                        # The judge itself failed (not the candidate): judge it once more.
+                        log.warning("judge failure on %s, retrying: %s", info["cand"].id, res.error)
+                        pending[self.judge.submit(self.problem, info["cand"].source)] = {**info, "retried": True}
+                        continue
+                    self._absorb(run_id, archive, info["cand"], info, res, bar)
+                self._save(run_id, archive, self.wall_before + time.monotonic() - t0, saved_judged())
+                if not time_left():
+                    stop_reason = "time"
+            if not time_left():
+                stop_reason = "time"
+        except BaseException:
+            # Interrupted (Ctrl-C, an unreachable LLM endpoint): keep what was learned for --resume.
+            for fut in pending:
+                fut.cancel()
+            try:
+                self._save(run_id, archive, self.wall_before + time.monotonic() - t0, saved_judged())
+            except Exception as e:  # noqa: BLE001
+                log.warning("could not save the run state: %s", e)
+            bar.close()
+            raise
+        bar.close()
+        return self._finish(run_id, archive, self.wall_before + time.monotonic() - t0, stop_reason)
+
+    # ------------------------------------------------------------------ results
+    def _count_tokens(self, mut: Mutation) -> None:
+        for k, v in mut.tokens.items():
+            self.tokens[k] = self.tokens.get(k, 0) + int(v)
+
+    def _failed_step(self, run_id: str, archive: Archive, parent: Program, island: int, mut: Mutation) -> None:
+        self.failed_steps += 1
+        archive.failures[parent.id] = archive.failures.get(parent.id, 0) + 1
+        self.store.add_step(StepRecord(
+            run_id=run_id, problem_key=self.problem.key, child_id="", mutation=mut.kind, parent_id=parent.id,
+            diff=mut.diff, prompt=mut.prompt, response=mut.response, verdict="failed", correct=False,
+            parent_speedup=parent.score if parent.timed else None, feedback=mut.error or "",
+            parent_source=Candidate.from_json(parent.candidate).source, island=island, tokens=mut.tokens))
+
+    def _absorb(self, run_id: str, archive: Archive, cand: Candidate, info: dict[str, Any], res: EvalResult,
+                bar: _Bar, cached: bool = False) -> None:
+        if not cached:
+            try:
+                self.store.add_evaluation(self.problem.key, cand.source_hash, res, run_id)
+            except Exception as e:  # noqa: BLE001 - a lost evaluation row must not lose the run
+                log.warning("could not store an evaluation: %s", e)
+        if info["kind"] == "retime":
+            pid = info["program"]
+            if res.verdict == ACCEPTED and res.correct:
+                archive.update_measurement(pid, res.speedup_best, res.speedup_best_lcb, res.candidate_ms)
+                self.results[pid] = res
+            else:
+                log.warning("elite %s failed its re-check (%s); demoted", pid, res.verdict)
+                archive.demote(pid)
+            bar.set_best(archive.best())
+            return
+        mut: Mutation = info["mutation"]
+        descriptor = mut.descriptor or self.mutator.descriptor(cand)
+        parent: Program | None = info["parent"]
+        prog = _program_from(cand, res, descriptor, info["island"])
+        if prog.correct:
+            self.accepted += 1
+        elif parent is not None:
+            archive.failures[parent.id] = archive.failures.get(parent.id, 0) + 1
+        archive.add(prog)
+        self.results[prog.id] = res
+        if info["kind"] == "seed" and prog.correct:
+            self.seed_speedup = max(self.seed_speedup or 0.0, prog.score)
+        if archive.step_island(info["island"]):
+            archive.migrate(info["island"])
+        noise = None
+        c = res.timings.get("candidate")
+        if c is not None and c.median_ms:
+            noise = c.iqr_ms / c.median_ms
+        parent_src = Candidate.from_json(parent.candidate).source if parent else ""
+        delta = None
+        if parent is not None and parent.timed and prog.timed and prog.correct:
+            delta = prog.score - parent.score
+        self.store.add_step(StepRecord(
+            run_id=run_id, problem_key=self.problem.key, child_id=cand.id, mutation=mut.kind,
+            parent_id=parent.id if parent else None, diff=mut.diff, prompt=mut.prompt, response=mut.response,
+            verdict=res.verdict, correct=prog.correct,
+            parent_speedup=parent.score if parent and parent.timed else None,
+            child_speedup=prog.score if prog.timed else None,
+            parent_speedup_lcb=parent.lcb if parent and parent.timed else None,
+            child_speedup_lcb=prog.lcb if prog.timed else None, speedup_delta=delta, noise=noise,
+            feedback=res.feedback_text()[-4000:], parent_source=parent_src, child_source=cand.source,
+            island=info["island"], tokens=mut.tokens))
+        bar.set_best(archive.best())
+
+    def _finish(self, run_id: str, archive: Archive, wall: float, stop_reason: str) -> EvolveSummary:
+        best = archive.best()
+        record = None
+        best_res = self.results.get(best.id) if best else None
+        if best is not None and best_res is None:  # judged before a resume: its verdict is in the cache
+            best_res = self.store.get_evaluation(self.problem.key, best.source_hash, self.fp.id)
+        if best is not None and best_res is not None:
+            cand = Candidate.from_json(best.candidate)
+            status = VERIFIED
+            if self.timed and not best_res.faster:
+                # Correct but not reliably faster than the baselines: kept for the record, never served.
+                status = REJECTED
+            if best_res.verdict == "quarantined":
+                status = QUARANTINED
+            eager = best_res.timings.get("eager")
+            ind = best_res.timings.get("inductor")
+            record = KernelRecord(
+                problem_key=self.problem.key, source=cand.source, backend=self.fp.backend,
+                fingerprint=self.fp.to_json(), status=status, launch_params=dict(cand.params),
+                op_family=self.family.family if self.family else None,
+                median_ms=(min(best.median_ms) if best.median_ms else None) if self.timed else None,
+                eager_ms=eager.median_ms if eager else None, inductor_ms=ind.median_ms if ind else None,
+                speedup_eager=best_res.speedup_eager, speedup_inductor=best_res.speedup_inductor,
+                speedup_lcb=best.lcb if self.timed else None, trials=best_res.trials, timed=self.timed,
+                run_id=run_id, parent_id=cand.parent_id, candidate_id=cand.id)
+            record.id = self.store.add_kernel(record)
+        # Request counters from the LLM client (tokens were already counted step by step).
+        self.tokens.update({k: v for k, v in getattr(self.mutator, "usage", {}).items()
+                            if k not in ("prompt_tokens", "completion_tokens")})
+        summary = EvolveSummary(
+            problem_key=self.problem.key, best=record, best_result=best_res, judged=self.judged,
+            accepted=self.accepted, wall_s=wall, run_id=run_id, seed_speedup=self.seed_speedup,
+            best_speedup=best.score if best and self.timed else None,
+            family=self.family.family if self.family else None, timed=self.timed, failed_steps=self.failed_steps,
+            stop_reason=stop_reason, tokens=dict(self.tokens))
+        self._save(run_id, archive, wall)
+        self.store.finish_run(run_id, summary.to_json())
+        return summary
+
+
+def _transient(res: EvalResult) -> bool:
+    return res.verdict == "error" and (res.error or "").startswith("judge failure")
+
+
+class _Bar:
+    """A rich progress bar showing judgments spent and the best verified speedup so far."""
+
+    def __init__(self, enabled: bool, name: str, total: int, done: int) -> None:
+        self.enabled = enabled
+        self.name = name
+        self.best = "-"
+        if not enabled:
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), transient=False)
+        self.task = self.progress.add_task(name, total=total, completed=done, best="-")
+        self.progress.start()
+
+    def advance(self) -> None:
+        if self.enabled:
+            self.progress.advance(self.task)
+
+    def set_best(self, prog: Program | None) -> None:
+        if prog is None:
+            return
+        self.best = f"{prog.score:.3f}x" if prog.timed else "correct (untimed)"
+        if self.enabled:
+            self.progress.update(self.task, best=self.best)
+
+    def close(self) -> None:
+        if self.enabled:
+            self.progress.stop()
+
+
+def evolve_problem(problem: Problem, config: EvolveConfig, store: Any, judge: Any | None = None,
+                   progress: bool = True) -> EvolveSummary:
+    """Evolve a faster verified kernel for ``problem``; the winner goes to ``store``."""
+    own = judge is None
+    if own:
+        from ks_inductor.judge import Judge, JudgeConfig
+
+        jc = JudgeConfig(backend=config.backend)
+        if config.judge_trials:
+            jc.trials = config.judge_trials
+        judge = Judge(jc)
+    try:
+        return Evolver(problem, config, store, judge, progress).run()
+    finally:
+        if own:
+            judge.close()

@@ -1,0 +1,374 @@
+"""Which op family a problem belongs to, read from its aten graph, with what a template needs to know.
+
+Classification looks at the ops left after core-aten decomposition (``Problem.graph_text``), never at the
+problem's name or source text: RMSNorm written by hand is pow/mean/add/rsqrt/mul whatever it is called.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from ks_inductor.candidate import parse_source
+from ks_inductor.evolve.graph import VIEW_OPS, Graph, Node, Ref, TensorType, parse_graph
+from ks_inductor.evolve.pointwise import is_pointwise
+from ks_inductor.problem import Problem
+
+log = logging.getLogger(__name__)
+
+MATMUL_OPS = ("mm", "addmm", "bmm")
+ROW_REDUCTIONS = ("sum", "mean", "amax", "amin", "var", "native_layer_norm", "_softmax", "_log_softmax")
+LEAF_VIEW_OPS = frozenset({"unsqueeze", "view", "_unsafe_view", "reshape", "expand", "permute", "slice", "squeeze",
+                           "t", "transpose", "select", "alias", "detach", "clone", "lift_fresh_copy"})
+
+
+@dataclass
+class StateEntry:
+    """A parameter or buffer of the problem's Model, in ``make_fx`` placeholder order."""
+
+    name: str
+    shape: list[int]
+    dtype: str
+    buffer: bool = False
+
+
+@dataclass
+class FamilyMatch:
+    family: str
+    problem: Problem
+    graph: Graph
+    state: list[StateEntry]
+    init_signature: str
+    attrs: dict[str, Any] = field(default_factory=dict)
+    # Where the rendered kernels will run: "cuda" (also MACA) or "cpu" (the Triton interpreter, whose bf16 dot
+    # multiplies raw bit patterns; templates work around it there).
+    target: str = "cuda"
+
+    # ----------------------------------------------------------------- placeholders
+    def placeholder_index(self, name: str) -> int:
+        return [p for p, _ in self.graph.placeholders].index(name)
+
+    def is_state(self, name: str) -> bool:
+        return self.placeholder_index(name) < len(self.state)
+
+    def operand(self, name: str) -> str:
+        """Python expression, inside ``ModelNew.forward``, for a placeholder."""
+        i = self.placeholder_index(name)
+        if i < len(self.state):
+            return "self." + self.state[i].name
+        return f"in{i - len(self.state)}"
+
+    @property
+    def n_inputs(self) -> int:
+        return len(self.graph.placeholders) - len(self.state)
+
+    @property
+    def outputs(self) -> list[TensorType]:
+        return [self.graph.type_of(o.name) for o in self.graph.outputs if isinstance(o, Ref)]  # type: ignore[misc]
+
+
+def model_state(problem: Problem) -> tuple[list[StateEntry], str]:
+    """Parameters and buffers of ``Model`` (names, shapes, dtypes) and the text of its constructor signature."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from ks_inductor.problem import exec_problem_source
+
+    mod = exec_problem_source(problem.source, f"<{problem.name}>")
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        torch.manual_seed(0)
+        model = mod.Model(*mod.get_init_inputs())
+    entries = [StateEntry(n, list(p.shape), str(p.dtype).replace("torch.", "")) for n, p in model.named_parameters()]
+    entries += [StateEntry(n, list(b.shape), str(b.dtype).replace("torch.", ""), True)
+                for n, b in model.named_buffers()]
+    return entries, _init_signature(problem.source)
+
+
+def _literal(node: ast.AST) -> bool:
+    try:
+        ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError):
+        return False
+    return True
+
+
+def _init_signature(source: str) -> str:
+    try:
+        tree = parse_source(source)
+    except SyntaxError:
+        return "*args, **kwargs"
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "Model":
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                    args = item.args
+                    args.args = args.args[1:]  # drop self
+                    for a in args.args + args.kwonlyargs:
+                        a.annotation = None
+                    if args.vararg:
+                        args.vararg.annotation = None
+                    if args.kwarg:
+                        args.kwarg.annotation = None
+                    defaults = list(args.defaults) + [d for d in args.kw_defaults if d is not None]
+                    if not all(_literal(d) for d in defaults):
+                        return "*args, **kwargs"  # defaults naming module globals would not resolve in ModelNew
+                    return ast.unparse(args)
+    return "*args, **kwargs"
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+
+def leaf_of(graph: Graph, ref: Any) -> tuple[str, list[Node]] | None:
+    """Follow view ops back from ``ref`` to a placeholder: (placeholder, the view nodes, outermost last)."""
+    chain: list[Node] = []
+    while isinstance(ref, Ref):
+        if ref.name.startswith("p"):
+            return ref.name, list(reversed(chain))
+        node = graph.node(ref.name)
+        if node is None or node.op not in LEAF_VIEW_OPS:
+            return None
+        chain.append(node)
+        ref = node.args[0] if node.args else None
+    return None
+
+
+def _last_dim(dims: Any, ndim: int) -> bool:
+    if isinstance(dims, list):
+        if len(dims) != 1:
+            return False
+        dims = dims[0]
+    return isinstance(dims, int) and (dims == -1 or dims == ndim - 1)
+
+
+def _row_graph_ok(graph: Graph) -> bool:
+    """Every compute node is pointwise or a reduction over the last dim of a full-rank value."""
+    ndim = None
+    for n in graph.compute_nodes():
+        if is_pointwise(n):
+            continue
+        if n.op not in ROW_REDUCTIONS:
+            return False
+        src = graph.type_of(n.args[0].name) if n.args and isinstance(n.args[0], Ref) else None
+        if src is None:
+            return False
+        ndim = len(src.shape)
+        if n.op == "native_layer_norm":
+            if not isinstance(n.args[1], list) or len(n.args[1]) != 1:
+                return False
+            continue
+        if n.op in ("_softmax", "_log_softmax"):
+            if not _last_dim(n.args[1], ndim):
+                return False
+            continue
+        if n.op == "var":
+            if not _last_dim(n.args[1], ndim) or not n.kwargs.get("keepdim", False):
+                return False
+            continue
+        dims = n.args[1] if len(n.args) > 1 else None
+        keep = n.args[2] if len(n.args) > 2 else n.kwargs.get("keepdim", False)
+        if not _last_dim(dims, ndim) or not keep:
+            return False
+    if ndim is None:
+        return False
+    for n in graph.nodes:
+        if n.op in VIEW_OPS and n.op not in ("getitem", "alias", "detach", "clone"):
+            return False
+    return True
+
+
+def _is_cross_entropy(graph: Graph) -> dict[str, Any] | None:
+    ops = graph.ops()
+    if "_log_softmax" not in ops or "gather" not in ops or "neg" not in ops:
+        return None
+    ls = next(n for n in graph.nodes if n.op == "_log_softmax")
+    src = graph.type_of(ls.args[0].name) if isinstance(ls.args[0], Ref) else None
+    if src is None or len(src.shape) != 2 or not _last_dim(ls.args[1], 2):
+        return None
+    allowed = {"_log_softmax", "gather", "neg", "ne", "where", "scalar_tensor", "sum", "div", "_to_copy", "full",
+               "mean"}
+    if not set(ops) <= allowed:
+        return None
+    ignore = next((n.args[1] for n in graph.nodes if n.op == "ne" and len(n.args) > 1
+                   and isinstance(n.args[1], int)), -100)
+    target = next((p for p, t in graph.placeholders if t is not None and t.dtype in ("int64", "int32")), None)
+    logits = ls.args[0].name
+    out = graph.type_of(graph.outputs[0].name) if graph.outputs and isinstance(graph.outputs[0], Ref) else None
+    if target is None or out is None or not logits.startswith("p"):
+        return None
+    reduction = "none" if out.shape else ("mean" if "div" in ops else "sum")
+    return {"logits": logits, "target": target, "ignore_index": ignore, "reduction": reduction,
+            "out_dtype": out.dtype}
+
+
+def _is_rope(graph: Graph) -> dict[str, Any] | None:
+    ops = set(graph.ops())
+    if not ({"cat", "neg", "mul", "add"} <= ops and ops <= {"cat", "neg", "mul", "add"}):
+        return None
+    outs = []
+    for o in graph.outputs:
+        if not isinstance(o, Ref):
+            return None
+        add = graph.node(o.name)
+        if add is None or add.op != "add" or len(add.args) != 2:
+            return None
+        x = cos = sin = None
+        for term in add.args:
+            mul = graph.node(term.name) if isinstance(term, Ref) else None
+            if mul is None or mul.op != "mul":
+                return None
+            a, b = mul.args
+            cat_side = next((s for s in (a, b) if isinstance(s, Ref) and (graph.node(s.name) or Node("", "", [], {}, [])).op == "cat"), None)
+            other = b if cat_side is a else a
+            leaf = leaf_of(graph, other)
+            if cat_side is None:
+                plain = leaf_of(graph, a), leaf_of(graph, b)
+                if plain[0] is None or plain[1] is None:
+                    return None
+                # x * cos: x is the operand with the larger (head) shape
+                ta, tb = graph.type_of(plain[0][0]), graph.type_of(plain[1][0])
+                xa = ta is not None and tb is not None and ta.numel >= tb.numel
+                x, cos = (plain[0][0], plain[1][0]) if xa else (plain[1][0], plain[0][0])
+            else:
+                if leaf is None:
+                    return None
+                sin = leaf[0]
+                cat = graph.node(cat_side.name)
+                parts = cat.args[0] if cat else None
+                if not isinstance(parts, list) or len(parts) != 2:
+                    return None
+                neg = graph.node(parts[0].name) if isinstance(parts[0], Ref) else None
+                if neg is None or neg.op != "neg":
+                    return None
+        if x is None or cos is None or sin is None:
+            return None
+        tx = graph.type_of(x)
+        tc = graph.type_of(cos)
+        if tx is None or tc is None or len(tx.shape) < 2 or tx.shape[-1] % 2 or tc.shape[-1] != tx.shape[-1]:
+            return None
+        outs.append({"x": x, "cos": cos, "sin": sin, "out": o.name})
+    return {"outputs": outs}
+
+
+def _matmul_match(graph: Graph) -> dict[str, Any] | None:
+    mms = [n for n in graph.nodes if n.op in MATMUL_OPS]
+    if len(mms) != 1:
+        return None
+    mm = mms[0]
+    if mm.op == "addmm":
+        bias, a, b = mm.args[:3]
+        if mm.kwargs.get("beta", 1) != 1 or mm.kwargs.get("alpha", 1) != 1:
+            return None
+    else:
+        bias, (a, b) = None, mm.args[:2]
+    la, lb = leaf_of(graph, a), leaf_of(graph, b)
+    if la is None or lb is None:
+        return None
+    for leaf in (la, lb):
+        if any(v.op not in ("permute", "t", "transpose", "view", "_unsafe_view", "unsqueeze", "expand")
+               for v in leaf[1]):
+            return None
+    rest = [n for n in graph.compute_nodes() if n is not mm]
+    if not all(is_pointwise(n) for n in rest):
+        return None
+    if len(graph.outputs) != 1 or not isinstance(graph.outputs[0], Ref):
+        return None
+    out_t = graph.type_of(graph.outputs[0].name)
+    mm_t = mm.type
+    if out_t is None or mm_t is None or out_t.shape != mm_t.shape:
+        return None
+    return {"mm": mm.name, "a": a, "b": b, "bias": bias, "epilogue": [n.name for n in rest],
+            "batched": mm.op == "bmm"}
+
+
+def _reduction_match(graph: Graph) -> dict[str, Any] | None:
+    comp = graph.compute_nodes()
+    if len(comp) != 1 or comp[0].op not in ("sum", "mean", "amax", "amin"):
+        return None
+    n = comp[0]
+    src = n.args[0]
+    if not isinstance(src, Ref) or not src.name.startswith("p"):
+        return None
+    t = graph.type_of(src.name)
+    dims = n.args[1] if len(n.args) > 1 else None
+    if t is None or not isinstance(dims, list) or len(dims) != 1 or not t.shape:
+        return None
+    dim = dims[0] % len(t.shape)
+    keep = bool(n.args[2] if len(n.args) > 2 else n.kwargs.get("keepdim", False))
+    if not all(v.op in ("getitem", "alias") for v in graph.nodes if v.op in VIEW_OPS):
+        return None
+    return {"op": n.op, "x": src.name, "dim": dim, "keepdim": keep, "out_dtype": n.type.dtype if n.type else "float32"}
+
+
+def _pointwise_match(graph: Graph) -> dict[str, Any] | None:
+    comp = graph.compute_nodes()
+    if not comp or not all(is_pointwise(n) for n in comp):
+        return None
+    for n in graph.nodes:
+        if n.op in VIEW_OPS and n.op not in ("getitem",) and n.op not in LEAF_VIEW_OPS:
+            return None
+    # Views are only allowed on the way from a placeholder into the chain.
+    for n in graph.nodes:
+        if n.op in LEAF_VIEW_OPS and leaf_of(graph, Ref(n.name)) is None:
+            return None
+    if not all(isinstance(o, Ref) and graph.node(o.name) is not None for o in graph.outputs):
+        return None
+    shapes = {tuple(graph.type_of(o.name).shape) for o in graph.outputs if graph.type_of(o.name)}
+    if len(shapes) != 1:
+        return None
+    return {"outputs": [o.name for o in graph.outputs]}
+
+
+def classify(problem: Problem) -> FamilyMatch | None:
+    """Classify a problem, or None where no template covers it (then the LLM writes the first seed)."""
+    graph = parse_graph(problem.graph_text)
+    ops = set(graph.ops())
+    family: str | None = None
+    attrs: dict[str, Any] = {}
+    if not graph.nodes:
+        return None
+    if (m := _matmul_match(graph)) is not None:
+        family, attrs = "matmul", m
+    elif (m := _is_cross_entropy(graph)) is not None:
+        family, attrs = "cross_entropy", m
+    elif (m := _is_rope(graph)) is not None:
+        family, attrs = "rope", m
+    elif _row_graph_ok(graph):
+        if ops & {"_softmax", "_log_softmax"} and len(ops - {"_to_copy"}) == 1:
+            family = "log_softmax" if "_log_softmax" in ops else "softmax"
+        elif "native_layer_norm" in ops or ({"mean", "sub"} <= ops and ops & {"var", "pow"}
+                                             and ops & {"rsqrt", "sqrt", "div"}):
+            family = "layernorm"
+        elif "mean" in ops and ops & {"rsqrt", "sqrt"} and ops & {"pow", "mul"}:
+            family = "rmsnorm"
+        elif {"amax", "exp", "sum"} <= ops:
+            family = "softmax"
+        else:
+            family = "rowwise"
+        attrs = {}
+    elif (m := _reduction_match(graph)) is not None:
+        family, attrs = "reduction", m
+    elif (m := _pointwise_match(graph)) is not None:
+        act = ops & {"sigmoid", "gelu", "tanh", "silu", "relu"}
+        muls = [n for n in graph.compute_nodes() if n.op == "mul" and len(n.args) == 2
+                and all(isinstance(a, Ref) for a in n.args)]
+        family = "act_mul" if act and muls and len(graph.outputs) == 1 else "pointwise"
+        attrs = m
+    if family is None:
+        return None
+    try:
+        state, sig = model_state(problem)
+    except Exception as e:  # noqa: BLE001 - user code; no template then, not a crash
+        log.warning("could not read the parameters of %s: %s", problem.name, e)
+        return None
+    if len(state) > len(graph.placeholders):
+        return None
+    return FamilyMatch(family, problem, graph, state, sig, attrs)
+
+
+def family_of(problem: Problem) -> str | None:
+    """The op family a template covers for this problem, or None."""
+    m = classify(problem)
+    return m.family if m else None

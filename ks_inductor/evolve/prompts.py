@@ -1,0 +1,82 @@
+"""The local improver's prompt: the task, the hardware, the reference, the parent with its metrics and the
+judge's feedback, top and diverse inspirations, and the ask: one targeted change as SEARCH/REPLACE blocks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+SYSTEM = (
+    "You are a Triton GPU kernel optimization engineer. You work inside an evolving system that improves a "
+    "working Triton kernel one step at a time. Each step you make ONE targeted change to the current program "
+    "(a launch parameter, a tiling, a fusion, an algorithmic change) that you expect to make it faster while "
+    "keeping it exactly correct. The program must define `class ModelNew(nn.Module)` with the same constructor "
+    "and parameters as the reference `Model`; its forward may only allocate tensors and launch @triton.jit "
+    "kernels: no torch compute, no try/except fallbacks, no threads or streams, no caching of results."
+)
+
+_ASK = (
+    "Make one targeted change. Answer with one or more edit blocks in exactly this form:\n"
+    "<<<<<<< SEARCH\n<lines copied exactly from the current program>\n=======\n<replacement lines>\n"
+    ">>>>>>> REPLACE\n"
+    "Every SEARCH section must match the current program exactly and occur once. If the change touches most "
+    "of the program, you may instead give the whole new program in one ```python block."
+)
+
+_SEED_ASK = (
+    "Write a first Triton implementation of this reference as a complete Python module defining ModelNew, in "
+    "one ```python block. Correctness first; keep it simple and fully on-device."
+)
+
+
+def _fmt_hw(hw: dict[str, Any]) -> str:
+    parts = [f"device {hw.get('device')}", f"{hw.get('sm_count')} SMs", f"warp size {hw.get('warp_size')}"]
+    if hw.get("bandwidth_Bps"):
+        parts.append(f"memory bandwidth about {hw['bandwidth_Bps'] / 1e12:.1f} TB/s")
+    peaks = hw.get("peak_flops") or {}
+    if peaks:
+        parts.append("peak " + ", ".join(f"{k} {v / 1e12:.0f} TFLOP/s" for k, v in peaks.items()))
+    if not hw.get("timed", True):
+        parts.append("kernels run in the Triton interpreter here: only correctness is judged")
+    return "; ".join(parts)
+
+
+def _fmt_metrics(m: dict[str, Any], score: float | None) -> str:
+    items = []
+    if score is not None:
+        items.append(f"speedup vs fastest baseline {score:.3f}x")
+    for k in ("speedup_eager", "speedup_inductor", "roofline_fraction"):
+        if m.get(k) is not None:
+            items.append(f"{k} {m[k]:.3f}")
+    return ", ".join(items) or "correct (no timing)"
+
+
+def build_messages(reference: str, problem_info: str, hardware: dict[str, Any], parent_source: str,
+                   parent_metrics: dict[str, Any], parent_score: float | None, feedback: str,
+                   inspirations: list[tuple[str, str, str]]) -> list[dict[str, str]]:
+    """Chat messages for one improvement step. ``inspirations``: (label, metrics text, source)."""
+    parts = [
+        "# Hardware\n" + _fmt_hw(hardware),
+        "# Reference (PyTorch, KernelBench format)\n```python\n" + reference.strip() + "\n```",
+        "# Problem\n" + problem_info,
+    ]
+    for label, metrics, src in inspirations:
+        parts.append(f"# {label} ({metrics})\n```python\n{src.strip()}\n```")
+    parts.append("# Current program (" + _fmt_metrics(parent_metrics, parent_score) + ")\n```python\n"
+                 + parent_source.strip() + "\n```")
+    if feedback.strip():
+        parts.append("# Judge's feedback on the current program\n" + feedback.strip()[-3000:])
+    parts.append("# Task\n" + _ASK)
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def build_seed_messages(reference: str, problem_info: str, hardware: dict[str, Any]) -> list[dict[str, str]]:
+    parts = ["# Hardware\n" + _fmt_hw(hardware),
+             "# Reference (PyTorch, KernelBench format)\n```python\n" + reference.strip() + "\n```",
+             "# Problem\n" + problem_info, "# Task\n" + _SEED_ASK]
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def problem_info(problem: Any) -> str:
+    ops = ", ".join(f"{k} x{v}" for k, v in problem.op_summary.items())
+    return (f"inputs {problem.signature()}; aten ops {ops}; about {problem.bytes_moved / 1e6:.1f} MB moved and "
+            f"{problem.flops / 1e9:.2f} GFLOP")

@@ -1,0 +1,32 @@
+"""Seed templates, one per op family (never per benchmark problem)."""
+
+from __future__ import annotations
+
+from ks_inductor.evolve.families import FamilyMatch
+from ks_inductor.evolve.templates.base import Template, TemplateError
+from ks_inductor.evolve.templates.cross_entropy import CrossEntropyTemplate
+from ks_inductor.evolve.templates.matmul import MatmulTemplate
+from ks_inductor.evolve.templates.pointwise import PointwiseTemplate
+from ks_inductor.evolve.templates.reduction import ReductionTemplate
+from ks_inductor.evolve.templates.rope import RopeTemplate
+from ks_inductor.evolve.templates.rowwise import RowwiseTemplate
+from ks_inductor.evolve.templates.softmax import SoftmaxLoopTemplate
+
+TEMPLATES: tuple[Template, ...] = (
+    RowwiseTemplate(), SoftmaxLoopTemplate(), CrossEntropyTemplate(), MatmulTemplate(), PointwiseTemplate(),
+    RopeTemplate(), ReductionTemplate(),
+)
+
+
+def templates_for(fm: FamilyMatch) -> list[Template]:
+    return [t for t in TEMPLATES if t.applicable(fm)]
+
+
+def template_named(name: str) -> Template:
+    for t in TEMPLATES:
+        if t.name == name:
+            return t
+    raise KeyError(f"no template named {name!r}")
+
+
+__all__ = ["TEMPLATES", "Template", "TemplateError", "template_named", "templates_for"]

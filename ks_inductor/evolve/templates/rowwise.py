@@ -1,0 +1,228 @@
+"""Row-wise ops with the whole row in registers: RMSNorm, LayerNorm, softmax, log-softmax, and any fusion of
+pointwise ops with reductions over the last dim.
+
+The problem's own aten graph is lowered node by node onto a [ROWS, BLOCK_N] tile, so the kernel rounds where the
+reference rounds and fuses whatever pointwise work surrounds the reduction. Variants: one block of rows per
+program, or a persistent grid that walks row blocks and loads the broadcast vectors (weights) once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ks_inductor.evolve.families import FamilyMatch
+from ks_inductor.evolve.graph import Ref
+from ks_inductor.evolve.pointwise import (
+    PointwiseUnsupported,
+    Val,
+    is_pointwise,
+    literal,
+    lower_node,
+    round_expr,
+    store_expr,
+)
+from ks_inductor.evolve.templates.base import (
+    SM_COUNT_HELPER,
+    Template,
+    TemplateError,
+    module_source,
+    next_pow2,
+    output_refs,
+    torch_dtype,
+)
+
+_NEUTRAL = {"sum": "0.0", "mean": "0.0", "amax": "(-float('inf'))", "amin": "float('inf')"}
+
+
+def _row_shape(fm: FamilyMatch) -> list[int]:
+    shapes = [t.shape for _, t in fm.graph.placeholders if t is not None and t.shape]
+    full = max(shapes, key=len)
+    return full
+
+
+def _lower(fm: FamilyMatch) -> tuple[list[str], dict[str, str], list[str]]:
+    """Kernel body lines, the loads (placeholder -> kind) and the output value names."""
+    g = fm.graph
+    full = _row_shape(fm)
+    n = full[-1]
+    env: dict[str, Val] = {}
+    loads: dict[str, str] = {}
+    lines: list[str] = []
+    for p, t in g.placeholders:
+        if t is None:
+            continue
+        if t.shape == full:
+            loads[p] = "tile"
+        elif t.numel == n and t.shape and t.shape[-1] == n:
+            loads[p] = "vec"
+        elif t.numel == 1:
+            loads[p] = "scalar"
+        else:
+            raise TemplateError(f"input {p} of shape {t.shape} is neither a full row tile nor a [N] vector")
+        env[p] = Val(f"v_{p}")
+
+    def red(op: str, v: str, keep_shape: bool = True) -> str:
+        fn = {"sum": "tl.sum", "mean": "tl.sum", "amax": "tl.max", "amin": "tl.min"}[op]
+        return f"{fn}(tl.where(mask, {v}, {_NEUTRAL[op]}), axis=1)[:, None]"
+
+    for node in g.nodes:
+        name = f"x_{node.name}"
+        a0 = node.args[0] if node.args else None
+        src = env[a0.name].expr if isinstance(a0, Ref) and a0.name in env else None
+        t = node.type
+        out_dtype = t.dtype if t is not None else "float32"
+
+        def rnd(e: str, dt: str = out_dtype) -> str:
+            return round_expr(e, dt)
+
+        if node.op == "getitem":
+            if node.args[1] != 0 or a0.name not in env:
+                raise TemplateError("only the first output of a fused norm can be used")
+            env[node.name] = env[a0.name]
+            continue
+        if node.op in ("alias", "detach", "clone"):
+            env[node.name] = env[a0.name]
+            continue
+        if node.op in ("sum", "mean", "amax", "amin"):
+            expr = red(node.op, src)
+            if node.op == "mean":
+                expr = f"({expr} / n_cols)"
+            lines.append(f"{name} = {rnd(expr)}")
+        elif node.op == "var":
+            corr = node.kwargs.get("correction", 1)
+            lines += [f"{name}_m = tl.sum(tl.where(mask, {src}, 0.0), axis=1)[:, None] / n_cols",
+                      f"{name}_c = tl.where(mask, {src} - {name}_m, 0.0)",
+                      f"{name} = {rnd(f'tl.sum({name}_c * {name}_c, axis=1)[:, None] / (n_cols - {literal(corr)})')}"]
+        elif node.op == "native_layer_norm":
+            w, b, eps = node.args[2], node.args[3], node.args[4]
+            lines += [f"{name}_m = tl.sum(tl.where(mask, {src}, 0.0), axis=1)[:, None] / n_cols",
+                      f"{name}_c = tl.where(mask, {src} - {name}_m, 0.0)",
+                      f"{name}_r = tl.rsqrt(tl.sum({name}_c * {name}_c, axis=1)[:, None] / n_cols + {literal(eps)})",
+                      f"{name} = {name}_c * {name}_r"]
+            if isinstance(w, Ref):
+                lines.append(f"{name} = {name} * {env[w.name].expr}")
+            if isinstance(b, Ref):
+                lines.append(f"{name} = {name} + {env[b.name].expr}")
+            lines.append(f"{name} = {rnd(name)}")
+        elif node.op in ("_softmax", "_log_softmax"):
+            lines += [f"{name}_m = tl.max(tl.where(mask, {src}, -float('inf')), axis=1)[:, None]",
+                      f"{name}_e = tl.where(mask, tl.exp({src} - {name}_m), 0.0)",
+                      f"{name}_s = tl.sum({name}_e, axis=1)[:, None]"]
+            if node.op == "_softmax":
+                lines.append(f"{name} = {rnd(f'{name}_e / {name}_s')}")
+            else:
+                lines.append(f"{name} = {rnd(f'{src} - {name}_m - tl.log({name}_s)')}")
+        elif is_pointwise(node):
+            try:
+                line, val = lower_node(node, env)
+            except PointwiseUnsupported as e:
+                raise TemplateError(str(e)) from None
+            lines.append(line)
+            env[node.name] = val
+            continue
+        else:
+            raise TemplateError(f"aten.{node.op} cannot be lowered row-wise")
+        env[node.name] = Val(name)
+    outs = output_refs(g)
+    for o in outs:
+        ot = g.type_of(o)
+        if ot is None or ot.shape != full:
+            raise TemplateError("every output must have the full row shape")
+    return lines, loads, [env[o].expr for o in outs]
+
+
+class RowwiseTemplate(Template):
+    name = "rowwise"
+    families = ("rmsnorm", "layernorm", "softmax", "log_softmax", "rowwise")
+
+    def variants(self, fm: FamilyMatch) -> list[str]:
+        return ["block", "persistent"]
+
+    def space(self, fm: FamilyMatch, variant: str) -> dict[str, list[Any]]:
+        # Stages only pipeline loops; the one-block variant has none, so they are not a knob there.
+        s: dict[str, list[Any]] = {"ROWS": [1, 2, 4, 8, 16], "num_warps": [1, 2, 4, 8, 16, 32], "EVICT": [0, 1]}
+        if variant == "persistent":
+            s["WAVES"] = [1, 2, 4, 8]
+            s["num_stages"] = [1, 2, 3]
+        return s
+
+    def default(self, fm: FamilyMatch, variant: str, device: str) -> dict[str, Any]:
+        n = next_pow2(_row_shape(fm)[-1])
+        rows = max(1, min(16, 2048 // n))
+        warps = max(1, min(32, next_pow2(n * rows // 512)))
+        p: dict[str, Any] = {"ROWS": rows, "num_warps": warps, "EVICT": 0}
+        if variant == "persistent":
+            p["WAVES"] = 2
+            p["num_stages"] = 1
+        return p
+
+    def render(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> str:
+        lines, loads, outs = _lower(fm)
+        g = fm.graph
+        tiles = [p for p, k in loads.items() if k == "tile"]
+        vecs = [p for p, k in loads.items() if k == "vec"]
+        scalars = [p for p, k in loads.items() if k == "scalar"]
+        if not tiles:
+            raise TemplateError("no full-row input")
+        out_names = [f"out{i}" for i in range(len(outs))]
+        sig = (", ".join(f"{p}_ptr" for p in loads) + ", " + ", ".join(f"{o}_ptr" for o in out_names)
+               + ", n_rows, n_cols, " + ", ".join(f"{p}_s0, {p}_s1" for p in tiles) + ", "
+               + ", ".join(f"{o}_s0" for o in out_names))
+        persistent = variant == "persistent"
+        k: list[str] = ["@triton.jit", f"def _row_kernel({sig}, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):",
+                        "    cols = tl.arange(0, BLOCK_N)", "    cmask = cols < n_cols"]
+        for p in vecs:
+            k.append(f"    v_{p} = tl.load({p}_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]")
+        for p in scalars:
+            k.append(f"    v_{p} = tl.load({p}_ptr).to(tl.float32)")
+        ind = "    "
+        if persistent:
+            k += ["    n_blocks = tl.cdiv(n_rows, ROWS)",
+                  "    for blk in range(tl.program_id(0), n_blocks, tl.num_programs(0)):"]
+            ind = "        "
+            k.append(ind + "rows = blk * ROWS + tl.arange(0, ROWS)")
+        else:
+            k.append(ind + "rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)")
+        k += [ind + "rmask = rows < n_rows", ind + "mask = rmask[:, None] & cmask[None, :]",
+              ind + "r64 = rows.to(tl.int64)[:, None]"]
+        for p in tiles:
+            # Row tiles are read once: evict_first keeps L2 for the broadcast vectors.
+            evict = ', eviction_policy="evict_first"' if params.get("EVICT") else ""
+            k.append(ind + f"v_{p} = tl.load({p}_ptr + r64 * {p}_s0 + cols[None, :] * {p}_s1, mask=mask, "
+                     f"other=0.0{evict}).to(tl.float32)")
+        k += [ind + ln for ln in lines]
+        for o, v, ref in zip(out_names, outs, output_refs(g)):
+            k.append(ind + f"tl.store({o}_ptr + r64 * {o}_s0 + cols[None, :], {store_expr(v, g.type_of(ref).dtype)}, "
+                     "mask=mask)")
+        kernel = "\n".join(k)
+
+        f: list[str] = []
+        main = fm.operand(tiles[0])
+        f.append(f"n_cols = {main}.shape[-1]")
+        f.append(f"lead = {main}.shape[:-1]")
+        for p in tiles:
+            f.append(f"t_{p} = {fm.operand(p)}.reshape(-1, n_cols)")
+        for p in vecs:
+            f.append(f"t_{p} = {fm.operand(p)}.reshape(-1).contiguous()")
+        for p in scalars:
+            f.append(f"t_{p} = {fm.operand(p)}.reshape(-1)")
+        f.append(f"n_rows = t_{tiles[0]}.shape[0]")
+        for o, ref in zip(out_names, output_refs(g)):
+            f.append(f"{o} = torch.empty((n_rows, n_cols), dtype={torch_dtype(g.type_of(ref).dtype)}, "
+                     f"device={main}.device)")
+        f.append("BLOCK_N = triton.next_power_of_2(n_cols)")
+        f.append(f"ROWS = {int(params['ROWS'])}")
+        f.append("n_blocks = triton.cdiv(n_rows, ROWS)")
+        if persistent:
+            f.append(f"grid = (max(1, min(n_blocks, _sm_count({main}) * {int(params['WAVES'])})),)")
+        else:
+            f.append("grid = (n_blocks,)")
+        call = (", ".join(f"t_{p}" for p in loads) + ", " + ", ".join(out_names) + ", n_rows, n_cols, "
+                + ", ".join(f"t_{p}.stride(0), t_{p}.stride(1)" for p in tiles) + ", "
+                + ", ".join(f"{o}.stride(0)" for o in out_names))
+        f.append(f"_row_kernel[grid]({call}, ROWS=ROWS, BLOCK_N=BLOCK_N, num_warps={int(params['num_warps'])}, "
+                 f"num_stages={int(params.get('num_stages', 1))})")
+        rets = [f"{o}.view(*lead, n_cols)" for o in out_names]
+        f.append("return " + (rets[0] if len(rets) == 1 else "(" + ", ".join(rets) + ")"))
+        return module_source(fm, f"Row-wise {fm.family} ({variant}), rendered by kernelsmith.", kernel, f,
+                             SM_COUNT_HELPER if persistent else "")

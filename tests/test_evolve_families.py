@@ -1,0 +1,126 @@
+"""Op-family classification from the aten graph, and the aten -> Triton pointwise table."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ks_inductor.evolve.families import classify, family_of
+from ks_inductor.evolve.graph import parse_graph
+from ks_inductor.evolve.pointwise import PointwiseUnsupported, Val, lower_chain
+from ks_inductor.problem import problem_from_source
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBLEMS = ROOT / "benchmarks" / "problems"
+
+SMALL = {"batch_size": 4, "dim": 48, "num_classes": 40, "q_heads": 2, "k_heads": 1, "seq_len": 8,
+         "head_dim": 16, "M": 24, "K": 20, "N": 28}
+
+
+def shrink(src: str) -> str:
+    """The benchmark problems at test shapes: their module-level size constants replaced."""
+    return re.sub(r"^([A-Za-z_]+) = \d+$", lambda m: f"{m.group(1)} = {SMALL.get(m.group(1), m.group(0).split()[-1])}",
+                  src, flags=re.M)
+
+
+def small_problem(name: str):
+    return problem_from_source(shrink((PROBLEMS / f"{name}.py").read_text()), name=name)
+
+
+def module(forward: str, inputs: str, init: str = "", init_args: str = "[]", sig: str = "") -> str:
+    return f'''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self{sig}):
+        super().__init__()
+{init or "        pass"}
+
+    def forward(self, *xs):
+{forward}
+
+
+def get_inputs():
+    return {inputs}
+
+
+def get_init_inputs():
+    return {init_args}
+'''
+
+
+EXTRA = {
+    "log_softmax": (module("        return torch.log_softmax(xs[0], dim=1)", "[torch.randn(4, 40)]"),
+                    "log_softmax"),
+    "layernorm_by_hand": (module(
+        "        x = xs[0]\n        m = x.mean(-1, keepdim=True)\n"
+        "        v = ((x - m) ** 2).mean(-1, keepdim=True)\n        return (x - m) / torch.sqrt(v + 1e-5)",
+        "[torch.randn(4, 32)]"), "layernorm"),
+    "row_sum": (module("        return xs[0].sum(dim=1)", "[torch.randn(4, 40)]"), "reduction"),
+    "col_mean": (module("        return xs[0].mean(dim=0)", "[torch.randn(40, 12)]"), "reduction"),
+    "matmul_mish_mish": (module(
+        "        return F.mish(F.mish(self.linear(xs[0])))", "[torch.randn(8, 16)]",
+        "        self.linear = nn.Linear(16, 12)"), "matmul"),
+    "bmm_relu": (module("        return torch.relu(torch.bmm(xs[0], xs[1]))",
+                        "[torch.randn(2, 8, 12), torch.randn(2, 12, 6)]"), "matmul"),
+    "bias_gelu": (module("        return F.gelu(xs[0] + self.bias)", "[torch.randn(6, 10)]",
+                         "        self.bias = nn.Parameter(torch.randn(10))"), "pointwise"),
+    "gelu_and_mul": (module("        x = xs[0]\n        return F.gelu(x[:, :8]) * x[:, 8:]", "[torch.randn(4, 16)]"),
+                     "act_mul"),
+    "conv": (module("        return F.conv2d(xs[0], xs[1])", "[torch.randn(1, 2, 6, 6), torch.randn(3, 2, 3, 3)]"),
+             None),
+}
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("rmsnorm_bf16", "rmsnorm"), ("layernorm_bf16", "layernorm"), ("softmax_bf16", "softmax"),
+    ("silu_mul_bf16", "act_mul"), ("rope_bf16", "rope"), ("cross_entropy_fp32", "cross_entropy"),
+    ("gemm_gelu_bf16", "matmul"),
+])
+def test_serving_problems_classify(name: str, expected: str) -> None:
+    assert family_of(small_problem(name)) == expected
+
+
+@pytest.mark.parametrize("name", list(EXTRA))
+def test_other_families_classify(name: str) -> None:
+    src, expected = EXTRA[name]
+    assert family_of(problem_from_source(src, name=name)) == expected
+
+
+def test_family_parameters_come_from_the_graph() -> None:
+    ce = classify(small_problem("cross_entropy_fp32"))
+    assert ce is not None and ce.attrs["reduction"] == "mean" and ce.attrs["ignore_index"] == -100
+    rope = classify(small_problem("rope_bf16"))
+    assert rope is not None and len(rope.attrs["outputs"]) == 2
+    ln = classify(small_problem("layernorm_bf16"))
+    assert ln is not None and [e.name for e in ln.state] == ["weight", "bias"]
+    assert ln.init_signature.startswith("dim, eps=")
+    mm = classify(problem_from_source(EXTRA["matmul_mish_mish"][0], "mmm"))
+    assert mm is not None and mm.attrs["bias"] is not None and len(mm.attrs["epilogue"]) >= 10
+
+
+def test_graph_parser_reads_constants() -> None:
+    g = parse_graph(small_problem("rmsnorm_bf16").graph_text)
+    add = next(n for n in g.nodes if n.op == "add")
+    assert add.args[1] == pytest.approx(1e-6)
+    assert g.type_of(g.outputs[0].name).dtype == "bfloat16"
+
+
+def test_pointwise_table_lowers_activation_chains() -> None:
+    g = parse_graph(problem_from_source(EXTRA["matmul_mish_mish"][0], "mmm").graph_text)
+    mm = next(n for n in g.nodes if n.op == "addmm")
+    env = {mm.name: Val("acc")}
+    lines = lower_chain([n for n in g.compute_nodes() if n is not mm], env)
+    text = "\n".join(lines)
+    assert "tl.exp(" in text and "tl.sigmoid(" in text and "tl.where(" in text
+
+
+def test_pointwise_table_refuses_unknown_ops() -> None:
+    g = parse_graph(problem_from_source(EXTRA["conv"][0], "conv").graph_text)
+    with pytest.raises(PointwiseUnsupported):
+        lower_chain(g.compute_nodes(), {p: Val(p) for p, _ in g.placeholders})

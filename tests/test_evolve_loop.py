@@ -1,0 +1,103 @@
+"""The evolution loop on CPU with the interpreter judge: seeds, mutation, archive, steps, the untimed winner in
+the cache, resume after an interruption, no candidate judged twice, and the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kernel_cache.store import KernelStore
+from kernel_cache.testing import h200
+from ks_inductor.candidate import normalized_source_hash
+from ks_inductor.evolve import EvolveConfig, evolve_problem
+from ks_inductor.evolve.evolver import EvolveError
+from ks_inductor.judge import Judge, JudgeConfig
+from ks_inductor.problem import problem_from_source
+from tests.test_evolve_families import EXTRA, PROBLEMS, shrink, small_problem
+
+
+@pytest.fixture(scope="module")
+def judge():
+    with Judge(JudgeConfig(backend="triton-interpret", trials=2)) as j:
+        yield j
+
+
+class _CtrlC:
+    """The user pressing Ctrl-C after ``n`` judgments were handed to the judge."""
+
+    def __init__(self, judge, n: int) -> None:
+        self._judge, self._n = judge, n
+
+    def __getattr__(self, name):
+        return getattr(self._judge, name)
+
+    def submit(self, *a, **kw):
+        if self._n == 0:
+            raise KeyboardInterrupt
+        self._n -= 1
+        return self._judge.submit(*a, **kw)
+
+
+def test_loop_resumes_and_stores_an_untimed_winner(judge, tmp_path) -> None:
+    problem = small_problem("rmsnorm_bf16")
+    store = KernelStore(f"sqlite:///{tmp_path}/k.db")
+    cfg = EvolveConfig(budget=5, islands=2, parallel=2, seed=3)
+    with pytest.raises(KeyboardInterrupt):
+        evolve_problem(problem, cfg, store, judge=_CtrlC(judge, 3), progress=False)
+    run_id = store.latest_run(problem.key, judge.fingerprint)
+    state = store.load_run_state(run_id)
+    # Judgments still in flight at the interruption are not counted: they are redone after the resume.
+    assert state is not None and 1 <= state["judged"] <= 3 and state["judged"] == len(store.steps(run_id=run_id))
+    summary = evolve_problem(problem, cfg, store, judge=judge, progress=False)
+    assert summary.run_id == run_id and summary.judged == 5 and summary.accepted >= 3
+    assert summary.family == "rmsnorm" and not summary.timed and summary.best_speedup is None
+    rec = summary.best
+    assert rec is not None and rec.timed is False and rec.status == "verified"
+    assert rec.fingerprint["backend"] == "cpu-interpret"
+    assert store.lookup(problem.key, judge.fingerprint) is not None
+    assert store.lookup(problem.key, h200()) is None  # interpreter kernels never serve a GPU
+    steps = store.steps(run_id=run_id)
+    assert len(steps) == 5
+    hashes = [normalized_source_hash(s.child_source) for s in steps]
+    assert len(set(hashes)) == len(hashes)  # nothing judged twice, across the interruption too
+    assert {s.mutation for s in steps} >= {"seed"} and all(s.verdict for s in steps)
+    children = [s for s in steps if s.parent_id]
+    assert children and all(s.parent_source and s.diff for s in children)
+    store.close()
+
+
+def test_problem_without_template_or_llm_is_a_clear_error(judge, tmp_path) -> None:
+    problem = problem_from_source(EXTRA["conv"][0], name="conv")
+    store = KernelStore(f"sqlite:///{tmp_path}/k.db")
+    with pytest.raises(EvolveError, match="no seed template"):
+        evolve_problem(problem, EvolveConfig(budget=2), store, judge=judge, progress=False)
+    store.close()
+
+
+def test_cli_evolve_and_export(tmp_path, capsys) -> None:
+    from ks_inductor.cli import main
+
+    prob = tmp_path / "silu.py"
+    prob.write_text(shrink((PROBLEMS / "silu_mul_bf16.py").read_text()))
+    db = f"sqlite:///{tmp_path}/k.db"
+    rc = main(["evolve", str(prob), "--backend", "triton-interpret", "--budget", "2", "--db", db, "--json"])
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and out["judged"] == 2 and out["best"]["timed"] is False and out["family"] == "act_mul"
+    rc = main(["export-trajectories", "--format", "sft", "--db", db, "-o", str(tmp_path / "t.jsonl")])
+    assert rc == 0 and (tmp_path / "t.jsonl").read_text() == ""  # untimed steps carry no gain to keep
+    assert main(["evolve", str(tmp_path / "missing.py"), "--db", db]) == 2
+
+
+@pytest.mark.gpu
+def test_gpu_loop_stores_a_timed_winner(tmp_path) -> None:
+    from ks_inductor.problem import load_problem
+
+    problem = load_problem(PROBLEMS / "rmsnorm_bf16.py")
+    store = KernelStore(f"sqlite:///{tmp_path}/k.db")
+    summary = evolve_problem(problem, EvolveConfig(budget=8, backend="triton-cuda"), store, progress=False)
+    assert summary.timed and summary.best is not None and summary.best.timed
+    assert summary.best_speedup is not None and summary.best.fingerprint["backend"] == "cuda"
+    steps = store.steps(run_id=summary.run_id)
+    assert any(s.child_speedup_lcb is not None and s.noise is not None for s in steps)
+    store.close()
