@@ -218,18 +218,19 @@ def _describe_exit(code: int | None) -> str:
 class WorkerPool:
     """Hands out fresh, already-started workers per device and keeps one spare warm for each."""
 
-    def __init__(self, backend: JudgeBackend, devices: list[int | None], log_dir: str, spares: bool = True) -> None:
+    def __init__(self, backend: JudgeBackend, devices: list[int | None], log_dir: str, spares: int = 1) -> None:
         self.backend = backend
         self.devices = devices
         self.log_dir = log_dir
-        self.spares_enabled = spares
+        self.spares_enabled = spares > 0
         self._spares: dict[int | None, list[WorkerProcess]] = {d: [] for d in devices}
         self._lock = threading.Lock()
         self.device_locks = {d: DeviceLock() for d in devices}
         self._next = 0
         self._closed = False
-        if spares:
-            for d in devices:
+        # Enough warm spares that every job in flight starts on an already-imported worker.
+        for d in devices:
+            for _ in range(spares):
                 self._spares[d].append(WorkerProcess(backend, d, log_dir))
 
     def pick_device(self) -> int | None:
@@ -240,7 +241,9 @@ class WorkerPool:
 
     def take(self, device: int | None) -> WorkerProcess:
         with self._lock:
-            w = self._spares[device].pop() if self._spares[device] else None
+            ready = [w for w in self._spares[device] if w.proc.poll() is None]
+            self._spares[device] = ready
+            w = ready.pop(0) if ready else None
             if self.spares_enabled and not self._closed:
                 self._spares[device].append(WorkerProcess(self.backend, device, self.log_dir))
         return w or WorkerProcess(self.backend, device, self.log_dir)

@@ -54,9 +54,10 @@ class Judge:
             dev_list = list(devices) if devices is not None else list(range(torch.cuda.device_count()))
         self._secret = self.config.seed if self.config.seed is not None else int.from_bytes(os.urandom(4), "little")
         self._root = tempfile.mkdtemp(prefix="ks-judge-")
-        self._pool = WorkerPool(self.backend, dev_list, os.path.join(self._root, "logs"), spares=spares)
         n = max_workers or (2 if self.backend.device == "cpu" else
                             max(2, min((os.cpu_count() or 4) // 2, 6 * len(dev_list))))
+        per_device = max(1, n // len(dev_list)) if spares else 0
+        self._pool = WorkerPool(self.backend, dev_list, os.path.join(self._root, "logs"), spares=per_device)
         self._executor = ThreadPoolExecutor(max_workers=n, thread_name_prefix="ks-judge")
         self._refs: dict[str, _Reference | Exception] = {}
         self._ref_locks: dict[str, threading.Lock] = {}
