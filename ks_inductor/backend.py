@@ -82,6 +82,9 @@ class BackendOptions:
     enabled: bool = True
     triton_op: bool = True
     judge_backend: str | None = None
+    # torch.compile refuses mode= together with options=, so the mode for what Inductor compiles can also come
+    # from here (or KERNELSMITH_MODE); an explicit mode= wins.
+    mode: str | None = None
 
     @classmethod
     def resolve(cls, options: dict[str, Any] | None) -> tuple[BackendOptions, dict[str, Any]]:
@@ -96,6 +99,7 @@ class BackendOptions:
             enabled=env.get("KERNELSMITH_DISABLE", "") not in ("1", "true", "yes"),
             triton_op=env.get("KERNELSMITH_TRITON_OP", "1") not in ("0", "false", "no"),
             judge_backend=env.get("KERNELSMITH_JUDGE_BACKEND") or None,
+            mode=env.get("KERNELSMITH_MODE") or None,
         )
         inductor: dict[str, Any] = {}
         aliases = {"time_limit": "time_limit_s", "judge": "judge_backend"}
@@ -389,7 +393,7 @@ def kernelsmith_backend(gm: fx.GraphModule, example_inputs: list[Any], mode: str
     from torch._inductor.compile_fx import compile_fx
 
     opts, inductor_opts = BackendOptions.resolve(options)
-    patches = _inductor_patches(mode, inductor_opts)
+    patches = _inductor_patches(mode or opts.mode, inductor_opts)
     if not opts.enabled:
         return compile_fx(gm, example_inputs, config_patches=patches)
     report = CompileReport()

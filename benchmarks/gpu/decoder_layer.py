@@ -197,7 +197,7 @@ def _sync() -> None:
     import torch
 
     if torch.cuda.is_available():
-        _sync()
+        torch.cuda.synchronize()
 
 
 def _compile(layer: Any, mode: str | None, ks: bool, db: str) -> Any:
@@ -206,7 +206,9 @@ def _compile(layer: Any, mode: str | None, ks: bool, db: str) -> Any:
     from ks_inductor.backend import kernelsmith_backend
 
     if ks:
-        return torch.compile(layer, backend=kernelsmith_backend, mode=mode, options={"kernelsmith.db": db})
+        # torch.compile takes mode= or options=, not both: the mode travels as a kernelsmith option.
+        return torch.compile(layer, backend=kernelsmith_backend,
+                             options={"kernelsmith.db": db, "kernelsmith.mode": mode})
     return torch.compile(layer, mode=mode)
 
 
