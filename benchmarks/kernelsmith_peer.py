@@ -6,10 +6,7 @@ an evolve budget, a miss first runs the optimizer (which stores what the judge a
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import logging
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,24 +109,10 @@ def _module_dir() -> Path:
 def load_kernel_module(source: str) -> Any:
     """Import kernel source from a real file: ``@triton.jit`` reads its function's source through inspect, which
     fails for code exec'd from a string when not running under the interpreter."""
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-    name = f"ks_bench_kernel_{digest}"
-    if name in sys.modules:
-        return sys.modules[name]
-    path = _module_dir() / f"{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import kernel source from {path}")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    try:
-        spec.loader.exec_module(mod)
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise
+    from ks_inductor.source_module import load_source_module
+
+    mod = load_source_module(source, "ks_bench_kernel", str(_module_dir()))
     if not hasattr(mod, "ModelNew"):
-        sys.modules.pop(name, None)
         raise LookupError("the cached kernel source defines no ModelNew")
     return mod
 

@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import importlib.util
 import logging
 import os
-import sys
 import tempfile
 import threading
 import types
@@ -40,6 +38,7 @@ import torch
 
 from kernel_cache.record import KernelRecord, source_sha256
 from ks_inductor.candidate import parse_source
+from ks_inductor.source_module import load_source_module
 
 log = logging.getLogger(__name__)
 
@@ -108,24 +107,11 @@ def load_kernel(record: KernelRecord, wrap_triton: bool = False) -> LoadedKernel
     with _REGISTRY_LOCK:
         if cache_key in _LOADED:
             return _LOADED[cache_key]
-        suffix = "_w" if wrap_triton else ""
-        mod_name = f"ks_kernel_{record.sha256[:16]}{suffix}"
-        path = _kernel_dir() / f"{mod_name}.py"
+        # A separate module when launches get wrapped: wrapping rewrites the module's globals.
+        prefix = "ks_kernel_w" if wrap_triton else "ks_kernel"
         try:
-            if not path.exists() or path.read_text() != record.source:
-                tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(record.source)
-                os.replace(tmp, path)
-            spec = importlib.util.spec_from_file_location(mod_name, path)
-            if spec is None or spec.loader is None:
-                raise KernelLoadError(f"cannot import {path}")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[mod_name] = module
-            spec.loader.exec_module(module)
-        except KernelLoadError:
-            raise
+            module = load_source_module(record.source, prefix, str(_kernel_dir()))
         except Exception as e:  # noqa: BLE001 - any failure to import means: not this kernel
-            sys.modules.pop(mod_name, None)
             raise KernelLoadError(f"kernel {record.id} failed to import: {type(e).__name__}: {e}") from None
         if not hasattr(module, "ModelNew"):
             raise KernelLoadError(f"kernel {record.id} defines no ModelNew")

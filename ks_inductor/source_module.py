@@ -30,7 +30,8 @@ def load_source_module(source: str, prefix: str = "ks_kernel", directory: str | 
     directory = directory or default_module_dir()
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, name + ".py")
-    if not os.path.exists(path):
+    # Rewrite a file whose content differs: whatever sits on disk, what runs is the source we were given.
+    if not os.path.exists(path) or _read(path) != source:
         fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
         with os.fdopen(fd, "w") as f:
             f.write(source)
@@ -46,3 +47,11 @@ def load_source_module(source: str, prefix: str = "ks_kernel", directory: str | 
         sys.modules.pop(name, None)
         raise
     return mod
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
