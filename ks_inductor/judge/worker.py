@@ -299,7 +299,6 @@ def _timing(job: dict[str, Any], ref_mod: Any, ref_model: Any, model: Any, count
     acquire("exclusive")
     stage("timing")
     try:
-        before = counter.total()
         with torch.no_grad():
             if job["timed"]:
                 samples = T.benchmark_interleaved(
@@ -313,7 +312,6 @@ def _timing(job: dict[str, Any], ref_mod: Any, ref_model: Any, model: Any, count
                 samples = T.benchmark_interleaved(
                     fns, rounds=2, warmup_ms=0.0, rep_ms=0.0, min_reps=2, max_reps=2, before_each=rotate,
                     seed=job["order_seed"], device="cpu")
-            cand_calls = sum(len(r) for r in samples["candidate"])
             wall = None
             if job["timed"]:
                 # Work hidden on another stream escapes events but not a device-wide sync after each call.
@@ -332,8 +330,9 @@ def _timing(job: dict[str, Any], ref_mod: Any, ref_model: Any, model: Any, count
             bandwidth = T.measure_copy_bandwidth(device, 512 * 2**20) if job["timed"] else None
     finally:
         release("exclusive")
-    launched = counter.total() - before
-    del launched, cand_calls
+    if counter.off_stream and not any(f[0] == "side_stream" for f in flags):
+        flags.append(("side_stream", f"{counter.off_stream} Triton launch(es) during timing went to a stream other "
+                      "than the current one"))
     return {"samples": samples, "wall": wall, "post_files": post_files, "bandwidth": bandwidth}
 
 
