@@ -140,12 +140,11 @@ def problem_from_callable(
     closes over must be passed as inputs (the backend lifts them).
     """
     import torch
-    from torch.fx.experimental.proxy_tensor import make_fx
 
     specs = [_spec_of(x) for x in example_inputs]
     fake_inputs = _fake_like(example_inputs)
     try:
-        gm = make_fx(fn, decomposition_table=_decomp_table(), tracing_mode="real")(*fake_inputs)
+        gm = trace_aten(fn, *fake_inputs)
     except Exception as e:  # noqa: BLE001
         raise ProblemError(f"could not trace {name} to an aten graph: {type(e).__name__}: {e}") from None
     source = render_problem_source(gm, specs, name)
@@ -165,6 +164,20 @@ class TracedProblem:
     op_summary: dict[str, int]
     bytes_moved: int
     flops: int
+
+
+def trace_aten(fn: Callable[..., Any], *args: Any) -> Any:
+    """Trace ``fn`` to the canonical aten form every key is computed from: functionalized (an in-place op on an
+    intermediate, as in F.rms_norm's ``add_``, becomes its functional twin) and decomposed to core aten."""
+    from torch.func import functionalize
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    # Decompositions run below functionalization, so functionalize the decomposed graph in a second pass.
+    gm = make_fx(fn, decomposition_table=_decomp_table(), tracing_mode="real")(*args)
+    if not any(str(n.target).split(".")[-2].endswith("_") for n in gm.graph.nodes
+               if n.op == "call_function" and str(n.target).count(".") >= 2):
+        return gm
+    return make_fx(functionalize(gm), tracing_mode="real")(*args)
 
 
 @functools.lru_cache(maxsize=1)
@@ -219,7 +232,6 @@ def trace_problem_module(mod: types.ModuleType, filename: str = "<problem>") -> 
     """Trace ``Model(*get_init_inputs())(*get_inputs())`` to an aten graph on fake tensors (no real memory)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.proxy_tensor import make_fx
     from torch.utils.flop_counter import FlopCounterMode
 
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
@@ -242,7 +254,7 @@ def trace_problem_module(mod: types.ModuleType, filename: str = "<problem>") -> 
 
     try:
         with fake_mode:
-            gm = make_fx(run, decomposition_table=_decomp_table())(params, buffers, *inputs)
+            gm = trace_aten(run, params, buffers, *inputs)
             flop_counter = FlopCounterMode(display=False)
             with flop_counter:
                 out = model(*inputs)

@@ -162,9 +162,8 @@ def _op_name(target: Any) -> str:
 
 def _aten_ops(node: fx.Node, root: torch.nn.Module, conc: _Concretizer) -> list[Any] | None:
     """The aten ops one Dynamo node decomposes to, or None when it cannot be traced on fake inputs."""
-    from torch.fx.experimental.proxy_tensor import make_fx
 
-    from ks_inductor.problem import _decomp_table
+    from ks_inductor.problem import trace_aten
 
     leaves: list[Any] = []
 
@@ -193,7 +192,7 @@ def _aten_ops(node: fx.Node, root: torch.nn.Module, conc: _Concretizer) -> list[
         return _run_node(node, put(args, ts), put(kwargs, ts), root)
 
     try:
-        gm = make_fx(fn, decomposition_table=_decomp_table(), tracing_mode="real")(*leaves)
+        gm = trace_aten(fn, *leaves)
     except Exception as e:  # noqa: BLE001 - an untraceable node is simply not part of any region
         log.debug("node %s not traceable to aten: %s", node.format_node(), e)
         return None
