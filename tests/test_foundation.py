@@ -241,3 +241,20 @@ def test_eval_cli_json_and_exit_codes():
     assert json.loads(bad.stdout)["flags"] == ["try_except_fallback"]
     usage = subprocess.run(cmd + ["/nonexistent.py", "--json"], capture_output=True, text=True, timeout=300)
     assert usage.returncode == 2 and json.loads(usage.stdout)["correct"] is False
+
+
+def test_in_place_ops_on_intermediates_are_functionalized_before_keying():
+    import torch
+
+    from ks_inductor.problem import problem_from_callable, trace_aten
+
+    def in_place(x):
+        y = x * 2
+        y.add_(1)
+        return y
+
+    x = torch.randn(4, 8)
+    assert problem_from_callable(in_place, [x]).key == problem_from_callable(lambda t: t * 2 + 1, [x]).key
+    gm = trace_aten(lambda t, w: torch.nn.functional.rms_norm(t, (8,), w, 1e-6), x, torch.randn(8))
+    targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    assert "aten.rsqrt.default" in targets and not any(t.split(".")[1].endswith("_") for t in targets)
