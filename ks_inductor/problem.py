@@ -139,8 +139,6 @@ def problem_from_callable(
     The callable is traced to an aten graph, which is emitted as ``Model.forward``; parameters the callable
     closes over must be passed as inputs (the backend lifts them).
     """
-    import torch
-
     specs = [_spec_of(x) for x in example_inputs]
     fake_inputs = _fake_like(example_inputs)
     try:
@@ -148,7 +146,6 @@ def problem_from_callable(
     except Exception as e:  # noqa: BLE001
         raise ProblemError(f"could not trace {name} to an aten graph: {type(e).__name__}: {e}") from None
     source = render_problem_source(gm, specs, name)
-    del torch
     return problem_from_source(source, name=name, filename=f"<{name}>")
 
 

@@ -220,7 +220,10 @@ class Judge:
             res.log_tail = (msg.get("traceback", "") + "\n" + res.log_tail)[-2000:]
             return False
         for flag, reason in msg.get("flags", []):
-            res.reject(flag, reason) if flag in _REJECTING_FLAGS else res.flags.append(flag)
+            if flag in _REJECTING_FLAGS:
+                res.reject(flag, reason)
+            else:
+                res.flags.append(flag)
         return True
 
     def _evaluate(self, problem: Problem, source: str, timing: bool | None) -> EvalResult:
