@@ -24,7 +24,7 @@ def judge():
         yield j
 
 
-def _renders(problem, all_variants: bool):
+def _renders(problem, all_variants: bool, overrides: dict | None = None):
     fm = classify(problem)
     assert fm is not None
     fm.target = "cpu"
@@ -33,6 +33,8 @@ def _renders(problem, all_variants: bool):
         variants = t.variants(fm) if all_variants else t.variants(fm)[:1]
         for v in variants:
             params = t.default(fm, v, "cpu")
+            space = t.space(fm, v)
+            params.update({k: val for k, val in (overrides or {}).items() if k in space})
             src = t.render(fm, params, v)
             assert static_check(src) == [], (t.name, v, static_check(src))
             out.append((f"{t.name}/{v}", src))
@@ -42,8 +44,8 @@ def _renders(problem, all_variants: bool):
 def _judge_all(judge, jobs_spec) -> None:
     # Render (and statically check) everything before submitting: CPython 3.11 can fail when ast.parse runs in
     # two threads at once, and the judge parses in its own threads.
-    rendered = [(name, problem, label, src) for name, problem, all_variants in jobs_spec
-                for label, src in _renders(problem, all_variants)]
+    rendered = [(name, problem, label, src) for name, problem, all_variants, *over in jobs_spec
+                for label, src in _renders(problem, all_variants, over[0] if over else None)]
     jobs = [(name, label, judge.submit(problem, src)) for name, problem, label, src in rendered]
     failures = []
     for (name, problem, label, src), (_, _, fut) in zip(rendered, jobs):
@@ -67,6 +69,14 @@ def test_other_family_templates_are_accepted(judge) -> None:
                        for n in ("matmul_mish_mish", "row_sum", "col_mean")])
 
 
+# Structural knobs the embedded mutator can switch on: each must still give a kernel the judge accepts.
+STRUCTURAL = {"HTILE": 1, "num_stages": 2, "EVICT": 1, "LOWP": 1}
+
+
+def test_structural_knobs_are_accepted(judge) -> None:
+    _judge_all(judge, [(n, small_problem(n), True, STRUCTURAL) for n in ("rope_bf16", "rmsnorm_bf16", "softmax_bf16", "layernorm_bf16")])
+
+
 @pytest.mark.slow
 def test_every_variant_and_family_is_accepted(judge) -> None:
     spec = [(n, small_problem(n), True) for n in SERVING]
@@ -83,5 +93,37 @@ def test_template_params_stay_in_their_space() -> None:
                 space = t.space(fm, v)
                 d = t.default(fm, v, "cuda")
                 assert set(d) == set(space), (t.name, v)
+                assert t.feasible(fm, d, v), (t.name, v)
                 bad = t.coerce(fm, {k: "nonsense" for k in space}, v)
                 assert all(bad[k] in space[k] for k in space)
+
+
+def test_embedded_mutator_only_proposes_feasible_children() -> None:
+    import random
+
+    from ks_inductor.candidate import Candidate
+    from ks_inductor.evolve.archive import Program
+    from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
+    from ks_inductor.evolve.templates import template_named
+
+    from pathlib import Path
+
+    from ks_inductor.problem import load_problem
+
+    # Full size (4096 x 32000): most rows-per-program and warp choices would spill there.
+    fm = classify(load_problem(Path(__file__).parents[1] / "benchmarks" / "problems" / "softmax_bf16.py"))
+    fm.target = "cuda"
+    mut = EmbeddedMutator(fm)
+    rng = random.Random(0)
+    seed = mut.seeds()[0]
+    parent = Program("p0", seed.source_hash, seed.to_json(), {}, 0, True, True)
+    kinds = set()
+    for _ in range(200):
+        m = mut.mutate(parent, rng)
+        if m.candidate is None:
+            continue
+        c = m.candidate
+        kinds.add(m.kind)
+        assert template_named(c.template).feasible(fm, c.params, c.variant), c.params
+        parent = Program(c.id, c.source_hash, c.to_json(), {}, 0, True, True)
+    assert kinds == {"param", "variant"}

@@ -15,6 +15,7 @@ from ks_inductor.evolve.families import FamilyMatch
 from ks_inductor.evolve.mutators.base import Mutation, describe_source, unified_diff
 from ks_inductor.evolve.templates import Template, TemplateError, template_named, templates_for
 
+_FEASIBLE_TRIES = 20
 _TWEAKABLE = re.compile(r"\b(num_warps|num_stages|BLOCK\w*|GROUP_M|ROWS|WAVES)\s*=\s*(\d+)")
 
 
@@ -71,23 +72,28 @@ class EmbeddedMutator:
         variants = t.variants(self.fm)
         others = [(tt, v) for tt in self.templates for v in tt.variants(self.fm)
                   if (tt.name, v) != (t.name, pc.variant)]
-        if others and rng.random() < self.variant_prob:
-            tt, v = rng.choice(others)
-            params = tt.default(self.fm, v, self.fm.target)
-            space = tt.space(self.fm, v)
-            for k, val in pc.params.items():  # carry over what the variant shares
-                if k in space and val in space[k]:
-                    params[k] = val
-            kind = "variant"
+        for _ in range(_FEASIBLE_TRIES):
+            if others and rng.random() < self.variant_prob:
+                tt, v = rng.choice(others)
+                params = tt.default(self.fm, v, self.fm.target)
+                space = tt.space(self.fm, v)
+                for k, val in pc.params.items():  # carry over what the variant shares
+                    if k in space and val in space[k]:
+                        params[k] = val
+                kind = "variant"
+            else:
+                tt, v = t, pc.variant if pc.variant in variants else variants[0]
+                space = tt.space(self.fm, v)
+                params = tt.coerce(self.fm, dict(pc.params), v)
+                keys = [k for k, vals in space.items() if len(vals) > 1]
+                n = 2 if rng.random() < self.two_param_prob and len(keys) > 1 else 1
+                for k in rng.sample(keys, n):
+                    params[k] = _move(space[k], params[k], rng)
+                kind = "param"
+            if tt.feasible(self.fm, params, v):
+                break
         else:
-            tt, v = t, pc.variant if pc.variant in variants else variants[0]
-            space = tt.space(self.fm, v)
-            params = tt.coerce(self.fm, dict(pc.params), v)
-            keys = [k for k, vals in space.items() if len(vals) > 1]
-            n = 2 if rng.random() < self.two_param_prob and len(keys) > 1 else 1
-            for k in rng.sample(keys, n):
-                params[k] = _move(space[k], params[k], rng)
-            kind = "param"
+            return Mutation(kind, error="no feasible neighbour of the parent's parameters was found")
         src = tt.render(self.fm, params, v)
         child = Candidate(src, params=params, parent_id=parent.id, mutation=kind, template=tt.name, variant=v,
                           generation=parent.generation + 1)

@@ -39,6 +39,11 @@ class Template(ABC):
     @abstractmethod
     def render(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> str: ...
 
+    def feasible(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> bool:
+        """False for corners of the space that cannot run well (a tile that spills every register): the mutator
+        does not spend judgments, and compile minutes, on them."""
+        return True
+
     def descriptor(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> dict[str, Any]:
         """Kernel-strategy coordinates for the MAP-Elites grid."""
         block = max([v for k, v in params.items() if k.startswith("BLOCK") and isinstance(v, int)] or [1])
@@ -62,6 +67,13 @@ class Template(ABC):
             if v not in space[k]:
                 out[k] = base[k]
         return out
+
+
+MAX_ELEMS_PER_THREAD = 128
+
+
+def elems_per_thread(tile: int, num_warps: int) -> float:
+    return tile / (32 * max(1, num_warps))
 
 
 def block_class(n: int) -> str:

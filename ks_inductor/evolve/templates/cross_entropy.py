@@ -6,7 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from ks_inductor.evolve.families import FamilyMatch
-from ks_inductor.evolve.templates.base import Template, block_class, module_source, torch_dtype
+from ks_inductor.evolve.templates.base import (
+    MAX_ELEMS_PER_THREAD,
+    Template,
+    block_class,
+    elems_per_thread,
+    module_source,
+    next_pow2,
+    torch_dtype,
+)
 
 _ROWS = '''
 @triton.jit
@@ -79,6 +87,11 @@ class CrossEntropyTemplate(Template):
         if variant == "online":
             p["BLOCK"] = 2048
         return p
+
+    def feasible(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> bool:
+        n = fm.graph.type_of(fm.attrs["logits"]).shape[-1]  # type: ignore[union-attr]
+        block = params.get("BLOCK", next_pow2(n)) if variant == "online" else next_pow2(n)
+        return elems_per_thread(block, params["num_warps"]) <= MAX_ELEMS_PER_THREAD
 
     def descriptor(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> dict[str, Any]:
         d = super().descriptor(fm, params, variant)

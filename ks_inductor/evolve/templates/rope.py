@@ -28,18 +28,20 @@ class RopeTemplate(Template):
         return ["fused", "separate"] if len(fm.attrs["outputs"]) > 1 else ["fused"]
 
     def space(self, fm: FamilyMatch, variant: str) -> dict[str, list[Any]]:
-        return {"BLOCK_T": [1, 2, 4, 8, 16, 32, 64], "HB": [1, 2, 4, 8, 16, 32], "num_warps": [1, 2, 4, 8],
-                "num_stages": [1, 2, 3]}
+        # HTILE=1 loads the HB heads as one [HB, BLOCK_T, D/2] tile (more bytes in flight per program);
+        # HTILE=0 walks them one after another.
+        return {"BLOCK_T": [1, 2, 4, 8, 16, 32, 64], "HB": [1, 2, 4, 8, 16, 32], "num_warps": [1, 2, 4, 8, 16],
+                "num_stages": [1, 2, 3], "HTILE": [0, 1]}
 
     def default(self, fm: FamilyMatch, variant: str, device: str) -> dict[str, Any]:
-        return {"BLOCK_T": 16, "HB": 4, "num_warps": 4, "num_stages": 1}
+        return {"BLOCK_T": 16, "HB": 4, "num_warps": 4, "num_stages": 1, "HTILE": 0}
 
     def descriptor(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> dict[str, Any]:
         d = super().descriptor(fm, params, variant)
         d["block"] = block_class(params["BLOCK_T"] * params["HB"] * 64)
         return d
 
-    def _kernel(self, fm: FamilyMatch, group: list[int]) -> str:
+    def _kernel(self, fm: FamilyMatch, group: list[int], htile: bool = False) -> str:
         g = fm.graph
         outs = fm.attrs["outputs"]
         sig = ["cos_ptr", "sin_ptr", "T", "cs_b", "cs_t", "cs_d", "ss_b", "ss_t", "ss_d", "G_TOTAL"]
@@ -70,6 +72,20 @@ class RopeTemplate(Template):
             def r(e: str, dt: str = dt) -> str:
                 return round_expr(f"({e})", dt)
 
+            if htile:
+                k += [f"    if (grp >= G{j}_start) & (grp < G{j}_start + G{j}):",
+                      f"        h = ((grp - G{j}_start) * HB + tl.arange(0, HB)).to(tl.int64)",
+                      f"        hm = mask[None, :, :] & (h < H{j})[:, None, None]",
+                      f"        xb = x{j}_ptr + b * x{j}_b + h[:, None, None] * x{j}_h + t64[None, :, :] * x{j}_t",
+                      f"        ob = o{j}_ptr + b * o{j}_b + h[:, None, None] * o{j}_h + t64[None, :, :] * o{j}_t",
+                      f"        xa = tl.load(xb + d[None, None, :] * x{j}_d, mask=hm, other=0.0).to(tl.float32)",
+                      f"        xc = tl.load(xb + (d[None, None, :] + HALF) * x{j}_d, mask=hm, other=0.0)"
+                      ".to(tl.float32)",
+                      f"        ya = {r(r('xa * c1[None, :, :]') + ' + ' + r('(-xc) * s1[None, :, :]'))}",
+                      f"        yc = {r(r('xc * c2[None, :, :]') + ' + ' + r('xa * s2[None, :, :]'))}",
+                      f"        tl.store(ob + d[None, None, :], {store_expr('ya', dt)}, mask=hm)",
+                      f"        tl.store(ob + (d[None, None, :] + HALF), {store_expr('yc', dt)}, mask=hm)"]
+                continue
             k += [f"    if (grp >= G{j}_start) & (grp < G{j}_start + G{j}):",
                   "        for hh in range(HB):",
                   f"            h = (grp - G{j}_start) * HB + hh",
@@ -91,7 +107,8 @@ class RopeTemplate(Template):
         cs = {(o["cos"], o["sin"]) for o in outs}
         if len(cs) != 1:
             raise TemplateError("all rotated tensors must share cos and sin")
-        kernels = "\n\n\n".join(self._kernel(fm, grp) for grp in groups)
+        htile = bool(params.get("HTILE", 0))
+        kernels = "\n\n\n".join(self._kernel(fm, grp, htile) for grp in groups)
         f: list[str] = []
         for j, o in enumerate(outs):
             nd = len(g.type_of(o["x"]).shape)  # type: ignore[union-attr]

@@ -22,9 +22,11 @@ from ks_inductor.evolve.pointwise import (
     store_expr,
 )
 from ks_inductor.evolve.templates.base import (
+    MAX_ELEMS_PER_THREAD,
     SM_COUNT_HELPER,
     Template,
     TemplateError,
+    elems_per_thread,
     module_source,
     next_pow2,
     output_refs,
@@ -40,8 +42,12 @@ def _row_shape(fm: FamilyMatch) -> list[int]:
     return full
 
 
-def _lower(fm: FamilyMatch) -> tuple[list[str], dict[str, str], list[str]]:
-    """Kernel body lines, the loads (placeholder -> kind) and the output value names."""
+def _lower(fm: FamilyMatch, lowp: bool = False) -> tuple[list[str], dict[str, str], list[str]]:
+    """Kernel body lines, the loads (placeholder -> kind) and the output value names.
+
+    ``lowp`` keeps row tiles in their storage dtype and widens them at each use, and writes softmax as
+    exp(x - logsumexp): no fp32 copy of the row has to live across the reductions, which frees registers for
+    more rows in flight on long rows."""
     g = fm.graph
     full = _row_shape(fm)
     n = full[-1]
@@ -59,7 +65,7 @@ def _lower(fm: FamilyMatch) -> tuple[list[str], dict[str, str], list[str]]:
             loads[p] = "scalar"
         else:
             raise TemplateError(f"input {p} of shape {t.shape} is neither a full row tile nor a [N] vector")
-        env[p] = Val(f"v_{p}")
+        env[p] = Val(f"v_{p}.to(tl.float32)" if lowp and loads[p] == "tile" else f"v_{p}")
 
     def red(op: str, v: str, keep_shape: bool = True) -> str:
         fn = {"sum": "tl.sum", "mean": "tl.sum", "amax": "tl.max", "amin": "tl.min"}[op]
@@ -108,7 +114,10 @@ def _lower(fm: FamilyMatch) -> tuple[list[str], dict[str, str], list[str]]:
             lines += [f"{name}_m = tl.max(tl.where(mask, {src}, -float('inf')), axis=1)[:, None]",
                       f"{name}_e = tl.where(mask, tl.exp({src} - {name}_m), 0.0)",
                       f"{name}_s = tl.sum({name}_e, axis=1)[:, None]"]
-            if node.op == "_softmax":
+            if node.op == "_softmax" and lowp:
+                lines[-2:] = [f"{name}_s = tl.sum(tl.where(mask, tl.exp({src} - {name}_m), 0.0), axis=1)[:, None]",
+                              f"{name} = {rnd(f'tl.exp({src} - ({name}_m + tl.log({name}_s)))')}"]
+            elif node.op == "_softmax":
                 lines.append(f"{name} = {rnd(f'{name}_e / {name}_s')}")
             else:
                 lines.append(f"{name} = {rnd(f'{src} - {name}_m - tl.log({name}_s)')}")
@@ -140,24 +149,29 @@ class RowwiseTemplate(Template):
 
     def space(self, fm: FamilyMatch, variant: str) -> dict[str, list[Any]]:
         # Stages only pipeline loops; the one-block variant has none, so they are not a knob there.
-        s: dict[str, list[Any]] = {"ROWS": [1, 2, 4, 8, 16], "num_warps": [1, 2, 4, 8, 16, 32], "EVICT": [0, 1]}
+        s: dict[str, list[Any]] = {"ROWS": [1, 2, 4, 8, 16], "num_warps": [1, 2, 4, 8, 16, 32], "EVICT": [0, 1],
+                                   "LOWP": [0, 1]}
         if variant == "persistent":
             s["WAVES"] = [1, 2, 4, 8]
             s["num_stages"] = [1, 2, 3]
         return s
 
+    def feasible(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> bool:
+        tile = params["ROWS"] * next_pow2(_row_shape(fm)[-1])
+        return elems_per_thread(tile, params["num_warps"]) <= MAX_ELEMS_PER_THREAD
+
     def default(self, fm: FamilyMatch, variant: str, device: str) -> dict[str, Any]:
         n = next_pow2(_row_shape(fm)[-1])
         rows = max(1, min(16, 2048 // n))
         warps = max(1, min(32, next_pow2(n * rows // 512)))
-        p: dict[str, Any] = {"ROWS": rows, "num_warps": warps, "EVICT": 0}
+        p: dict[str, Any] = {"ROWS": rows, "num_warps": warps, "EVICT": 0, "LOWP": 0}
         if variant == "persistent":
             p["WAVES"] = 2
             p["num_stages"] = 1
         return p
 
     def render(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> str:
-        lines, loads, outs = _lower(fm)
+        lines, loads, outs = _lower(fm, bool(params.get("LOWP", 0)))
         g = fm.graph
         tiles = [p for p, k in loads.items() if k == "tile"]
         vecs = [p for p, k in loads.items() if k == "vec"]
@@ -188,8 +202,9 @@ class RowwiseTemplate(Template):
         for p in tiles:
             # Row tiles are read once: evict_first keeps L2 for the broadcast vectors.
             evict = ', eviction_policy="evict_first"' if params.get("EVICT") else ""
+            widen = "" if params.get("LOWP") else ".to(tl.float32)"
             k.append(ind + f"v_{p} = tl.load({p}_ptr + r64 * {p}_s0 + cols[None, :] * {p}_s1, mask=mask, "
-                     f"other=0.0{evict}).to(tl.float32)")
+                     f"other=0.0{evict}){widen}")
         k += [ind + ln for ln in lines]
         for o, v, ref in zip(out_names, outs, output_refs(g)):
             k.append(ind + f"tl.store({o}_ptr + r64 * {o}_s0 + cols[None, :], {store_expr(v, g.type_of(ref).dtype)}, "

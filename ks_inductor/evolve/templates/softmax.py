@@ -10,7 +10,15 @@ from typing import Any
 
 from ks_inductor.evolve.families import FamilyMatch
 from ks_inductor.evolve.graph import Ref
-from ks_inductor.evolve.templates.base import Template, TemplateError, block_class, module_source, torch_dtype
+from ks_inductor.evolve.templates.base import (
+    MAX_ELEMS_PER_THREAD,
+    Template,
+    TemplateError,
+    block_class,
+    elems_per_thread,
+    module_source,
+    torch_dtype,
+)
 
 _KERNEL = '''
 @triton.jit
@@ -76,6 +84,9 @@ class SoftmaxLoopTemplate(Template):
 
     def default(self, fm: FamilyMatch, variant: str, device: str) -> dict[str, Any]:
         return {"BLOCK": 4096, "num_warps": 8, "num_stages": 2}
+
+    def feasible(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> bool:
+        return elems_per_thread(params["BLOCK"], params["num_warps"]) <= MAX_ELEMS_PER_THREAD
 
     def descriptor(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> dict[str, Any]:
         d = super().descriptor(fm, params, variant)

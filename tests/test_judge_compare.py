@@ -1,0 +1,60 @@
+"""The judge's output comparison: the chunked fast pass must reach the same verdict as the exact float64 rule."""
+
+import pytest
+import torch
+
+from ks_inductor.judge import compare as C
+
+
+def tol(_dtype: str) -> tuple[float, float]:
+    return (1e-2, 1e-2)
+
+
+def verdict(r: torch.Tensor, o: torch.Tensor) -> bool:
+    return C.compare_outputs([r], [o], tol, 0, "t")[1] is None
+
+
+def exact(r: torch.Tensor, o: torch.Tensor) -> bool:
+    return C._exact(r, o, 1e-2, 1e-2, 0, 0, "t")[1] is None
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+def test_fast_pass_agrees_with_exact_rule(dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(C, "_CHUNK", 1000)  # several chunks, and a ragged last one
+    g = torch.Generator().manual_seed(0)
+    r = torch.randn(5003, generator=g).to(dtype)
+    cases = {
+        "same": r.clone(),
+        "tiny noise": (r.double() * (1 + 1e-3 * torch.randn(5003, generator=g, dtype=torch.float64))).to(dtype),
+        "one far": r.clone().index_fill_(0, torch.tensor([4999]), 50.0),
+        "nan": r.clone().index_fill_(0, torch.tensor([17]), float("nan")),
+        "inf": r.clone().index_fill_(0, torch.tensor([1200]), float("inf")),
+        "zeros": torch.zeros_like(r),
+    }
+    for name, o in cases.items():
+        assert verdict(r, o) == exact(r, o), name
+    assert verdict(r, cases["same"]) and verdict(r, cases["tiny noise"])
+    assert not verdict(r, cases["one far"]) and not verdict(r, cases["nan"]) and not verdict(r, cases["inf"])
+
+
+def test_special_values_follow_the_exact_rule() -> None:
+    r = torch.tensor([1.0, float("inf"), float("nan"), -2.0])
+    assert verdict(r, r.clone())  # inf equals inf, NaN where the reference has NaN
+    assert not verdict(r, torch.tensor([1.0, -float("inf"), float("nan"), -2.0]))
+    assert not verdict(r, torch.tensor([1.0, float("inf"), float("nan"), float("nan")]))
+
+
+def test_tiny_outputs_cannot_hide_under_atol() -> None:
+    r = torch.randn(10_000) * 1e-4
+    why = C.compare_outputs([r], [torch.zeros_like(r)], tol, 3, "normal")[1]
+    assert why is not None and "relative L2" in why and "trial 3" in why
+
+
+def test_shape_dtype_and_integer_outputs() -> None:
+    r = torch.arange(12).reshape(3, 4)
+    assert verdict(r, r.clone())
+    assert not verdict(r, r + 1)
+    assert "shape" in C.compare_outputs([r], [r.reshape(4, 3)], tol, 0, "t")[1]
+    assert "dtype" in C.compare_outputs([r.float()], [r.double()], tol, 0, "t")[1]
+    m, why = C.compare_outputs([r.float()], [r.float().index_fill_(1, torch.tensor([2]), 99.0)], tol, 0, "t")
+    assert why and m.first_bad_index == [0, 2] and m.fraction_mismatched == 3 / 12
