@@ -74,7 +74,8 @@ STRUCTURAL = {"HTILE": 1, "num_stages": 2, "EVICT": 1, "LOWP": 1}
 
 
 def test_structural_knobs_are_accepted(judge) -> None:
-    _judge_all(judge, [(n, small_problem(n), True, STRUCTURAL) for n in ("rope_bf16", "rmsnorm_bf16", "softmax_bf16", "layernorm_bf16")])
+    _judge_all(judge, [(n, small_problem(n), True, STRUCTURAL)
+                       for n in ("rope_bf16", "rmsnorm_bf16", "softmax_bf16", "layernorm_bf16", "cross_entropy_fp32")])
 
 
 @pytest.mark.slow
@@ -100,14 +101,11 @@ def test_template_params_stay_in_their_space() -> None:
 
 def test_embedded_mutator_only_proposes_feasible_children() -> None:
     import random
+    from pathlib import Path
 
-    from ks_inductor.candidate import Candidate
     from ks_inductor.evolve.archive import Program
     from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
     from ks_inductor.evolve.templates import template_named
-
-    from pathlib import Path
-
     from ks_inductor.problem import load_problem
 
     # Full size (4096 x 32000): most rows-per-program and warp choices would spill there.

@@ -19,18 +19,30 @@ from ks_inductor.evolve.templates.base import (
 _ROWS = '''
 @triton.jit
 def _ce_rows(logits_ptr, target_ptr, loss_ptr, valid_ptr, n_cols, stride, ignore_index,
-             BLOCK: tl.constexpr, ONEPASS: tl.constexpr):
+             BLOCK: tl.constexpr, MODE: tl.constexpr):
     row = tl.program_id(0)
     tgt = tl.load(target_ptr + row)
     base = logits_ptr + row.to(tl.int64) * stride
     cols = tl.arange(0, BLOCK)
-    if ONEPASS:
+    if MODE == 0:  # the whole row at once
         cm = cols < n_cols
         x = tl.load(base + cols, mask=cm, other=-float('inf')).to(tl.float32)
         mx = tl.max(x, axis=0)
         total = tl.sum(tl.where(cm, tl.exp(x - mx), 0.0), axis=0)
         xt = tl.sum(tl.where(cols == tgt, x, 0.0), axis=0)
-    else:
+    elif MODE == 2:  # a running max and sum per row: one exp per logit, the target logit read directly
+        m = -float('inf')
+        total = 0.0
+        for off in range(0, n_cols, BLOCK):
+            c = off + cols
+            x = tl.load(base + c, mask=c < n_cols, other=-float('inf')).to(tl.float32)
+            m_new = tl.maximum(m, tl.max(x, axis=0))
+            total = total * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)
+            m = m_new
+        mx = m
+        inside = (tgt >= 0) & (tgt < n_cols)
+        xt = tl.load(base + tl.where(inside, tgt, 0)).to(tl.float32)
+    else:  # a running max and sum per lane, folded at the end
         m = tl.full([BLOCK], -float('inf'), tl.float32)
         s = tl.zeros([BLOCK], dtype=tl.float32)
         tv = tl.zeros([BLOCK], dtype=tl.float32)
@@ -74,23 +86,23 @@ class CrossEntropyTemplate(Template):
     families = ("cross_entropy",)
 
     def variants(self, fm: FamilyMatch) -> list[str]:
-        return ["online", "onepass"]
+        return ["online", "online_block", "onepass"]
 
     def space(self, fm: FamilyMatch, variant: str) -> dict[str, list[Any]]:
         s: dict[str, list[Any]] = {"num_warps": [2, 4, 8, 16, 32], "num_stages": [1, 2, 3, 4]}
-        if variant == "online":
+        if variant.startswith("online"):
             s["BLOCK"] = [512, 1024, 2048, 4096, 8192, 16384]
         return s
 
     def default(self, fm: FamilyMatch, variant: str, device: str) -> dict[str, Any]:
-        p: dict[str, Any] = {"num_warps": 8 if variant == "online" else 16, "num_stages": 2}
-        if variant == "online":
+        p: dict[str, Any] = {"num_warps": 8 if variant.startswith("online") else 16, "num_stages": 2}
+        if variant.startswith("online"):
             p["BLOCK"] = 2048
         return p
 
     def feasible(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> bool:
         n = fm.graph.type_of(fm.attrs["logits"]).shape[-1]  # type: ignore[union-attr]
-        block = params.get("BLOCK", next_pow2(n)) if variant == "online" else next_pow2(n)
+        block = params.get("BLOCK", next_pow2(n)) if variant.startswith("online") else next_pow2(n)
         return elems_per_thread(block, params["num_warps"]) <= MAX_ELEMS_PER_THREAD
 
     def descriptor(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> dict[str, Any]:
@@ -103,6 +115,7 @@ class CrossEntropyTemplate(Template):
         a = fm.attrs
         x, t = fm.operand(a["logits"]), fm.operand(a["target"])
         onepass = variant == "onepass"
+        mode = {"onepass": 0, "online": 1, "online_block": 2}[variant]
         block = "triton.next_power_of_2(n_cols)" if onepass else str(int(params["BLOCK"]))
         out_dt = torch_dtype(a["out_dtype"])
         body = [
@@ -112,7 +125,7 @@ class CrossEntropyTemplate(Template):
             "losses = torch.empty((n_rows,), dtype=torch.float32, device=x.device)",
             "valid = torch.empty((n_rows,), dtype=torch.float32, device=x.device)",
             f"_ce_rows[(n_rows,)](x, tgt, losses, valid, n_cols, x.stride(0), {int(a['ignore_index'])}, "
-            f"BLOCK={block}, ONEPASS={onepass}, num_warps={int(params['num_warps'])}, "
+            f"BLOCK={block}, MODE={mode}, num_warps={int(params['num_warps'])}, "
             f"num_stages={int(params['num_stages'])})",
         ]
         if a["reduction"] == "none":

@@ -118,7 +118,8 @@ def _lower(fm: FamilyMatch, lowp: bool = False) -> tuple[list[str], dict[str, st
                 lines[-2:] = [f"{name}_s = tl.sum(tl.where(mask, tl.exp({src} - {name}_m), 0.0), axis=1)[:, None]",
                               f"{name} = {rnd(f'tl.exp({src} - ({name}_m + tl.log({name}_s)))')}"]
             elif node.op == "_softmax":
-                lines.append(f"{name} = {rnd(f'{name}_e / {name}_s')}")
+                # One reciprocal per row instead of a division per element (fp32 division is a long sequence).
+                lines.append(f"{name} = {rnd(f'{name}_e * (1.0 / {name}_s)')}")
             else:
                 lines.append(f"{name} = {rnd(f'{src} - {name}_m - tl.log({name}_s)')}")
         elif is_pointwise(node):
