@@ -71,7 +71,7 @@ class KernelSource:
         if self._judge is None:
             from ks_inductor.judge import Judge, JudgeConfig
 
-            self._judge = Judge(JudgeConfig(backend=self.backend))
+            self._judge = Judge(JudgeConfig.for_search(backend=self.backend))
         return self._judge
 
     def _evolve(self, problem: Any) -> dict[str, Any]:

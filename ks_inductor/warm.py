@@ -208,7 +208,7 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
     config = config or EvolveConfig()
     own_judge = judge is None
     if own_judge:
-        judge = Judge(JudgeConfig(backend=config.backend))
+        judge = Judge(JudgeConfig.for_search(backend=config.backend))
     t0 = time.perf_counter()
     summary = WarmSummary(fingerprint=judge.fingerprint.to_json())
     distinct: dict[str, Any] = {}

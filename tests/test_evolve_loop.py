@@ -100,4 +100,9 @@ def test_gpu_loop_stores_a_timed_winner(tmp_path) -> None:
     assert summary.best_speedup is not None and summary.best.fingerprint["backend"] == "cuda"
     steps = store.steps(run_id=summary.run_id)
     assert any(s.child_speedup_lcb is not None and s.noise is not None for s in steps)
+    # The search timed children against eager only; the winner was judged again with the final protocol.
+    final = summary.best_result
+    assert final is not None and final.final and {"eager", "inductor"} <= set(final.timings)
+    assert summary.best.inductor_ms is not None and summary.best.median_ms == final.candidate_ms
+    assert (summary.best.status == "verified") == final.faster
     store.close()

@@ -258,3 +258,13 @@ def test_in_place_ops_on_intermediates_are_functionalized_before_keying():
     gm = trace_aten(lambda t, w: torch.nn.functional.rms_norm(t, (8,), w, 1e-6), x, torch.randn(8))
     targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
     assert "aten.rsqrt.default" in targets and not any(t.split(".")[1].endswith("_") for t in targets)
+
+
+def test_search_and_final_protocols():
+    from ks_inductor.judge import JudgeConfig
+
+    search = JudgeConfig.for_search(backend="triton-cuda")
+    assert search.protocol(False) == {"rounds": 5, "rep_ms": 60.0, "baselines": ["eager"]}
+    # Whatever a search uses, the final judgment (what serving needs) times against Inductor too.
+    assert search.protocol(True) == {"rounds": 7, "rep_ms": 200.0, "baselines": ["eager", "inductor"]}
+    assert JudgeConfig().protocol(False)["baselines"] == ["eager", "inductor"]

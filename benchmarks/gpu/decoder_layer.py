@@ -125,7 +125,7 @@ def warm_layer(layer: Any, phase_inputs: dict[str, tuple], db: str, budget: int,
     out: dict[str, Any] = {"regions": len(problems), "items": [], "skipped_for_time": []}
     store = KernelStore(db)
     config = EvolveConfig(budget=budget, time_limit_s=region_time)
-    with Judge(JudgeConfig()) as judge:
+    with Judge(JudgeConfig.for_search()) as judge:
         for p in problems:
             if time.time() - t0 > warm_time:
                 out["skipped_for_time"].append({"key": p.key, "name": p.name})

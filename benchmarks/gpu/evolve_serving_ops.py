@@ -172,6 +172,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=7, help="rounds of the final interleaved benchmark")
     ap.add_argument("--rep-ms", type=float, default=150.0)
     ap.add_argument("--skip-max-autotune", action="store_true")
+    ap.add_argument("--no-measure", action="store_true",
+                    help="evolve only; time the peers later with `python -m benchmarks.run --suite llm-ops`")
     ap.add_argument("--db", default=None, help="kernel cache URL (default: a fresh SQLite file)")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", str(ROOT / "benchmarks" / "results")),
                                                   "evolve_serving_ops.json"))
@@ -245,10 +247,15 @@ def main() -> int:
                     row["best_source"] = src
                 print(f"[{op}] evolved: {summary.judged} judgments, {summary.accepted} accepted, "
                       f"best {summary.best_speedup}x vs eager in {summary.wall_s:.0f}s", flush=True)
-                row.update(_measure(op, problem, src, args, bandwidth, mm_peak))
-                print(f"[{op}] best {row.get('best_ms')} ms, peer {row.get('best_peer')} {row.get('best_peer_ms')} ms,"
-                      f" floor {row.get('floor_ms'):.4f} ms, {100 * (row.get('fraction_of_floor') or 0):.1f}% of floor",
-                      flush=True)
+                if args.no_measure:
+                    if summary.best_result is not None:
+                        row["final_judgment"] = summary.best_result.to_json()
+                    print(f"[{op}] best {row.get('best_judge_ms')} ms ({row.get('best_status')})", flush=True)
+                else:
+                    row.update(_measure(op, problem, src, args, bandwidth, mm_peak))
+                    print(f"[{op}] best {row.get('best_ms')} ms, peer {row.get('best_peer')} "
+                          f"{row.get('best_peer_ms')} ms, floor {row.get('floor_ms'):.4f} ms, "
+                          f"{100 * (row.get('fraction_of_floor') or 0):.1f}% of floor", flush=True)
             except Exception as e:  # noqa: BLE001 - one op failing must not lose the others
                 row["error"] = f"{type(e).__name__}: {e}"
                 row["traceback"] = traceback.format_exc(limit=12)

@@ -57,6 +57,8 @@ class EvolveConfig:
     elite_size: int = 12
     migration_interval: int = 6
     judge_trials: int | None = None
+    # Leading elites judged again at the end with the judge's final protocol; the winner is chosen by that.
+    final_candidates: int = 2
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:

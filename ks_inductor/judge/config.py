@@ -35,6 +35,11 @@ class JudgeConfig:
     max_reps: int = 2000
     rotating_sets: int = 3
     baselines: tuple[str, ...] = ("eager", "inductor")
+    # The protocol of a final judgment (``final=True``): what a kernel must pass before it is served. A search may
+    # time its many children with a lighter protocol above; its winner is judged again with this one.
+    final_rounds: int = 7
+    final_rep_ms: float = 200.0
+    final_baselines: tuple[str, ...] = ("eager", "inductor")
     margin: float = 0.03
     max_plausible_speedup: float = 10.0
     # Plausibility against the roofline floor: faster than this fraction of the floor is quarantined.
@@ -43,6 +48,19 @@ class JudgeConfig:
     static_rules: bool = True
     seed: int | None = None  # secret per-judge seed; None draws one from os.urandom
     keep_workdir: bool = False
+
+    @classmethod
+    def for_search(cls, **overrides: Any) -> JudgeConfig:
+        """Short timing against eager for an optimizer's many children; final judgments keep the full protocol
+        (Inductor included)."""
+        base: dict[str, Any] = {"rounds": 5, "rep_ms": 60.0, "warmup_ms": 10.0, "baselines": ("eager",)}
+        base.update(overrides)
+        return cls(**base)
+
+    def protocol(self, final: bool) -> dict[str, Any]:
+        if final:
+            return {"rounds": self.final_rounds, "rep_ms": self.final_rep_ms, "baselines": list(self.final_baselines)}
+        return {"rounds": self.rounds, "rep_ms": self.rep_ms, "baselines": list(self.baselines)}
 
     def tolerance(self, dtype: str) -> tuple[float, float]:
         return self.tolerances.get(dtype, (1e-2, 1e-2))

@@ -84,11 +84,14 @@ class Judge:
         if not self.config.keep_workdir:
             shutil.rmtree(self._root, ignore_errors=True)
 
-    def submit(self, problem: Problem, source: str, timing: bool | None = None) -> Future[EvalResult]:
-        return self._executor.submit(self._guarded, problem, source, timing)
+    def submit(self, problem: Problem, source: str, timing: bool | None = None,
+               final: bool = False) -> Future[EvalResult]:
+        """Judge asynchronously. ``final`` times with the final protocol (``JudgeConfig.final_*``)."""
+        return self._executor.submit(self._guarded, problem, source, timing, final)
 
-    def evaluate(self, problem: Problem, source: str, timing: bool | None = None) -> EvalResult:
-        return self._guarded(problem, source, timing)
+    def evaluate(self, problem: Problem, source: str, timing: bool | None = None,
+                 final: bool = False) -> EvalResult:
+        return self._guarded(problem, source, timing, final)
 
     def run_vectors(self, source: str, init_inputs: list[Any],
                     vectors: list[tuple[list[Any], list[Any]]], state: dict[str, Any] | None = None) -> EvalResult:
@@ -141,10 +144,10 @@ class Judge:
             res.reject(flag, reason)
         return bool(findings)
 
-    def _guarded(self, problem: Problem, source: str, timing: bool | None) -> EvalResult:
+    def _guarded(self, problem: Problem, source: str, timing: bool | None, final: bool = False) -> EvalResult:
         t0 = time.monotonic()
         try:
-            res = self._evaluate(problem, source, timing)
+            res = self._evaluate(problem, source, timing, final)
         except Exception as e:  # noqa: BLE001 - the judge answers with a verdict, never a traceback
             log.exception("judge failure")
             res = self._new_result(source, problem.key)
@@ -226,7 +229,7 @@ class Judge:
                 res.flags.append(flag)
         return True
 
-    def _evaluate(self, problem: Problem, source: str, timing: bool | None) -> EvalResult:
+    def _evaluate(self, problem: Problem, source: str, timing: bool | None, final: bool = False) -> EvalResult:
         from safetensors.torch import load_file
 
         cfg = self.config
@@ -249,8 +252,8 @@ class Judge:
             "candidate_source": source, "init_seed": base, "trials": trials,
             "specs": [s.__dict__ for s in problem.input_specs], "output_specs": ref.trials[0]["outputs"],
             "order_seed": int.from_bytes(os.urandom(4), "little"), "timed": self.backend.timed and want_timing,
-            "timing": {"rounds": cfg.rounds, "warmup_ms": cfg.warmup_ms, "rep_ms": cfg.rep_ms,
-                       "min_reps": cfg.min_reps, "max_reps": cfg.max_reps, "baselines": list(cfg.baselines)},
+            "timing": {"warmup_ms": cfg.warmup_ms, "min_reps": cfg.min_reps, "max_reps": cfg.max_reps,
+                       **cfg.protocol(final)},
             "timing_sets": [(t["seed"], t["dist"]) for t in ref.timing], "l2_bytes": self._l2,
             "memory_limit_mb": cfg.memory_limit_mb, "device_memory_fraction": cfg.device_memory_fraction,
         }
@@ -289,6 +292,7 @@ class Judge:
                     return res
         res.correct, res.verdict = True, ACCEPTED
         if msg.get("samples") and self.backend.timed:
+            res.final = final
             self._judge_speed(res, problem, msg)
         res.stage = "done"
         return res

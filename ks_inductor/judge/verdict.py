@@ -61,6 +61,7 @@ class EvalResult:
     speedup_eager_lcb: float | None = None
     speedup_inductor_lcb: float | None = None
     faster: bool = False  # the lower confidence bound clears 1 + margin against the best baseline
+    final: bool = False  # timed with the final protocol (what serving requires), not a search's short one
     roofline_floor_ms: float | None = None
     roofline_fraction: float | None = None
     launches: dict[str, int] = field(default_factory=dict)
