@@ -264,7 +264,8 @@ def test_search_and_final_protocols():
     from ks_inductor.judge import JudgeConfig
 
     search = JudgeConfig.for_search(backend="triton-cuda")
-    assert search.protocol(False) == {"rounds": 5, "rep_ms": 60.0, "baselines": ["eager"]}
+    assert search.protocol(False) == {"rounds": 5, "rep_ms": 60.0, "max_reps": 100, "baselines": ["eager"]}
     # Whatever a search uses, the final judgment (what serving needs) times against Inductor too.
-    assert search.protocol(True) == {"rounds": 7, "rep_ms": 200.0, "baselines": ["eager", "inductor"]}
+    assert search.protocol(True) == {"rounds": 7, "rep_ms": 200.0, "max_reps": 2000,
+                                     "baselines": ["eager", "inductor"]}
     assert JudgeConfig().protocol(False)["baselines"] == ["eager", "inductor"]

@@ -209,8 +209,8 @@ def main() -> int:
     db = args.db or f"sqlite:///{tempfile.mkdtemp(prefix='ks-evolve-')}/kernels.db"
     res["db"] = db
     store = KernelStore(db)
-    jc = JudgeConfig(backend="triton-cuda", rounds=args.judge_rounds, rep_ms=args.judge_rep_ms, warmup_ms=10.0,
-                     baselines=tuple(b for b in args.baselines.split(",") if b))
+    jc = JudgeConfig.for_search(backend="triton-cuda", rounds=args.judge_rounds, rep_ms=args.judge_rep_ms,
+                                baselines=tuple(b for b in args.baselines.split(",") if b))
     out_path = Path(args.out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
 

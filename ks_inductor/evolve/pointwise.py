@@ -48,7 +48,10 @@ def _rne_bf16(x):
 RNE_BF16_HELPER_HW = """
 @triton.jit
 def _rne_bf16(x):
-    return x.to(tl.bfloat16).to(tl.float32)
+    # The conversion instruction rounds to nearest even. The widening goes through integers on purpose: a plain
+    # fp32 -> bf16 -> fp32 pair may be folded away by the compiler and the rounding lost (then fused into an FMA).
+    b = x.to(tl.bfloat16).to(tl.uint16, bitcast=True).to(tl.uint32)
+    return (b << 16).to(tl.float32, bitcast=True)
 """
 
 
