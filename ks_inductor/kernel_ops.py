@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import inspect
 import logging
 import os
 import tempfile
@@ -254,6 +255,18 @@ def _make_custom_op(name: str, schema: str, kernel: LoadedKernel, reference: Cal
     return op_def
 
 
+_ANNOTATIONS: dict[str, Any] = {"Tensor": torch.Tensor, "SymInt": int, "float": float, "bool": bool}
+
+
+def typed_signature(spec: OpSpec) -> inspect.Signature:
+    """The signature ``spec.schema()`` describes, with real annotations: ``triton_op`` ignores a given schema and
+    infers one from the function, which a ``*args`` function cannot give."""
+    params = [inspect.Parameter(f"in{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=_ANNOTATIONS[k])
+              for i, k in enumerate(spec.input_kinds)]
+    ret: Any = torch.Tensor if spec.num_outputs == 1 else tuple[(torch.Tensor,) * spec.num_outputs]  # type: ignore[misc]
+    return inspect.Signature(params, return_annotation=ret)
+
+
 def _make_triton_op(name: str, schema: str, kernel: LoadedKernel, spec: OpSpec) -> Any:
     if not kernel.wrapped:
         raise KernelLoadError("triton_op needs a kernel loaded with wrap_triton=True")
@@ -261,6 +274,7 @@ def _make_triton_op(name: str, schema: str, kernel: LoadedKernel, spec: OpSpec) 
     def fn(*args: Any) -> Any:
         return _finish_outputs(_as_tuple(kernel.model(*args)), args, spec, check_alias=False)
 
+    fn.__signature__ = typed_signature(spec)  # type: ignore[attr-defined]
     return torch.library.triton_op(name, fn, mutates_args=(), schema=schema)
 
 
