@@ -43,20 +43,30 @@ def _rne_bf16(x):
     return u.to(tl.float32, bitcast=True)
 """
 
-# On a GPU the conversion instruction itself rounds to nearest even: two instructions per value instead of five
-# integer operations, which matters where a kernel rounds several times per element at full bandwidth.
-RNE_BF16_HELPER_HW = """
+# The store of a bf16 result: on a GPU the conversion instruction rounds to nearest even by itself (one
+# instruction instead of five). Intermediate roundings keep the integer form everywhere: a plain
+# fp32 -> bf16 -> fp32 pair can be folded away by the compiler, and the rounding lost.
+STORE_BF16_HELPER_HW = """
 @triton.jit
-def _rne_bf16(x):
-    # The conversion instruction rounds to nearest even. The widening goes through integers on purpose: a plain
-    # fp32 -> bf16 -> fp32 pair may be folded away by the compiler and the rounding lost (then fused into an FMA).
-    b = x.to(tl.bfloat16).to(tl.uint16, bitcast=True).to(tl.uint32)
-    return (b << 16).to(tl.float32, bitcast=True)
+def _store_bf16(x):
+    return x.to(tl.bfloat16)
+"""
+
+STORE_BF16_HELPER = """
+@triton.jit
+def _store_bf16(x):
+    return _rne_bf16(x).to(tl.bfloat16)
 """
 
 
-def rne_bf16_helper(target: str) -> str:
-    return RNE_BF16_HELPER if target == "cpu" else RNE_BF16_HELPER_HW
+def bf16_helpers(kernels: str, target: str) -> str:
+    """The rounding helpers ``kernels`` calls, for ``target`` ("cpu" is the interpreter)."""
+    out = []
+    if "_rne_bf16(" in kernels or ("_store_bf16(" in kernels and target == "cpu"):
+        out.append(RNE_BF16_HELPER.strip())
+    if "_store_bf16(" in kernels:
+        out.append((STORE_BF16_HELPER if target == "cpu" else STORE_BF16_HELPER_HW).strip())
+    return "\n\n\n".join(out)
 
 
 def round_expr(expr: str, dtype: str) -> str:
@@ -71,7 +81,7 @@ def round_expr(expr: str, dtype: str) -> str:
 def store_expr(expr: str, dtype: str) -> str:
     """The value to hand to ``tl.store`` for an output of ``dtype``."""
     if dtype == "bfloat16":
-        return f"_rne_bf16({expr}).to(tl.bfloat16)"
+        return f"_store_bf16({expr})"
     return f"({expr}).to({tl_dtype(dtype)})"
 
 

@@ -117,10 +117,11 @@ def _state_lines(state: list[StateEntry]) -> list[str]:
 
 def module_source(fm: FamilyMatch, doc: str, kernels: str, forward: list[str], helpers: str = "") -> str:
     """The candidate module: imports, kernels, helpers, and ``ModelNew`` holding Model's parameters."""
-    from ks_inductor.evolve.pointwise import rne_bf16_helper
+    from ks_inductor.evolve.pointwise import bf16_helpers
 
-    if "_rne_bf16(" in kernels:
-        kernels = rne_bf16_helper(fm.target).strip() + "\n\n\n" + kernels.strip()
+    helpers_src = bf16_helpers(kernels, fm.target)
+    if helpers_src:
+        kernels = helpers_src + "\n\n\n" + kernels.strip()
     init = ["super().__init__()"] + _state_lines(fm.state)
     args = ", ".join(f"in{i}" for i in range(fm.n_inputs))
     sig = fm.init_signature
