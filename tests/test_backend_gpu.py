@@ -36,7 +36,10 @@ def warmed(tmp_path_factory):
               torch.randn(256, 1024, device="cuda", dtype=torch.bfloat16))
     db = str(tmp_path_factory.mktemp("ksgpu") / "kernels.db")
     store = KernelStore(db)
-    summary = warm(problems_from_model(model, inputs, db=db), store, EvolveConfig(budget=6, time_limit_s=60))
+    # final_candidates=0: the winner is stored on the search's judgment (faster than eager), so that a kernel
+    # exists whether or not it beats Inductor at this size; the serving mechanism is what is tested here.
+    summary = warm(problems_from_model(model, inputs, db=db), store,
+                   EvolveConfig(budget=6, time_limit_s=60, final_candidates=0))
     store.close()
     assert summary.found >= 1, summary.to_json()
     yield db, model, inputs

@@ -27,6 +27,11 @@ def test_llm_ops_decode_rmsnorm_on_gpu(tmp_path):
         for name, t in w.tools.items():
             if name == KERNELSMITH or t.status == UNAVAILABLE:
                 continue
+            if name not in ("eager", "inductor") and t.status != OK:
+                # Third-party peers may fail; the report must say why (Liger 0.8.5's RoPE disagreed with the
+                # reference on 61427 of 65536 elements at the decode shape on the H200).
+                assert t.error, (w.name, name)
+                continue
             assert t.status == OK, (w.name, name, t.error)
             assert t.median_ms > 0 and t.n >= 3
             assert w.fraction_of_floor(name) < 1.05, (w.name, name)  # nothing beats the memory system
