@@ -1,5 +1,6 @@
-"""The benchmark runner on a real GPU (skipped without one): a short llm-ops run where every peer that is
-installed must pass its correctness check and be timed, with the ceilings measured and the floor computed.
+"""The benchmark runner on a real GPU (skipped without one): a short llm-ops run where eager and Inductor must pass
+their correctness checks and be timed, any other installed peer must pass or be reported failed with its reason,
+and the ceilings are measured and the floor computed.
 
     KS_TEST_GPU=1 pytest tests/test_bench_gpu.py
 """
