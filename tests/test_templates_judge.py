@@ -74,8 +74,9 @@ STRUCTURAL = {"HTILE": 1, "num_stages": 2, "EVICT": 1, "LOWP": 1}
 
 
 def test_structural_knobs_are_accepted(judge) -> None:
+    # softmax covers the row-wise template (norms share it), and exercises the logsumexp form of LOWP.
     _judge_all(judge, [(n, small_problem(n), True, STRUCTURAL)
-                       for n in ("rope_bf16", "rmsnorm_bf16", "softmax_bf16", "layernorm_bf16", "cross_entropy_fp32")])
+                       for n in ("rope_bf16", "softmax_bf16", "cross_entropy_fp32")])
 
 
 @pytest.mark.slow
