@@ -86,7 +86,7 @@ def make_input_sets(mod: Any, n: int, device: str, seed: int) -> list[list[Any]]
 
 def check_outputs(ref: list[Any], outs: list[Any], expect_dtypes: list[Any], tolerance: tuple[float, float]
                   ) -> tuple[float | None, str | None]:
-    """(max abs error, reason it fails or None). Compared in fp32 against the fp32 reference."""
+    """(max abs error, reason it fails or None). Compared in fp32 against ``ref`` (already upcast)."""
     import torch
 
     from ks_inductor.judge.compare import compare_outputs

@@ -123,7 +123,8 @@ def render_markdown(r: RunResult, plot_names: dict[str, str] | None = None) -> s
     out.append("")
     p = r.protocol or {}
     if p:
-        out.append(f"Protocol: every tool's output is checked against an fp32 reference before it is timed; then all "
+        out.append("Protocol: every tool's output is checked against the problem's own reference (or, for bf16/fp16 "
+                   "problems, the same model run in fp32) before it is timed; then all "
                    f"tools are timed in one process, {p.get('rounds')} interleaved rounds in shuffled order, "
                    f"{p.get('rep_ms')} ms of timed calls per tool, inputs refreshed in place from "
                    f"{p.get('rotating_sets')} sets and L2 flushed before every call, CUDA events around the call "

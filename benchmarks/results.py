@@ -21,7 +21,7 @@ SCHEMA_VERSION = 1
 
 # Tool statuses.
 OK = "ok"
-FAILED = "failed"  # ran, but its output disagrees with the fp32 reference (or it raised)
+FAILED = "failed"  # ran, but its output disagrees with the reference (or it raised)
 UNAVAILABLE = "unavailable"  # the tool is not installed here or has no such op
 NO_KERNEL = "no verified kernel"  # kernelsmith: the cache holds no verified kernel for this problem and machine
 

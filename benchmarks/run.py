@@ -2,11 +2,10 @@
 
     python -m benchmarks.run --suite llm-ops [--out FILE] [--db URL] [--evolve-budget N] [--resume]
     python -m benchmarks.run --suite kernelbench --kernelbench ~/KernelBench --levels 1,2 [--problems 1,19]
-    python -m benchmarks.run --suite model
 
 Times eager, Inductor (default and max-autotune-no-cudagraphs), Liger-Kernel where it has the op, and
 kernelsmith's cached kernel in one process with the judge's timing protocol, after checking each one's output
-against an fp32 reference. Writes ``benchmarks/results/<suite>-<device>-<date>.json`` (after every workload, so
+against the problem's own reference (or, for bf16/fp16 problems, the same model run in fp32). Writes ``benchmarks/results/<suite>-<device>-<date>.json`` (after every workload, so
 an interrupted run keeps what it measured; ``--resume`` continues it), then the markdown table and the plots
 next to it.
 """
@@ -52,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="peers to time (eager always is): eager,inductor,inductor-max-autotune,liger,F.rms_norm")
     p.add_argument("--ops", type=_csv(), default=None, help="llm-ops: subset of ops")
     p.add_argument("--dtypes", type=_csv(), default=None, help="llm-ops: bfloat16,float16")
-    p.add_argument("--phases", type=_csv(), default=None, help="llm-ops and model: prefill,decode")
+    p.add_argument("--phases", type=_csv(), default=None, help="llm-ops: prefill,decode")
     p.add_argument("--kernelbench", type=Path, default=None, help="kernelbench: path of a KernelBench checkout")
     p.add_argument("--levels", type=_csv(int), default=None, help="kernelbench: levels (default 1,2,3)")
     p.add_argument("--problems", type=_csv(int), default=None, help="kernelbench: problem ids")
@@ -120,10 +119,10 @@ def run_suite(cfg: RunConfig, console: Console | None = None) -> tuple[RunResult
     from benchmarks.env import collect_env
     from benchmarks.kernelsmith_peer import KernelSource
     from benchmarks.roofline import Ceilings, measure_ceilings
-    from benchmarks.suites import SuiteContext, kernelbench, llm_ops, model
+    from benchmarks.suites import SuiteContext, kernelbench, llm_ops
 
     console = console or Console(stderr=True)
-    suites = {"llm-ops": llm_ops, "kernelbench": kernelbench, "model": model}
+    suites = {"llm-ops": llm_ops, "kernelbench": kernelbench}
     suites[cfg.suite].plan(cfg)  # bad filters and missing inputs fail here, before a file or a store is touched
     _check_device(cfg)
     env = collect_env(cfg.device)

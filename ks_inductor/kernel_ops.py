@@ -306,7 +306,3 @@ def _register_autograd(op_def: Any, reference: Callable[..., Any], spec: OpSpec)
         return tuple(result)
 
     op_def.register_autograd(backward, setup_context=setup_context)
-
-
-def registered_ops() -> list[str]:
-    return sorted(_OPS)

@@ -218,7 +218,7 @@ def _classify_ops(ops: list[Any]) -> tuple[str, str | None]:
             anchor = KIND_CONV
         elif "attention" in name:
             anchor = KIND_ATTENTION
-        elif name in _REDUCTION_OPS or (hasattr(torch.Tag, "reduction") and torch.Tag.reduction in op.tags):
+        elif name in _REDUCTION_OPS or (hasattr(torch.Tag, "reduction") and torch.Tag.reduction in getattr(op, "tags", ())):
             cls = _REDUCTION if cls != _OTHER else cls
         elif name in _VIEW_OPS:
             continue

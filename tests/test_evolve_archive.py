@@ -118,3 +118,27 @@ def test_edit_blocks_apply_strictly() -> None:
             raise AssertionError(f"applied {bad!r}")
     rewrite = "```python\nclass ModelNew:\n    pass\n```"
     assert apply_response(parent, rewrite)[1] == "llm-rewrite"
+
+
+def test_make_blocks_round_trips_nearby_and_random_edits() -> None:
+    import random
+
+    parent = "".join(f"line{i}\n" for i in range(20))
+    child = parent.replace("line5\n", "LINE5\n").replace("line7\n", "LINE7\n")  # context windows overlap
+    assert apply_response(parent, make_blocks(parent, child))[0] == child
+    rng = random.Random(0)
+    for _ in range(200):
+        lines = [f"x{rng.randrange(6)} = {rng.randrange(4)}\n" for _ in range(25)]
+        edited = list(lines)
+        for _ in range(rng.randrange(1, 5)):
+            k = rng.randrange(len(edited))
+            r = rng.random()
+            if r < 0.4:
+                edited[k] = f"y{rng.randrange(9)} = 1\n"
+            elif r < 0.7:
+                edited.insert(k, f"z{rng.randrange(9)} = 2\n")
+            else:
+                edited.pop(k)
+        p, c = "".join(lines), "".join(edited)
+        if p != c:
+            assert apply_response(p, make_blocks(p, c))[0] == c

@@ -264,8 +264,23 @@ def test_search_and_final_protocols():
     from ks_inductor.judge import JudgeConfig
 
     search = JudgeConfig.for_search(backend="triton-cuda")
-    assert search.protocol(False) == {"rounds": 5, "rep_ms": 60.0, "max_reps": 100, "baselines": ["eager"]}
+    assert search.protocol(False) == {"rounds": 5, "rep_ms": 60.0, "max_reps": 100, "warmup_ms": 10.0,
+                                      "baselines": ["eager"]}
     # Whatever a search uses, the final judgment (what serving needs) times against Inductor too.
-    assert search.protocol(True) == {"rounds": 7, "rep_ms": 200.0, "max_reps": 2000,
+    assert search.protocol(True) == {"rounds": 7, "rep_ms": 200.0, "max_reps": 2000, "warmup_ms": 25.0,
                                      "baselines": ["eager", "inductor"]}
     assert JudgeConfig().protocol(False)["baselines"] == ["eager", "inductor"]
+
+
+def test_vectorized_bootstrap_matches_the_loop():
+    import random
+
+    from ks_inductor.judge.timing import ratio_with_lcb
+
+    rng = random.Random(3)
+    ref = [[2 + rng.gauss(0, 0.3) for _ in range(40)] for _ in range(7)]
+    cand = [[1 + rng.gauss(0, 0.3) for _ in range(40)] for _ in range(7)]
+    ratio, lcb_vec = ratio_with_lcb(ref, cand)  # equal-length rounds: the vectorized path
+    ragged = [r[:-1] if i == 0 else r for i, r in enumerate(cand)]  # one short round: the loop
+    _, lcb_loop = ratio_with_lcb(ref, ragged)
+    assert lcb_vec < ratio and abs(lcb_vec - lcb_loop) < 0.05

@@ -42,6 +42,9 @@ def test_special_values_follow_the_exact_rule() -> None:
     assert verdict(r, r.clone())  # inf equals inf, NaN where the reference has NaN
     assert not verdict(r, torch.tensor([1.0, -float("inf"), float("nan"), -2.0]))
     assert not verdict(r, torch.tensor([1.0, float("inf"), float("nan"), float("nan")]))
+    # A finite answer where the reference is inf or NaN is wrong too.
+    assert not verdict(r, torch.tensor([1.0, 0.0, float("nan"), -2.0]))
+    assert not verdict(r, torch.tensor([1.0, float("inf"), 3.0, -2.0]))
 
 
 def test_tiny_outputs_cannot_hide_under_atol() -> None:

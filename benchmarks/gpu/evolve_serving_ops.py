@@ -66,7 +66,8 @@ def _liger(op: str, model: Any, inputs: list[Any]) -> Any | None:
             from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
 
             logits = inputs[0].clone()  # Liger writes gradients into its input: give it its own copy
-            return lambda: LigerCrossEntropyFunction.apply(logits, inputs[1])
+            # liger 0.8.5: forward(_input, target, weight, ...) has no default for weight
+            return lambda: LigerCrossEntropyFunction.apply(logits, inputs[1], None)
         if op == "rope":
             from liger_kernel.ops.rope import LigerRopeFunction
 

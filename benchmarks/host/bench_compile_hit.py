@@ -51,4 +51,5 @@ def test_kernelsmith_compile_miss(benchmark, tmp_path):
     ks_backend.clear_reports()
     benchmark.pedantic(_compile_and_call, args=("kernelsmith", backend_options(empty_db)), setup=reset_compilers,
                        rounds=ROUNDS, iterations=1, warmup_rounds=1)
-    assert all(r.swapped == 0 for r in ks_backend.compile_reports())
+    reports = ks_backend.compile_reports()
+    assert reports and all(r.swapped == 0 for r in reports)

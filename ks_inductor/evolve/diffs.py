@@ -71,11 +71,12 @@ def apply_response(source: str, text: str) -> tuple[str, str]:
 
 
 def make_blocks(parent: str, child: str, context: int = 2) -> str:
-    """SEARCH/REPLACE text that turns ``parent`` into ``child`` (each SEARCH unique in the parent)."""
+    """SEARCH/REPLACE text that turns ``parent`` into ``child`` (each SEARCH unique in the parent). Changes whose
+    context windows overlap or touch share one block, so the blocks apply one after another."""
     a, b = parent.splitlines(keepends=True), child.splitlines(keepends=True)
-    sm = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
-    out = []
-    for tag, i1, i2, j1, j2 in sm.get_opcodes():
+    ops = difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes()
+    windows: list[list[int]] = []
+    for tag, i1, i2, _, _ in ops:
         if tag == "equal":
             continue
         lo, hi = max(0, i1 - context), min(len(a), i2 + context)
@@ -84,6 +85,18 @@ def make_blocks(parent: str, child: str, context: int = 2) -> str:
             if search and parent.count(search) == 1 or (lo == 0 and hi == len(a)):
                 break
             lo, hi = max(0, lo - 1), min(len(a), hi + 1)
-        replace = "".join(a[lo:i1]) + "".join(b[j1:j2]) + "".join(a[i2:hi])
+        if windows and lo <= windows[-1][1]:
+            windows[-1][1] = max(windows[-1][1], hi)
+        else:
+            windows.append([lo, hi])
+    out = []
+    for lo, hi in windows:
+        parts = []
+        for tag, i1, i2, j1, j2 in ops:
+            if tag == "equal":
+                parts.append("".join(a[max(i1, lo):min(i2, hi)]) if i1 < hi and i2 > lo else "")
+            elif lo <= i1 and i2 <= hi:
+                parts.append("".join(b[j1:j2]))
+        search, replace = "".join(a[lo:hi]), "".join(parts)
         out.append(f"<<<<<<< SEARCH\n{search.rstrip(chr(10))}\n=======\n{replace.rstrip(chr(10))}\n>>>>>>> REPLACE")
     return "\n".join(out)

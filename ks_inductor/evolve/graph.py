@@ -99,9 +99,6 @@ class Graph:
         n = self.node(name)
         return n.type if n else None
 
-    def users(self, name: str) -> list[Node]:
-        return [n for n in self.nodes if name in n.refs()]
-
     def compute_nodes(self) -> list[Node]:
         """Nodes that compute (views and getitem left out)."""
         return [n for n in self.nodes if n.op not in VIEW_OPS]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ks_inductor.evolve.graph import Graph, Node, Ref
+from ks_inductor.evolve.graph import Node, Ref
 
 _TL_DTYPES = {"bfloat16": "tl.bfloat16", "float16": "tl.float16", "float32": "tl.float32",
               "float64": "tl.float32", "int64": "tl.int64", "int32": "tl.int32", "int16": "tl.int16",
@@ -307,8 +307,3 @@ def lower_chain(nodes: list[Node], env: dict[str, Val]) -> list[str]:
         lines.append(line)
         env[node.name] = val
     return lines
-
-
-def pointwise_closure(graph: Graph, start: str) -> list[Node]:
-    """The pointwise nodes downstream of ``start`` (in graph order), if the rest of the graph is exactly that."""
-    return [n for n in graph.nodes if n.name != start and is_pointwise(n)]

@@ -75,9 +75,10 @@ def _exact(r: Any, o: Any, atol: float, rtol: float, trial: int, i: int,
         r64, o64 = r.to(torch.float64), o.to(torch.float64)
         diff = (o64 - r64).abs()
         bound = atol + rtol * r64.abs()
-        ref_nan = torch.isnan(r64)
-        bad = (diff > bound) | (torch.isnan(o64) & ~ref_nan) | (torch.isinf(o64) & (o64 != r64))
-        bad &= ~(ref_nan & torch.isnan(o64))
+        # Where either side is NaN or inf the other must be the same (NaN for NaN, inf of the same sign).
+        ref_nan, out_nan = torch.isnan(r64), torch.isnan(o64)
+        special = ref_nan | out_nan | torch.isinf(r64) | torch.isinf(o64)
+        bad = torch.where(special, (ref_nan != out_nan) | (~ref_nan & (o64 != r64)), diff > bound)
         finite = torch.isfinite(r64) & torch.isfinite(o64)
         num = float(torch.linalg.vector_norm(torch.where(finite, o64 - r64, 0.0)))
         den = float(torch.linalg.vector_norm(torch.where(finite, r64, 0.0)))

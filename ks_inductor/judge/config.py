@@ -40,6 +40,7 @@ class JudgeConfig:
     final_rounds: int = 7
     final_rep_ms: float = 200.0
     final_max_reps: int = 2000
+    final_warmup_ms: float = 25.0
     final_baselines: tuple[str, ...] = ("eager", "inductor")
     margin: float = 0.03
     max_plausible_speedup: float = 10.0
@@ -64,8 +65,8 @@ class JudgeConfig:
     def protocol(self, final: bool) -> dict[str, Any]:
         if final:
             return {"rounds": self.final_rounds, "rep_ms": self.final_rep_ms, "max_reps": self.final_max_reps,
-                    "baselines": list(self.final_baselines)}
-        return {"rounds": self.rounds, "rep_ms": self.rep_ms, "max_reps": self.max_reps,
+                    "warmup_ms": self.final_warmup_ms, "baselines": list(self.final_baselines)}
+        return {"rounds": self.rounds, "rep_ms": self.rep_ms, "max_reps": self.max_reps, "warmup_ms": self.warmup_ms,
                 "baselines": list(self.baselines)}
 
     def tolerance(self, dtype: str) -> tuple[float, float]:

@@ -252,7 +252,7 @@ class Judge:
             "candidate_source": source, "init_seed": base, "trials": trials,
             "specs": [s.__dict__ for s in problem.input_specs], "output_specs": ref.trials[0]["outputs"],
             "order_seed": int.from_bytes(os.urandom(4), "little"), "timed": self.backend.timed and want_timing,
-            "timing": {"warmup_ms": cfg.warmup_ms, "min_reps": cfg.min_reps, **cfg.protocol(final)},
+            "timing": {"min_reps": cfg.min_reps, **cfg.protocol(final)},
             "timing_sets": [(t["seed"], t["dist"]) for t in ref.timing], "l2_bytes": self._l2,
             "memory_limit_mb": cfg.memory_limit_mb, "device_memory_fraction": cfg.device_memory_fraction,
         }

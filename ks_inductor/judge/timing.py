@@ -144,14 +144,45 @@ def ratio_with_lcb(
     n = min(len(ref_rounds), len(cand_rounds))
     if n < 2:
         return ratio, ratio
-    rng = random.Random(seed)
-    boots = []
-    for _ in range(n_boot):
-        idx = [rng.randrange(n) for _ in range(n)]
-        ref = [x for i in idx for x in rng.choices(ref_rounds[i], k=len(ref_rounds[i]))]
-        cand = [x for i in idx for x in rng.choices(cand_rounds[i], k=len(cand_rounds[i]))]
-        boots.append(statistics.median(ref) / statistics.median(cand))
+    if len({len(r) for r in ref_rounds[:n]}) == 1 and len({len(r) for r in cand_rounds[:n]}) == 1:
+        boots = _boot_ratios(ref_rounds[:n], cand_rounds[:n], n_boot, seed)
+    else:
+        rng = random.Random(seed)
+        boots = []
+        for _ in range(n_boot):
+            idx = [rng.randrange(n) for _ in range(n)]
+            ref = [x for i in idx for x in rng.choices(ref_rounds[i], k=len(ref_rounds[i]))]
+            cand = [x for i in idx for x in rng.choices(cand_rounds[i], k=len(cand_rounds[i]))]
+            boots.append(statistics.median(ref) / statistics.median(cand))
     return ratio, _quantile(boots, q)
+
+
+def _boot_ratios(ref_rounds: list[list[float]], cand_rounds: list[list[float]], n_boot: int,
+                 seed: int) -> list[float]:
+    """The same paired two-level bootstrap as the loop in ``ratio_with_lcb``, vectorized for rounds of equal
+    length (what the timing loop produces): 7 rounds of 2000 calls take well under a second, not 16 s."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    ref_t = torch.tensor(ref_rounds, dtype=torch.float64)
+    cand_t = torch.tensor(cand_rounds, dtype=torch.float64)
+    n = ref_t.shape[0]
+    out: list[float] = []
+    chunk = max(1, 2_000_000 // max(1, n * max(ref_t.shape[1], cand_t.shape[1])))
+    for start in range(0, n_boot, chunk):
+        b = min(chunk, n_boot - start)
+        idx = torch.randint(0, n, (b, n), generator=g)  # rounds, shared by both sides (paired)
+        meds = []
+        for t in (ref_t, cand_t):
+            m = t.shape[1]
+            within = torch.randint(0, m, (b, n, m), generator=g)  # samples inside each chosen round
+            picked = torch.take(t, (idx * m).unsqueeze(-1) + within).reshape(b, n * m)
+            k = n * m
+            lo = picked.kthvalue((k + 1) // 2, dim=1).values
+            hi = picked.kthvalue(k // 2 + 1, dim=1).values if k % 2 == 0 else lo
+            meds.append((lo + hi) / 2)  # statistics.median's even-count rule
+        out += (meds[0] / meds[1]).tolist()
+    return out
 
 
 def post_enqueue_ms(fn: Callable[[], Any], n: int, device: str) -> float:

@@ -61,7 +61,7 @@ class Template(ABC):
     def coerce(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> dict[str, Any]:
         """Fill missing params with the variant's defaults and drop the ones it does not know."""
         space = self.space(fm, variant)
-        base = self.default(fm, variant, "cuda")
+        base = self.default(fm, variant, fm.target)
         out = {k: params.get(k, base[k]) for k in space}
         for k, v in out.items():
             if v not in space[k]:

@@ -13,7 +13,6 @@ from ks_inductor.evolve.templates.base import (
     SM_COUNT_HELPER,
     Template,
     TemplateError,
-    block_class,
     module_source,
     output_refs,
     torch_dtype,
@@ -70,11 +69,6 @@ class PointwiseTemplate(Template):
             p["WAVES"] = 4
             p["num_stages"] = 1
         return p
-
-    def descriptor(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> dict[str, Any]:
-        d = super().descriptor(fm, params, variant)
-        d["block"] = block_class(params["BLOCK"])
-        return d
 
     def _leaves(self, fm: FamilyMatch) -> dict[str, tuple[str, list]]:
         """Every value the chain reads from outside: graph name -> (placeholder, view nodes)."""

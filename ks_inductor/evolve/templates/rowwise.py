@@ -111,17 +111,19 @@ def _lower(fm: FamilyMatch, lowp: bool = False) -> tuple[list[str], dict[str, st
                 lines.append(f"{name} = {name} + {env[b.name].expr}")
             lines.append(f"{name} = {rnd(name)}")
         elif node.op in ("_softmax", "_log_softmax"):
-            lines += [f"{name}_m = tl.max(tl.where(mask, {src}, -float('inf')), axis=1)[:, None]",
-                      f"{name}_e = tl.where(mask, tl.exp({src} - {name}_m), 0.0)",
-                      f"{name}_s = tl.sum({name}_e, axis=1)[:, None]"]
+            lines.append(f"{name}_m = tl.max(tl.where(mask, {src}, -float('inf')), axis=1)[:, None]")
             if node.op == "_softmax" and lowp:
-                lines[-2:] = [f"{name}_s = tl.sum(tl.where(mask, tl.exp({src} - {name}_m), 0.0), axis=1)[:, None]",
-                              f"{name} = {rnd(f'tl.exp({src} - ({name}_m + tl.log({name}_s)))')}"]
-            elif node.op == "_softmax":
-                # One reciprocal per row instead of a division per element (fp32 division is a long sequence).
-                lines.append(f"{name} = {rnd(f'{name}_e * (1.0 / {name}_s)')}")
+                # exp recomputed against the log-sum-exp: no fp32 row of exponentials stays live.
+                lines += [f"{name}_s = tl.sum(tl.where(mask, tl.exp({src} - {name}_m), 0.0), axis=1)[:, None]",
+                          f"{name} = {rnd(f'tl.exp({src} - ({name}_m + tl.log({name}_s)))')}"]
             else:
-                lines.append(f"{name} = {rnd(f'{src} - {name}_m - tl.log({name}_s)')}")
+                lines += [f"{name}_e = tl.where(mask, tl.exp({src} - {name}_m), 0.0)",
+                          f"{name}_s = tl.sum({name}_e, axis=1)[:, None]"]
+                if node.op == "_softmax":
+                    # One reciprocal per row instead of a division per element (fp32 division is a long sequence).
+                    lines.append(f"{name} = {rnd(f'{name}_e * (1.0 / {name}_s)')}")
+                else:
+                    lines.append(f"{name} = {rnd(f'{src} - {name}_m - tl.log({name}_s)')}")
         elif is_pointwise(node):
             try:
                 line, val = lower_node(node, env)

@@ -14,7 +14,6 @@ from ks_inductor.evolve.templates.base import (
     MAX_ELEMS_PER_THREAD,
     Template,
     TemplateError,
-    block_class,
     elems_per_thread,
     module_source,
     torch_dtype,
@@ -87,11 +86,6 @@ class SoftmaxLoopTemplate(Template):
 
     def feasible(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> bool:
         return elems_per_thread(params["BLOCK"], params["num_warps"]) <= MAX_ELEMS_PER_THREAD
-
-    def descriptor(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> dict[str, Any]:
-        d = super().descriptor(fm, params, variant)
-        d["block"] = block_class(params["BLOCK"])
-        return d
 
     def render(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> str:
         x, log, out_dtype = _softmax_node(fm)
