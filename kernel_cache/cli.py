@@ -143,10 +143,9 @@ def _x(v: float | None) -> str:
 
 
 def _speedup(r: KernelRecord) -> float | None:
-    for v in (r.speedup_lcb, r.speedup_inductor, r.speedup_eager):
-        if v is not None:
-            return v
-    return None
+    from kernel_cache.migrations import rank_of
+
+    return rank_of(r.speedup_lcb, r.speedup_inductor, r.speedup_eager)
 
 
 def _when(ts: float | None) -> str:

@@ -66,7 +66,7 @@ def _v1_to_v2(conn: Connection) -> None:
     lookup is one index range scan; and the misses table."""
     import json
 
-    from ks_inductor.fingerprint import EnvFingerprint
+    from ks_inductor.fingerprint import EnvFingerprint, minor_version
 
     for ddl in (
         "ALTER TABLE kernels ADD COLUMN hardware_id VARCHAR(32) NOT NULL DEFAULT ''",
@@ -98,11 +98,6 @@ def _v1_to_v2(conn: Connection) -> None:
 
 # MIGRATIONS[v] brings a database from version v to v + 1.
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2}
-
-
-def minor_version(version: str) -> str:
-    """``2.11.0+cu130`` -> ``2.11`` (stored for filtering; matching itself is ``fingerprint.match``)."""
-    return ".".join(version.split("+")[0].split(".")[:2])
 
 
 def rank_of(lcb: float | None, inductor: float | None, eager: float | None) -> float | None:

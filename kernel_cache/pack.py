@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_cache.errors import PackError
+from kernel_cache.migrations import rank_of
 from kernel_cache.record import VERIFIED, KernelRecord, source_sha256
 from kernel_cache.store import KernelStore, MergeOutcome
 from ks_inductor.fingerprint import MATCH_EXACT, MATCH_NONE, EnvFingerprint, match
@@ -278,7 +279,7 @@ def export_pack(store: KernelStore, path: str | os.PathLike[str], filters: Expor
         manifest["kernels"].append({
             "source": src, "meta": meta, "problem_key": rec.problem_key, "sha256": rec.sha256,
             "fingerprint_id": fp.id, "status": rec.status, "op_family": rec.op_family,
-            "speedup": rec.speedup_lcb if rec.speedup_lcb is not None else (rec.speedup_inductor or rec.speedup_eager),
+            "speedup": rank_of(rec.speedup_lcb, rec.speedup_inductor, rec.speedup_eager),
             "median_ms": rec.median_ms, "timed": rec.timed,
             "vectors": problem_index[rec.problem_key]["vectors"] or "none"})
     manifest["entries"] = {name: _sha(data) for name, data in sorted(entries.items())}

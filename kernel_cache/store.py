@@ -27,10 +27,17 @@ from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError
 
 from kernel_cache.db import create_db_engine, default_db_url, resolve_url, sqlite_path
 from kernel_cache.errors import CacheError, CorruptDatabaseError, NotFoundError
-from kernel_cache.migrations import ensure_schema, minor_version, rank_of
+from kernel_cache.migrations import ensure_schema, rank_of
 from kernel_cache.models import EvaluationRow, KernelRow, MissRow, ProblemRow, RunRow, StepRow
 from kernel_cache.record import QUARANTINED, REJECTED, VERIFIED, KernelRecord, StepRecord, source_sha256
-from ks_inductor.fingerprint import BACKEND_CPU_INTERPRET, MATCH_EXACT, MATCH_NONE, EnvFingerprint, match
+from ks_inductor.fingerprint import (
+    BACKEND_CPU_INTERPRET,
+    MATCH_EXACT,
+    MATCH_NONE,
+    EnvFingerprint,
+    match,
+    minor_version,
+)
 
 __all__ = ["KernelStore", "MergeOutcome", "StoreStats", "default_db_url"]
 

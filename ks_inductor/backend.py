@@ -281,7 +281,6 @@ def _on_miss(opts: BackendOptions, store: Any, problem: Any, fp: Any, rr: Region
     try:
         from ks_inductor.evolve import EvolveConfig, evolve_problem
 
-        store.upsert_problem(problem)
         summary = evolve_problem(problem, EvolveConfig(budget=int(opts.budget), time_limit_s=opts.time_limit_s,
                                                        backend=opts.judge_backend), store, progress=False)
         rr.note = f"evolved: {summary.judged} judged, {summary.accepted} accepted"

@@ -6,6 +6,7 @@ import ast
 import hashlib
 import threading
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any
 
 # CPython 3.11 can fail with "AST constructor recursion depth mismatch" when two threads parse at once; the judge
@@ -50,8 +51,9 @@ class Candidate:
         if not self.id:
             self.id = self.source_hash[:16]
 
-    @property
+    @cached_property
     def source_hash(self) -> str:
+        # Parsed and unparsed under a global lock: the evolver asks for it on every membership check.
         return normalized_source_hash(self.source)
 
     def to_json(self) -> dict[str, Any]:

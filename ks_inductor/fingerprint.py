@@ -52,9 +52,9 @@ class EnvFingerprint:
         return f"{self.backend}:{self.device_name}:{self.capability}"
 
 
-def _minor(version: str) -> str:
-    parts = version.split("+")[0].split(".")
-    return ".".join(parts[:2])
+def minor_version(version: str) -> str:
+    """``2.11.0+cu130`` -> ``2.11``."""
+    return ".".join(version.split("+")[0].split(".")[:2])
 
 
 MATCH_EXACT = "exact"
@@ -72,8 +72,8 @@ def match(stored: EnvFingerprint, current: EnvFingerprint) -> str:
     if stored.hardware_id != current.hardware_id:
         return MATCH_NONE
     same_sw = (
-        _minor(stored.torch_version) == _minor(current.torch_version)
-        and _minor(stored.triton_version) == _minor(current.triton_version)
+        minor_version(stored.torch_version) == minor_version(current.torch_version)
+        and minor_version(stored.triton_version) == minor_version(current.triton_version)
         and stored.toolchain.split(" ")[0] == current.toolchain.split(" ")[0]
     )
     return MATCH_EXACT if same_sw else MATCH_REVERIFY

@@ -203,14 +203,16 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
 
     from ks_inductor.evolve import EvolveConfig, EvolveError, evolve_problem
     from ks_inductor.judge import Judge, JudgeConfig
+    from ks_inductor.judge.backends import current_fingerprint
 
     console = console or Console(stderr=True)
     config = config or EvolveConfig()
     own_judge = judge is None
-    if own_judge:
-        judge = Judge(JudgeConfig.for_search(backend=config.backend))
+    # The judge (and its worker processes) starts only when a key actually needs evolving: re-warming a warm
+    # cache is lookups only.
+    fp = judge.fingerprint if judge is not None else current_fingerprint(config.backend)
     t0 = time.perf_counter()
-    summary = WarmSummary(fingerprint=judge.fingerprint.to_json())
+    summary = WarmSummary(fingerprint=fp.to_json())
     distinct: dict[str, Any] = {}
     for p in problems:
         distinct.setdefault(p.key, p)
@@ -218,7 +220,7 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
         for n, (key, problem) in enumerate(distinct.items(), 1):
             item = WarmItem(key=key, name=problem.name, origin=origin, signature=problem.signature())
             summary.items.append(item)
-            existing = store.lookup(key, judge.fingerprint)
+            existing = store.lookup(key, fp)
             if existing is not None and not force:
                 item.status, item.best_speedup, item.timed = "skipped", existing.speedup_inductor, existing.timed
                 item.note = f"kernel {existing.id} already verified"
@@ -227,7 +229,8 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
             console.print(f"[{n}/{len(distinct)}] {problem.name} {key[:12]} ({problem.signature()}): evolving")
             t1 = time.perf_counter()
             try:
-                store.upsert_problem(problem)
+                if judge is None:
+                    judge = Judge(JudgeConfig.for_search(backend=config.backend))
                 res = evolve_problem(problem, config, store, judge=judge, progress=True)
             except KeyboardInterrupt:
                 item.status, item.note = "failed", "interrupted"
@@ -240,7 +243,7 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
                 log.warning("warming %s failed: %s", key, e, exc_info=log.isEnabledFor(logging.DEBUG))
             else:
                 item.judged, item.accepted = res.judged, res.accepted
-                best = store.lookup(key, judge.fingerprint)
+                best = store.lookup(key, fp)
                 if best is not None:
                     item.status, item.best_speedup, item.timed = "found", best.speedup_inductor, best.timed
                     _clear_miss(store, key)
@@ -249,7 +252,7 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
             item.wall_s = time.perf_counter() - t1
     finally:
         summary.wall_s = time.perf_counter() - t0
-        if own_judge:
+        if own_judge and judge is not None:
             judge.close()
     return summary
 
