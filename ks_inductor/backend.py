@@ -35,9 +35,16 @@ option                     environment                     meaning
 ``kernelsmith.budget``     ``KERNELSMITH_BUDGET``          candidates judged per region on ``evolve``
 ``kernelsmith.time_limit`` ``KERNELSMITH_TIME_LIMIT``      seconds per region on ``evolve``
 ``kernelsmith.min_speedup`` ``KERNELSMITH_MIN_SPEEDUP``    speedup over Inductor a timed kernel needs
+                                                           (0: none, not even a measured one)
 ``kernelsmith.enabled``    ``KERNELSMITH_DISABLE=1``       off: exactly Inductor
 ``kernelsmith.triton_op``  ``KERNELSMITH_TRITON_OP``       GPU: register hits as triton_op (default on)
+``kernelsmith.graph_guard`` ``KERNELSMITH_GRAPH_GUARD``    ``auto`` | ``on`` | ``off``: time the graph
+                                                           with its swaps against Inductor alone and
+                                                           keep the faster (auto: timed kernels only)
 =========================  ==============================  =======================================
+
+The graph guard (:mod:`ks_inductor.graph_guard`) is what makes "never slower than Inductor" hold for the whole
+graph and not only per region; it costs a second Inductor compile and about a quarter of a second of runs.
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ import torch.fx as fx
 log = logging.getLogger(__name__)
 
 ON_MISS_POLICIES = ("fallback", "record", "evolve")
+GRAPH_GUARD_MODES = ("auto", "on", "off")
 OPTION_PREFIX = "kernelsmith."
 
 # Region statuses, as reported by explain.
@@ -85,6 +93,7 @@ class BackendOptions:
     # torch.compile refuses mode= together with options=, so the mode for what Inductor compiles can also come
     # from here (or KERNELSMITH_MODE); an explicit mode= wins.
     mode: str | None = None
+    graph_guard: str = "auto"
 
     @classmethod
     def resolve(cls, options: dict[str, Any] | None) -> tuple[BackendOptions, dict[str, Any]]:
@@ -100,6 +109,7 @@ class BackendOptions:
             triton_op=env.get("KERNELSMITH_TRITON_OP", "1") not in ("0", "false", "no"),
             judge_backend=env.get("KERNELSMITH_JUDGE_BACKEND") or None,
             mode=env.get("KERNELSMITH_MODE") or None,
+            graph_guard=env.get("KERNELSMITH_GRAPH_GUARD", "auto"),
         )
         inductor: dict[str, Any] = {}
         aliases = {"time_limit": "time_limit_s", "judge": "judge_backend"}
@@ -114,6 +124,9 @@ class BackendOptions:
             setattr(o, name, v)
         if o.on_miss not in ON_MISS_POLICIES:
             raise ValueError(f"kernelsmith on_miss={o.on_miss!r}; choose one of {', '.join(ON_MISS_POLICIES)}")
+        if o.graph_guard not in GRAPH_GUARD_MODES:
+            raise ValueError(f"kernelsmith graph_guard={o.graph_guard!r}; choose one of "
+                             f"{', '.join(GRAPH_GUARD_MODES)}")
         return o, inductor
 
 
@@ -143,6 +156,7 @@ class CompileReport:
     fallback_reason: str | None = None
     analysis_s: float = 0.0
     variant: str | None = None  # "triton_op" | "custom_op" | None (nothing swapped)
+    guard: Any = None  # ks_inductor.graph_guard.GuardResult when the graph guard ran
     problems: list[Any] = field(default_factory=list, repr=False)  # the regions' Problems (not serialized)
 
     @property
@@ -156,7 +170,7 @@ class CompileReport:
     def to_json(self) -> dict[str, Any]:
         return {"regions": [r.to_json() for r in self.regions], "swapped": self.swapped, "hits": self.hits,
                 "misses": self.misses, "fallback_reason": self.fallback_reason, "analysis_s": self.analysis_s,
-                "variant": self.variant}
+                "variant": self.variant, "guard": self.guard.to_json() if self.guard is not None else None}
 
 
 _REPORTS: collections.deque[CompileReport] = collections.deque(maxlen=256)
@@ -253,7 +267,9 @@ def analyze(gm: fx.GraphModule, opts: BackendOptions, act_on_miss: bool = True) 
             continue
         rr.kernel_id = record.id
         rr.speedup = record.speedup_inductor
-        if record.timed and (record.speedup_inductor is None or record.speedup_inductor < opts.min_speedup):
+        # min_speedup <= 0 asks for no measured speedup at all (tests of the mechanism, experiments).
+        if record.timed and opts.min_speedup > 0 and (record.speedup_inductor is None
+                                                      or record.speedup_inductor < opts.min_speedup):
             rr.status = SLOWER
             rr.note = (f"kernel {record.id}: speedup over Inductor {record.speedup_inductor} < "
                        f"{opts.min_speedup}")
@@ -426,6 +442,10 @@ def kernelsmith_backend(gm: fx.GraphModule, example_inputs: list[Any], mode: str
             continue
         report.swapped = swapped
         report.variant = "triton_op" if use_triton_op else "custom_op"
+        try:
+            compiled = _apply_graph_guard(gm, new_gm, example_inputs, compiled, hits, patches, opts, report)
+        except Exception as e:  # noqa: BLE001 - the guard itself failed: the per-region decision stands
+            log.warning("kernelsmith: graph guard failed (%s: %s); keeping the swaps", type(e).__name__, e)
         _log(report)
         return compiled
     for rr in report.regions:
@@ -433,6 +453,69 @@ def kernelsmith_backend(gm: fx.GraphModule, example_inputs: list[Any], mode: str
             rr.status, rr.note = ERROR, rr.note or "kernel not used (see warnings)"
     _log(report)
     return compile_fx(gm, example_inputs, config_patches=patches)
+
+
+_GUARD_MEMO: dict[str, Any] = {}
+
+
+def _guard_applies(opts: BackendOptions, hits: list[_Hit]) -> bool:
+    if opts.graph_guard == "off":
+        return False
+    if opts.graph_guard == "on":
+        return True
+    return all(h.record.timed for h in hits)
+
+
+def _guard_key(gm: fx.GraphModule, example_inputs: list[Any], hits: list[_Hit], patches: dict[str, Any]) -> str:
+    import hashlib
+
+    parts = [gm.code, repr(sorted((k, repr(v)) for k, v in patches.items()))]
+    for v in example_inputs:
+        if isinstance(v, torch.Tensor):
+            parts.append(f"{tuple(v.shape)}{tuple(v.stride())}{v.dtype}{v.device}")
+        else:
+            parts.append(repr(v))
+    parts += [str(h.record.id) for h in hits]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _apply_graph_guard(gm: fx.GraphModule, new_gm: fx.GraphModule, example_inputs: list[Any], compiled: Any,
+                       hits: list[_Hit], patches: dict[str, Any], opts: BackendOptions, report: CompileReport) -> Any:
+    """``compiled`` if the graph with swaps beats Inductor alone (or cannot be timed), else Inductor's graph."""
+    from torch._inductor.compile_fx import compile_fx
+
+    from ks_inductor import graph_guard as gg
+
+    if not _guard_applies(opts, hits):
+        return compiled
+    mutated = gg.mutation_in(gm)
+    if mutated is not None:
+        report.guard = gg.GuardResult(kept=True, note=f"not timed: the graph mutates a value at {mutated}")
+        return compiled
+    key = _guard_key(gm, example_inputs, hits, patches)
+    result = _GUARD_MEMO.get(key)
+    plain = None
+    if result is None:
+        # CUDA-graph callables must not be run inside the backend (they would record here): time variants
+        # compiled without CUDA graphs, then hand back the one compiled with the user's options.
+        cudagraphs = patches.get("triton.cudagraphs", torch._inductor.config.triton.cudagraphs)
+        timing_patches = {**patches, "triton.cudagraphs": False} if cudagraphs else patches
+        plain_t = compile_fx(gm, example_inputs, config_patches=timing_patches)
+        swapped_t = compiled if not cudagraphs else compile_fx(new_gm, example_inputs, config_patches=timing_patches)
+        result = gg.compare(swapped_t, plain_t, example_inputs)
+        _GUARD_MEMO[key] = result
+        if not cudagraphs:
+            plain = plain_t
+    report.guard = result
+    if result.kept:
+        return compiled
+    report.swapped, report.variant = 0, None
+    report.fallback_reason = f"graph guard: {result.note}"
+    for h in hits:
+        if h.report.status in (HIT, EVOLVED):
+            h.report.status = SLOWER
+            h.report.note = "swapped graph not faster than Inductor alone (graph guard)"
+    return plain if plain is not None else compile_fx(gm, example_inputs, config_patches=patches)
 
 
 def _publish(report: CompileReport) -> None:

@@ -50,9 +50,12 @@ def warmed(tmp_path_factory):
 def test_hit_as_triton_op_matches_eager(warmed, mode):
     db, model, inputs = warmed
     torch._dynamo.reset()
-    # min_speedup 0: this test checks the mechanism, whether or not the kernel beat Inductor at this size
-    compiled = torch.compile(model, backend="kernelsmith", mode=mode,
-                             options={"kernelsmith.db": db, "kernelsmith.min_speedup": 0.0})
+    # min_speedup 0 and no graph guard: this test checks the swap mechanism, whether or not the kernel beats
+    # Inductor at this size (test_graph_guard_decides_on_the_gpu checks the guard). torch.compile refuses mode=
+    # with options=, so the mode travels as a kernelsmith option.
+    compiled = torch.compile(model, backend="kernelsmith",
+                             options={"kernelsmith.db": db, "kernelsmith.min_speedup": 0.0,
+                                      "kernelsmith.graph_guard": "off", "kernelsmith.mode": mode})
     with torch.no_grad():
         got = compiled(*inputs)
         want = model(*inputs)
@@ -61,3 +64,22 @@ def test_hit_as_triton_op_matches_eager(warmed, mode):
     report = B.compile_reports()[-1]
     assert report.swapped >= 1, report.to_json()
     assert report.variant == "triton_op", report.fallback_reason
+
+
+def test_graph_guard_decides_on_the_gpu(warmed):
+    """With the guard on, the swap stays only if the whole graph got faster; either way the output is right and
+    the report says what the guard measured."""
+    db, model, inputs = warmed
+    torch._dynamo.reset()
+    B._GUARD_MEMO.clear()
+    compiled = torch.compile(model, backend="kernelsmith",
+                             options={"kernelsmith.db": db, "kernelsmith.min_speedup": 0.0})
+    with torch.no_grad():
+        got = compiled(*inputs)
+        want = model(*inputs)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=2e-2, atol=2e-2)
+    report = B.compile_reports()[-1]
+    g = report.guard
+    assert g is not None and g.swapped_ms > 0 and g.inductor_ms > 0, report.to_json()
+    assert (report.swapped >= 1) == g.kept == (g.lcb > 1.0)

@@ -72,6 +72,20 @@ EXTRA = {
                          "        self.bias = nn.Parameter(torch.randn(10))"), "pointwise"),
     "gelu_and_mul": (module("        x = xs[0]\n        return F.gelu(x[:, :8]) * x[:, 8:]", "[torch.randn(4, 16)]"),
                      "act_mul"),
+    # The matmul regions of a decode step: Linear on 3-D activations with a residual add, the SiLU gate, and
+    # the o-projection, which aten can run as bmm against one weight expanded over the batch.
+    "linear3d_residual": (module(
+        "        return xs[1] + self.lin(xs[0])",
+        "[torch.randn(4, 1, 40, dtype=torch.bfloat16), torch.randn(4, 1, 24, dtype=torch.bfloat16)]",
+        "        self.lin = nn.Linear(40, 24, bias=False, dtype=torch.bfloat16)"), "matmul"),
+    "linear3d_silu_gate": (module(
+        "        return F.silu(self.lin(xs[0]).float()).to(torch.bfloat16) * xs[1]",
+        "[torch.randn(4, 1, 40, dtype=torch.bfloat16), torch.randn(4, 1, 24, dtype=torch.bfloat16)]",
+        "        self.lin = nn.Linear(40, 24, bias=False, dtype=torch.bfloat16)"), "matmul"),
+    "bmm_shared_weight": (module(
+        "        x = xs[0]\n        return torch.bmm(x, self.w.t().unsqueeze(0).expand(x.shape[0], 40, 24))",
+        "[torch.randn(4, 1, 40, dtype=torch.bfloat16)]",
+        "        self.w = nn.Parameter(torch.randn(24, 40, dtype=torch.bfloat16))"), "matmul"),
     "conv": (module("        return F.conv2d(xs[0], xs[1])", "[torch.randn(1, 2, 6, 6), torch.randn(3, 2, 3, 3)]"),
              None),
 }

@@ -132,6 +132,20 @@ def test_template_kernels_compile_for_sm90() -> None:
         assert kernels and all(k["cubin"] > 0 for k in kernels), (name, kernels)
 
 
+def test_decode_matmul_variants_compile_for_sm90(tmp_path) -> None:
+    """The skinny (decode) GEMM in every variant, split-K's two kernels included."""
+    pytest.importorskip("triton.backends.nvidia")
+    from benchmarks.workloads import llm_ops_workloads
+
+    (w,) = llm_ops_workloads(["gemm_gelu"], ["bfloat16"], ["decode"])
+    path = tmp_path / "gemm_gelu_decode.py"
+    path.write_text(w.source)
+    (kernels,) = _run([path], "all").values()
+    assert {k["variant"] for k in kernels} == {"tiled", "persistent", "splitk"}
+    assert {"_matmul_partial", "_matmul_epilogue"} <= {k["kernel"] for k in kernels}
+    assert all(k["cubin"] > 0 for k in kernels), kernels
+
+
 if __name__ == "__main__":
     # One process for every problem: importing torch and triton once keeps this test short.
     mode = sys.argv[1]

@@ -10,7 +10,7 @@ from ks_inductor.evolve.templates import templates_for
 from ks_inductor.judge import Judge, JudgeConfig
 from ks_inductor.judge.static_checks import static_check
 from ks_inductor.problem import problem_from_source
-from tests.test_evolve_families import EXTRA, small_problem
+from tests.test_evolve_families import EXTRA, module, small_problem
 
 SERVING = ["rmsnorm_bf16", "layernorm_bf16", "softmax_bf16", "silu_mul_bf16", "rope_bf16", "cross_entropy_fp32",
            "gemm_gelu_bf16"]
@@ -67,6 +67,25 @@ def test_serving_op_templates_are_accepted(judge) -> None:
 def test_other_family_templates_are_accepted(judge) -> None:
     _judge_all(judge, [(n, problem_from_source(EXTRA[n][0], name=n), False)
                        for n in ("matmul_mish_mish", "row_sum", "col_mean")])
+
+
+DECODE_MATMULS = ["linear3d_residual", "linear3d_silu_gate", "bmm_shared_weight"]
+
+
+def test_decode_matmul_regions_are_accepted_in_every_variant(judge) -> None:
+    # BLOCK_K 16 over K 40 with two slices: split-K with one full and one ragged slice.
+    _judge_all(judge, [(n, problem_from_source(EXTRA[n][0], name=n), True, {"BLOCK_K": 16, "SPLIT_K": 2})
+                       for n in DECODE_MATMULS])
+
+
+def test_split_k_is_offered_for_skinny_products_only() -> None:
+    skinny = classify(problem_from_source(EXTRA["linear3d_residual"][0], name="r"))
+    tall = classify(problem_from_source(module("        return xs[0] @ xs[1]", "[torch.randn(600, 8), torch.randn(8, 8)]"),
+                                        name="tall"))
+    (t,) = templates_for(skinny)
+    assert "splitk" in t.variants(skinny) and "splitk" not in t.variants(tall)
+    src = t.render(skinny, t.default(skinny, "splitk", "cuda"), "splitk")
+    assert "_matmul_partial[" in src and "_matmul_epilogue[" in src
 
 
 # Structural knobs the embedded mutator can switch on: each must still give a kernel the judge accepts.

@@ -6,9 +6,15 @@ bf16, random weights (hidden 4096, intermediate 14336, 32 heads, 8 KV heads, hea
 1. warm: the backend's regions of the layer in both phases (``ks_inductor.explain``) are evolved with the embedded
    mutator into a fresh kernel cache, within a judgment budget per region and a wall-time cap (decode first:
    that is where the room is);
-2. time, with the anchor's protocol (``triton.testing.do_bench``, median): eager, Inductor default,
-   max-autotune-no-cudagraphs, max-autotune, and kernelsmith (default mode, then max-autotune-no-cudagraphs);
-3. report time ratios, the largest absolute error against eager, compile times (cold and cache-warm) of Inductor
+2. compile every variant (eager, Inductor default, max-autotune-no-cudagraphs, max-autotune, kernelsmith in
+   default mode with and without its graph guard, kernelsmith with max-autotune-no-cudagraphs, and a second
+   compile of Inductor as a noise yardstick), each timed right away with the anchor's protocol
+   (``triton.testing.do_bench``, median: ``*_dobench_ms``);
+3. time the compiled graphs again, interleaved: shuffled rounds of back-to-back calls of each graph on the same
+   inputs (``*_ms``), with the ratio to Inductor and its lower confidence bound. Decode is bound by the host's
+   kernel launches on this machine, and the host's speed drifts within a run, so only interleaved timings can
+   be compared; do_bench's cache flush between calls also hides part of the launch time;
+4. report time ratios, the largest absolute error against eager, compile times (cold and cache-warm) of Inductor
    and of a kernelsmith compile that hits the cache, and the region hit/miss table.
 
     python benchmarks/gpu/decoder_layer.py $OUT/decoder_layer.json --budget 6 --region-time 25 --warm-time 210
@@ -23,6 +29,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -137,42 +144,71 @@ def warm_layer(layer: Any, phase_inputs: dict[str, tuple], db: str, budget: int,
     return out
 
 
-# The "-repeat" rows compile plain Inductor once more after kernelsmith: how far two compiles of the same graph
-# differ (autotuning picks, do_bench noise) is the yardstick for any kernelsmith/Inductor ratio near 1.
-MAIN_VARIANTS = [("inductor", None, False), ("kernelsmith", None, True), ("inductor-repeat", None, False)]
+# (name, mode, kernelsmith): kernelsmith is False (plain Inductor), True, or a dict of extra kernelsmith options.
+# "kernelsmith-noguard" turns the graph guard off: what the swaps alone do to the graph, which the guard judges.
+# The "-repeat" rows compile plain Inductor once more: how far two compiles of the same graph differ is the
+# yardstick for any kernelsmith/Inductor ratio near 1.
+MAIN_VARIANTS = [("inductor", None, False), ("kernelsmith", None, True),
+                 ("kernelsmith-noguard", None, {"kernelsmith.graph_guard": "off"}), ("inductor-repeat", None, False)]
 AUTOTUNE_VARIANTS = [("max-autotune-no-cudagraphs", "max-autotune-no-cudagraphs", False),
                      ("max-autotune", "max-autotune", False),
                      ("kernelsmith+max-autotune-no-cudagraphs", "max-autotune-no-cudagraphs", True),
                      ("max-autotune-no-cudagraphs-repeat", "max-autotune-no-cudagraphs", False)]
+CUDAGRAPH_MODES = ("max-autotune", "reduce-overhead")
 
 
-def time_variants(layer: Any, inputs: tuple, db: str, clock: Clock, variants: list[tuple[str, str | None, bool]],
-                  row: dict[str, Any]) -> None:
+def time_variants(layer: Any, inputs: tuple, db: str, clock: Clock, variants: list[tuple[str, str | None, Any]],
+                  row: dict[str, Any], rounds: int = 9) -> None:
+    """Compile and do_bench each variant, then time the compiled graphs interleaved (see the module doc)."""
     import torch
 
     from ks_inductor import backend as ksb
+    from ks_inductor.graph_guard import GuardConfig, interleaved_batches
+    from ks_inductor.judge.timing import ratio_with_lcb
 
+    graphs: dict[str, tuple[Any, list[Any]]] = {}
     with torch.no_grad():
         ref = layer(*inputs)
-        if "eager_ms" not in row:
-            row["eager_ms"] = bench(lambda: layer(*inputs))
+        row["eager_dobench_ms"] = bench(lambda: layer(*inputs))
+        graphs["eager"] = (layer, list(inputs))
         for name, mode, ks in variants:
-            if clock.left() < 45:
+            if clock.left() < 60:
                 row[name + "_skipped"] = "deadline"
                 continue
             try:
-                row.update(_time_variant(layer, inputs, ref, name, mode, ks, db, ksb))
+                res, captured = _time_variant(layer, inputs, ref, name, mode, ks, db, ksb)
+                row.update(res)
             except Exception as e:  # noqa: BLE001 - record, keep measuring the others
                 row[name + "_error"] = f"{type(e).__name__}: {e}"[:800]
                 traceback.print_exc()
+                continue
+            if mode in CUDAGRAPH_MODES:
+                row[name + "_interleaved"] = "no: CUDA-graph trees do not outlive a Dynamo reset"
+            elif len(captured) != 1:
+                row[name + "_interleaved"] = f"no: {len(captured)} graphs"
+            else:
+                graphs[name] = captured[0]
+        fns = {n: (lambda f=f, a=a: f(*a)) for n, (f, a) in graphs.items()}
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        samples = interleaved_batches(fns, device, GuardConfig(rounds=rounds, round_ms=40.0, budget_s=120.0))
+    for name, rounds_ in samples.items():
+        row[name + "_ms"] = statistics.median(x for r in rounds_ for x in r)
+    if "inductor" in samples:
+        for name in samples:
+            if name.startswith("kernelsmith"):
+                base = "max-autotune-no-cudagraphs" if "max-autotune" in name else "inductor"
+                if base in samples:
+                    ratio, lcb = ratio_with_lcb(samples[base], samples[name])
+                    row[f"{base}_over_{name}_interleaved"] = ratio
+                    row[f"{base}_over_{name}_lcb"] = lcb
 
 
 def ratios(row: dict[str, Any]) -> None:
-    for name in ("inductor", "max-autotune-no-cudagraphs", "max-autotune", "kernelsmith",
-                 "kernelsmith+max-autotune-no-cudagraphs"):
-        if name + "_ms" in row:
+    names = [k[:-3] for k in row if k.endswith("_ms") and not k.endswith("_dobench_ms")]
+    for name in names:
+        if name != "eager" and "eager_ms" in row:
             row[f"eager_over_{name}"] = row["eager_ms"] / row[name + "_ms"]
-    for ks in ("kernelsmith", "kernelsmith+max-autotune-no-cudagraphs"):
+    for ks in ("kernelsmith", "kernelsmith-noguard", "kernelsmith+max-autotune-no-cudagraphs"):
         if ks + "_ms" not in row:
             continue
         for base in ("inductor", "max-autotune-no-cudagraphs", "max-autotune"):
@@ -203,32 +239,43 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-def _compile(layer: Any, mode: str | None, ks: bool, db: str) -> Any:
+def _compile(layer: Any, mode: str | None, ks: Any, db: str, captured: list) -> Any:
+    """``ks``: False for plain Inductor, True for kernelsmith, or a dict of extra kernelsmith options. Each graph
+    the backend compiles is appended to ``captured`` with its example inputs, to be timed on its own later."""
     import torch
 
     from ks_inductor.backend import kernelsmith_backend
 
+    def capture(inner: Any) -> Any:
+        def backend(gm: Any, example_inputs: list, **kwargs: Any) -> Any:
+            compiled = inner(gm, example_inputs, **kwargs)
+            captured.append((compiled, list(example_inputs)))
+            return compiled
+        return backend
+
     if ks:
         # torch.compile takes mode= or options=, not both: the mode travels as a kernelsmith option.
-        return torch.compile(layer, backend=kernelsmith_backend,
-                             options={"kernelsmith.db": db, "kernelsmith.mode": mode})
-    return torch.compile(layer, mode=mode)
+        extra = ks if isinstance(ks, dict) else {}
+        return torch.compile(layer, backend=capture(kernelsmith_backend),
+                             options={"kernelsmith.db": db, "kernelsmith.mode": mode, **extra})
+    inductor = torch._TorchCompileInductorWrapper(mode, None, False)
+    return torch.compile(layer, backend=capture(lambda gm, ex, **_: inductor(gm, ex)))
 
 
-def _time_variant(layer: Any, inputs: tuple, ref: Any, name: str, mode: str | None, ks: bool, db: str,
-                  ksb: Any) -> dict[str, Any]:
+def _time_variant(layer: Any, inputs: tuple, ref: Any, name: str, mode: str | None, ks: Any, db: str,
+                  ksb: Any) -> tuple[dict[str, Any], list]:
     import torch
 
     row: dict[str, Any] = {}
-    # cold compile (first time this graph is seen in this process's fresh Inductor cache)
+    # warm compile first would pollute "cold": cold compile (first time this graph is seen in this process's
+    # fresh Inductor cache), then a warm one (Inductor's FX/AOT caches now hold it), whose graph is kept.
     torch._dynamo.reset()
     n_reports = len(ksb.compile_reports())
     t0 = time.time()
-    cm = _compile(layer, mode, ks, db)
+    cm = _compile(layer, mode, ks, db, [])
     out = cm(*inputs).clone()
     _sync()
     row[name + "_compile_s"] = time.time() - t0
-    row[name + "_ms"] = bench(lambda: cm(*inputs))
     row[name + "_maxerr"] = (out.float() - ref.float()).abs().max().item()
     if ks:
         reports = ksb.compile_reports()[n_reports:]
@@ -236,14 +283,18 @@ def _time_variant(layer: Any, inputs: tuple, ref: Any, name: str, mode: str | No
         row[name + "_hits"] = sum(r.hits for r in reports)
         row[name + "_swapped"] = sum(r.swapped for r in reports)
         row[name + "_analysis_s"] = sum(r.analysis_s for r in reports)
-    # warm compile: the same graph again, Inductor's FX/AOT caches now hold it
+        guards = [r.guard.to_json() for r in reports if r.guard is not None]
+        if guards:
+            row[name + "_guard"] = guards
     torch._dynamo.reset()
+    captured: list = []
     t0 = time.time()
-    cm = _compile(layer, mode, ks, db)
+    cm = _compile(layer, mode, ks, db, captured)
     cm(*inputs)
     _sync()
     row[name + "_compile_warm_s"] = time.time() - t0
-    return row
+    row[name + "_dobench_ms"] = bench(lambda: cm(*inputs))
+    return row, captured
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -302,9 +353,8 @@ def main(argv: list[str] | None = None) -> int:
             result["warm_error"] = f"{type(e).__name__}: {e}"
             traceback.print_exc()
     _write(args.out, result)
-    # Inductor default and kernelsmith for every phase first; the max-autotune modes after, as time allows.
-    for variants in ([] if args.skip_timing else [MAIN_VARIANTS] + ([] if args.skip_max_autotune
-                                                                  else [AUTOTUNE_VARIANTS])):
+    variants = MAIN_VARIANTS + ([] if args.skip_max_autotune else AUTOTUNE_VARIANTS)
+    if not args.skip_timing:
         for n, inp in phase_inputs.items():
             row = result["phases"].setdefault(n, {})
             time_variants(layer, inp, db, clock, variants, row)

@@ -277,10 +277,31 @@ def _matmul_match(graph: Graph) -> dict[str, Any] | None:
         return None
     out_t = graph.type_of(graph.outputs[0].name)
     mm_t = mm.type
-    if out_t is None or mm_t is None or out_t.shape != mm_t.shape:
+    if out_t is None or mm_t is None:
+        return None
+    # Reshapes after the product (a Linear on 3-D input is mm between two views) keep the row-major order of
+    # the (M, N) tile, so the epilogue runs in the product's frame; other views of the product would not.
+    down = {mm.name}
+    views: list[str] = []
+    for n in graph.nodes:
+        refs = set(n.refs())
+        if not refs & down:
+            continue
+        if n.op in VIEW_OPS:
+            if n.op not in ("view", "_unsafe_view", "reshape", "unsqueeze", "squeeze"):
+                return None
+            views.append(n.name)
+        down.add(n.name)
+    if graph.outputs[0].name not in down:
+        return None
+    for name in down:
+        t = graph.type_of(name)
+        if t is None or t.numel != mm_t.numel or not t.shape or t.shape[-1] != mm_t.shape[-1]:
+            return None
+    if mm.op == "bmm" and out_t.shape != mm_t.shape:
         return None
     return {"mm": mm.name, "a": a, "b": b, "bias": bias, "epilogue": [n.name for n in rest],
-            "batched": mm.op == "bmm"}
+            "views": views, "downstream": sorted(down), "batched": mm.op == "bmm"}
 
 
 def _reduction_match(graph: Graph) -> dict[str, Any] | None:

@@ -1,7 +1,19 @@
 """mm / addmm / bmm with the pointwise epilogue fused: a tiled tl.dot GEMM with grouped (L2-friendly) tile order,
 the bias and every pointwise op after the product applied to the fp32 accumulator before the one store.
 
-Variants: one tile per program ("tiled"), or a persistent grid that walks tiles ("persistent").
+Variants:
+
+- ``tiled``: one output tile per program.
+- ``persistent``: a grid of SM-count programs walking the tiles.
+- ``splitk`` (skinny products only, as in decode): the K loop is cut into ``SPLIT_K`` slices run by separate
+  programs, each writing an fp32 partial; a second kernel sums the partials and applies the epilogue. With 16
+  rows and 4096 columns a tiled grid has 64 programs for 132 SMs, too few to keep the weight stream at full
+  bandwidth.
+
+The epilogue runs in the product's (M, N) frame. Reshapes after the product (a Linear on 3-D input is a 2-D mm
+between views) keep its row-major order, so they are aliases there; every other operand is expanded to the shape
+of the value it meets and read through its strides. A bmm whose right operand is one matrix broadcast over the
+batch is run as a single GEMM of ``batch x M`` rows, so the matrix is read once instead of once per batch.
 """
 
 from __future__ import annotations
@@ -9,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from ks_inductor.evolve.families import FamilyMatch, leaf_of
-from ks_inductor.evolve.graph import Ref
+from ks_inductor.evolve.graph import Graph, Ref
 from ks_inductor.evolve.pointwise import PointwiseUnsupported, Val, lower_chain, round_expr, store_expr
 from ks_inductor.evolve.templates.base import (
     SM_COUNT_HELPER,
@@ -22,41 +34,73 @@ from ks_inductor.evolve.templates.base import (
     view_expr,
 )
 
+SKINNY_ROWS = 512  # products with at most this many rows also get the split-K variant
+SMEM_BYTES = 200 * 1024  # shared memory the pipelined operand tiles may take (H100/H200 have 227 KiB)
+_ITEMSIZE = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
+
+
+def _rows_cols(fm: FamilyMatch) -> tuple[int, int]:
+    mm = fm.graph.node(fm.attrs["mm"])
+    shape = mm.type.shape if mm and mm.type else [128, 128]
+    n = shape[-1]
+    total = 1
+    for s in shape:
+        total *= s
+    return total // max(n, 1), n
+
 
 class MatmulTemplate(Template):
     name = "matmul"
     families = ("matmul",)
 
     def variants(self, fm: FamilyMatch) -> list[str]:
-        return ["tiled", "persistent"]
+        rows, _ = _rows_cols(fm)
+        return ["tiled", "persistent"] + (["splitk"] if rows <= SKINNY_ROWS else [])
 
     def space(self, fm: FamilyMatch, variant: str) -> dict[str, list[Any]]:
         s: dict[str, list[Any]] = {
-            "BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256], "BLOCK_K": [16, 32, 64, 128],
-            "GROUP_M": [1, 4, 8, 16], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4, 5],
+            "BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256], "BLOCK_K": [16, 32, 64, 128, 256],
+            "GROUP_M": [1, 4, 8, 16], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4, 5, 6],
         }
         if variant == "persistent":
             s["WAVES"] = [1, 2]
+        if variant == "splitk":
+            s["SPLIT_K"] = [2, 3, 4, 6, 8, 12, 16]
         return s
 
     def default(self, fm: FamilyMatch, variant: str, device: str) -> dict[str, Any]:
-        mm = fm.graph.node(fm.attrs["mm"])
-        shape = mm.type.shape if mm and mm.type else [128, 128]
-        m, n = shape[-2], shape[-1]
+        m, n = _rows_cols(fm)
         if device == "cpu" or m * n < 256 * 256:
             p: dict[str, Any] = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "num_warps": 4,
                                  "num_stages": 2}
+        elif m <= 64:
+            # A weight stream: thin row tiles, deep K tiles and a deep pipeline keep bytes in flight.
+            p = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 4, "num_stages": 4}
         else:
             p = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
         if variant == "persistent":
             p["WAVES"] = 1
+        if variant == "splitk":
+            tiles = -(-m // p["BLOCK_M"]) * -(-n // p["BLOCK_N"])
+            want = -(-264 // max(tiles, 1))  # about two programs per SM of an H100/H200
+            p["SPLIT_K"] = min((s for s in self.space(fm, variant)["SPLIT_K"] if s >= want), default=16)
         return p
+
+    def feasible(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> bool:
+        la = leaf_of(fm.graph, fm.attrs["a"])
+        item = _ITEMSIZE.get(fm.graph.type_of(la[0]).dtype, 4) if la else 4  # type: ignore[union-attr]
+        bm, bn, bk = params["BLOCK_M"], params["BLOCK_N"], params["BLOCK_K"]
+        if (bm + bn) * bk * item * max(1, params["num_stages"] - 1) > SMEM_BYTES:
+            return False
+        return bm * bn // (32 * params["num_warps"]) <= 128  # fp32 accumulator registers per thread
 
     def descriptor(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> dict[str, Any]:
         d = super().descriptor(fm, params, variant)
         d["block"] = block_class(params["BLOCK_M"] * params["BLOCK_N"] // 16)
         d["dot"] = True
         return d
+
+    # ------------------------------------------------------------------------------------------ rendering
 
     def render(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> str:
         g = fm.graph
@@ -65,53 +109,40 @@ class MatmulTemplate(Template):
         assert mm is not None and mm.type is not None
         out_name = output_refs(g)[0]
         out_t = g.type_of(out_name)
-        batched = a["batched"]
-        nd = 3 if batched else 2
-        in_dtype = g.type_of(leaf_of(g, a["a"])[0]).dtype  # type: ignore[index,union-attr]
-        # Epilogue operands: every value the epilogue reads besides the product itself.
-        epi = [g.node(n) for n in a["epilogue"]]
-        extras: dict[str, tuple[str, list]] = {}
-        if a["bias"] is not None:
-            lb = leaf_of(g, a["bias"])
-            if lb is None:
-                raise TemplateError("addmm bias must be an input or parameter")
-            extras[a["bias"].name] = lb
-        for n in epi:
-            for r in n.refs():
-                if r == mm.name or r in a["epilogue"]:
-                    continue
-                leaf = leaf_of(g, Ref(r))
-                if leaf is None:
-                    raise TemplateError(f"epilogue reads {r}, which is neither an input nor pointwise")
-                extras[r] = leaf
+        assert out_t is not None
+        la, lb = leaf_of(g, a["a"]), leaf_of(g, a["b"])
+        in_dtype = g.type_of(la[0]).dtype  # type: ignore[index,union-attr]
+        extras, frames = _epilogue_operands(g, a)
         names = list(extras)
-        env: dict[str, Val] = {r: Val(f"e{i}") for i, r in enumerate(names)}
-        mm_t = mm.type
-        acc = "acc"
-        if a["bias"] is not None:
-            acc = f"acc + {env[a['bias'].name].expr}"
-        rnd = round_expr(f"({acc})", mm_t.dtype)
-        env[mm.name] = Val("x_mm")
-        try:
-            epi_lines = lower_chain(epi, env)  # type: ignore[arg-type]
-        except PointwiseUnsupported as e:
-            raise TemplateError(str(e)) from None
-        result = env[out_name].expr
+        epilogue = _epilogue_lines(g, a, names, out_name, out_t.dtype)
         prec = ', input_precision="ieee"' if in_dtype in ("float32", "float64") else ""
+        dot = (f"acc = tl.dot(a, b, acc{prec})" if fm.target != "cpu" or in_dtype in ("float32", "float64")
+               else 'acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")')
+        split = variant == "splitk"
         persistent = variant == "persistent"
 
+        esig = "".join(f", e{i}_ptr, e{i}_sb, e{i}_sm, e{i}_sn" for i in range(len(names)))
         sig = ("a_ptr, b_ptr, c_ptr, M, N, K, stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn, "
                "stride_cb, stride_cm, stride_cn")
-        for i in range(len(names)):
-            sig += f", e{i}_ptr, e{i}_sb, e{i}_sm, e{i}_sn"
-        k = ["@triton.jit",
-             f"def _matmul_kernel({sig}, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, "
-             "GROUP_M: tl.constexpr, EVEN_K: tl.constexpr):",
-             "    bid = tl.program_id(1)",
-             "    num_pid_m = tl.cdiv(M, BLOCK_M)",
-             "    num_pid_n = tl.cdiv(N, BLOCK_N)",
-             "    num_tiles = num_pid_m * num_pid_n",
-             "    num_pid_in_group = GROUP_M * num_pid_n"]
+        consts = "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr"
+        k: list[str] = []
+        if split:
+            k += ["@triton.jit",
+                  f"def _matmul_partial({sig}, SPLIT_K: tl.constexpr, {consts}, EVEN_K: tl.constexpr):"]
+        else:
+            k += ["@triton.jit", f"def _matmul_kernel({sig}{esig}, {consts}, EVEN_K: tl.constexpr):"]
+        k += ["    bid = tl.program_id(1)",
+              "    num_pid_m = tl.cdiv(M, BLOCK_M)",
+              "    num_pid_n = tl.cdiv(N, BLOCK_N)",
+              "    num_tiles = num_pid_m * num_pid_n",
+              "    num_pid_in_group = GROUP_M * num_pid_n",
+              "    k_tiles = tl.cdiv(K, BLOCK_K)"]
+        if split:
+            k += ["    per_split = tl.cdiv(k_tiles, SPLIT_K)",
+                  "    k_first = tl.program_id(2) * per_split",
+                  "    k_last = tl.minimum(k_first + per_split, k_tiles)"]
+        else:
+            k += ["    k_first = 0", "    k_last = k_tiles"]
         ind = "    "
         if persistent:
             k.append("    for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):")
@@ -129,57 +160,136 @@ class MatmulTemplate(Template):
               ind + "offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
               ind + "offs_am = offs_m % M",
               ind + "offs_bn = offs_n % N",
-              ind + "offs_k = tl.arange(0, BLOCK_K)",
+              ind + "offs_k = k_first * BLOCK_K + tl.arange(0, BLOCK_K)",
               ind + "a_ptrs = a_ptr + bid * stride_ab + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak",
               ind + "b_ptrs = b_ptr + bid * stride_bb + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn",
               ind + "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
-              ind + "for kk in range(0, tl.cdiv(K, BLOCK_K)):",
+              ind + "for kk in range(k_first, k_last):",
               ind + "    if EVEN_K:",
               ind + "        a = tl.load(a_ptrs)",
               ind + "        b = tl.load(b_ptrs)",
               ind + "    else:",
               ind + "        k_rem = K - kk * BLOCK_K",
-              ind + "        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_rem, other=0.0)",
-              ind + "        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_rem, other=0.0)",
-              ind + (f"    acc = tl.dot(a, b, acc{prec})" if fm.target != "cpu" or in_dtype in ("float32", "float64")
-                     else "    acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision=\"ieee\")"),
+              ind + "        a = tl.load(a_ptrs, mask=offs_k[None, :] - k_first * BLOCK_K < k_rem, other=0.0)",
+              ind + "        b = tl.load(b_ptrs, mask=offs_k[:, None] - k_first * BLOCK_K < k_rem, other=0.0)",
+              ind + "    " + dot,
               ind + "    a_ptrs += BLOCK_K * stride_ak",
               ind + "    b_ptrs += BLOCK_K * stride_bk",
               ind + "cmask = (offs_m[:, None] < M) & (offs_n[None, :] < N)"]
-        for i in range(len(names)):
-            k.append(ind + f"e{i} = tl.load(e{i}_ptr + bid * e{i}_sb + offs_m[:, None] * e{i}_sm + "
-                     f"offs_n[None, :] * e{i}_sn, mask=cmask, other=0.0).to(tl.float32)")
-        k.append(ind + f"x_mm = {rnd}")
-        k += [ind + ln for ln in epi_lines]
-        k.append(ind + "c_ptrs = c_ptr + bid * stride_cb + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn")
-        k.append(ind + f"tl.store(c_ptrs, {store_expr(result, out_t.dtype)}, mask=cmask)")  # type: ignore[union-attr]
+        if split:
+            # The partial goes to ws[split, batch, m, n] (contiguous, fp32); c_ptr is the workspace here.
+            k.append(ind + "w_ptrs = c_ptr + (tl.program_id(2) * tl.num_programs(1) + bid) * M * N + "
+                     "offs_m[:, None] * N + offs_n[None, :]")
+            k.append(ind + "tl.store(w_ptrs, acc, mask=cmask)")
+            k += ["", "", "@triton.jit",
+                  f"def _matmul_epilogue(w_ptr, c_ptr, M, N, stride_cb, stride_cm, stride_cn{esig}, "
+                  "SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):",
+                  "    bid = tl.program_id(1)",
+                  "    num_pid_n = tl.cdiv(N, BLOCK_N)",
+                  "    pid_m = tl.program_id(0) // num_pid_n",
+                  "    pid_n = tl.program_id(0) % num_pid_n",
+                  "    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+                  "    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+                  "    cmask = (offs_m[:, None] < M) & (offs_n[None, :] < N)",
+                  "    w_ptrs = w_ptr + bid * M * N + offs_m[:, None] * N + offs_n[None, :]",
+                  "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+                  "    for s in range(SPLIT_K):",
+                  "        acc += tl.load(w_ptrs + s * tl.num_programs(1) * M * N, mask=cmask, other=0.0)"]
+            k += ["    " + ln for ln in epilogue]
+        else:
+            k += [ind + ln for ln in epilogue]
         kernel = "\n".join(k)
 
-        la, lb = leaf_of(g, a["a"]), leaf_of(g, a["b"])
         f = [f"a = {view_expr(fm, g, la)}", f"b = {view_expr(fm, g, lb)}"]  # type: ignore[arg-type]
-        if batched:
-            f += ["B, M, K = a.shape", "N = b.shape[2]",
-                  f"c = torch.empty((B, M, N), dtype={torch_dtype(out_t.dtype)}, device=a.device)",  # type: ignore[union-attr]
-                  "sa, sb_, sc = a.stride(), b.stride(), c.stride()"]
-        else:
-            f += ["M, K = a.shape", "N = b.shape[1]", "B = 1",
-                  f"c = torch.empty((M, N), dtype={torch_dtype(out_t.dtype)}, device=a.device)",  # type: ignore[union-attr]
-                  "sa, sb_, sc = (0,) + tuple(a.stride()), (0,) + tuple(b.stride()), (0,) + tuple(c.stride())"]
-        extra_args = ""
+        if not a["batched"]:
+            f += ["a, b = a.unsqueeze(0), b.unsqueeze(0)"]
+        f += ["B, M, K = a.shape", "N = b.shape[2]",
+              "if B > 1 and b.stride(0) == 0:",
+              "    # one matrix for every batch: one GEMM of B*M rows reads it once",
+              "    a, b, M, B = a.reshape(1, B * M, K), b[:1], B * M, 1",
+              f"c = torch.empty((B, M, N), dtype={torch_dtype(out_t.dtype)}, device=a.device)"]
+        eargs = ""
         for i, r in enumerate(names):
-            f.append(f"e{i} = {view_expr(fm, g, extras[r])}.expand(c.shape)")
-            f.append(f"se{i} = tuple(e{i}.stride())" if nd == 3 else f"se{i} = (0,) + tuple(e{i}.stride())")
-            extra_args += f", e{i}, se{i}[0], se{i}[1], se{i}[2]"
+            f.append(f"e{i} = {view_expr(fm, g, extras[r])}.expand({frames[r]!r}).reshape(B, M, N)")
+            f.append(f"se{i} = e{i}.stride()")
+            eargs += f", e{i}, se{i}[0], se{i}[1], se{i}[2]"
         bm, bn, bk = int(params["BLOCK_M"]), int(params["BLOCK_N"]), int(params["BLOCK_K"])
+        launch = (f"BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={bk}, GROUP_M={int(params['GROUP_M'])}, "
+                  f"EVEN_K=(K % {bk} == 0), num_warps={int(params['num_warps'])}, "
+                  f"num_stages={int(params['num_stages'])}")
+        strides = ("a.stride(0), a.stride(1), a.stride(2), b.stride(0), b.stride(1), b.stride(2), "
+                   "c.stride(0), c.stride(1), c.stride(2)")
         f.append(f"tiles = triton.cdiv(M, {bm}) * triton.cdiv(N, {bn})")
-        if persistent:
-            f.append(f"grid = (max(1, min(tiles, _sm_count(a) * {int(params['WAVES'])})), B)")
+        if split:
+            sk = int(params["SPLIT_K"])
+            f += [f"ws = torch.empty(({sk}, B, M, N), dtype=torch.float32, device=a.device)",
+                  f"_matmul_partial[(tiles, B, {sk})](a, b, ws, M, N, K, {strides}, SPLIT_K={sk}, {launch})",
+                  f"_matmul_epilogue[(tiles, B)](ws, c, M, N, c.stride(0), c.stride(1), c.stride(2){eargs}, "
+                  f"SPLIT_K={sk}, BLOCK_M={bm}, BLOCK_N={bn}, num_warps={min(4, int(params['num_warps']))})"]
         else:
-            f.append("grid = (tiles, B)")
-        f.append(f"_matmul_kernel[grid](a, b, c, M, N, K, sa[0], sa[1], sa[2], sb_[0], sb_[1], sb_[2], sc[0], sc[1], "
-                 f"sc[2]{extra_args}, BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={bk}, GROUP_M={int(params['GROUP_M'])}, "
-                 f"EVEN_K=(K % {bk} == 0), num_warps={int(params['num_warps'])}, "
-                 f"num_stages={int(params['num_stages'])})")
-        f.append("return c")
+            grid = (f"(max(1, min(tiles, _sm_count(a) * {int(params['WAVES'])})), B)" if persistent
+                    else "(tiles, B)")
+            f.append(f"_matmul_kernel[{grid}](a, b, c, M, N, K, {strides}{eargs}, {launch})")
+        f.append(f"return c.view({list(out_t.shape)!r})")
         return module_source(fm, f"{mm.op} with fused epilogue ({variant}), rendered by kernelsmith.", kernel, f,
                              SM_COUNT_HELPER if persistent else "")
+
+
+def _epilogue_operands(g: Graph, a: dict[str, Any]) -> tuple[dict[str, tuple[str, list]], dict[str, list[int]]]:
+    """Every value the epilogue reads besides the product (an input or parameter behind views), and the shape
+    each is expanded to: that of the downstream value it meets."""
+    mm = g.node(a["mm"])
+    assert mm is not None and mm.type is not None
+    down = set(a.get("downstream", [mm.name, *a["epilogue"]]))
+    epi = set(a["epilogue"])
+    extras: dict[str, tuple[str, list]] = {}
+    frames: dict[str, list[int]] = {}
+
+    def take(r: str, shape: list[int]) -> None:
+        if r in down or r in frames:
+            return
+        if r in epi:  # pointwise work on operands alone (a scaled bias): its operands meet the same value
+            node = g.node(r)
+            for rr in node.refs():  # type: ignore[union-attr]
+                take(rr, shape)
+            return
+        leaf = leaf_of(g, Ref(r))
+        if leaf is None:
+            raise TemplateError(f"epilogue reads {r}, which is neither an input nor pointwise")
+        extras[r] = leaf
+        frames[r] = list(shape)
+
+    if a["bias"] is not None:
+        if leaf_of(g, a["bias"]) is None:
+            raise TemplateError("addmm bias must be an input or parameter")
+        take(a["bias"].name, list(mm.type.shape))
+    for n in g.nodes:
+        if n.name in down and n.name != mm.name and n.type is not None:
+            for r in n.refs():
+                take(r, list(n.type.shape))
+    return extras, frames
+
+
+def _epilogue_lines(g: Graph, a: dict[str, Any], names: list[str], out_name: str, out_dtype: str) -> list[str]:
+    """Kernel lines (unindented) from the fp32 ``acc`` tile to the store of the output tile."""
+    mm = g.node(a["mm"])
+    assert mm is not None and mm.type is not None
+    lines = [f"e{i} = tl.load(e{i}_ptr + bid * e{i}_sb + offs_m[:, None] * e{i}_sm + offs_n[None, :] * e{i}_sn, "
+             "mask=cmask, other=0.0).to(tl.float32)" for i in range(len(names))]
+    env: dict[str, Val] = {r: Val(f"e{i}") for i, r in enumerate(names)}
+    acc = "acc" if a["bias"] is None else f"acc + {env[a['bias'].name].expr}"
+    lines.append(f"x_mm = {round_expr(f'({acc})', mm.type.dtype)}")
+    env[mm.name] = Val("x_mm")
+    views = set(a.get("views", []))
+    epi = set(a["epilogue"])
+    try:
+        for n in g.nodes:
+            if n.name in views:
+                env[n.name] = env[n.args[0].name]  # a reshape of the tile is the tile
+            elif n.name in epi:
+                lines += lower_chain([n], env)
+    except PointwiseUnsupported as e:
+        raise TemplateError(str(e)) from None
+    lines.append("c_ptrs = c_ptr + bid * stride_cb + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn")
+    lines.append(f"tl.store(c_ptrs, {store_expr(env[out_name].expr, out_dtype)}, mask=cmask)")
+    return lines

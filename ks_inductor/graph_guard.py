@@ -1,0 +1,167 @@
+"""The graph-level never-slower rule: a compiled graph with swapped kernels is kept only if it beats Inductor.
+
+Each swapped kernel was verified faster than Inductor on its region alone, but a graph is more than its regions:
+a region Inductor would have fused with its neighbours, a kernel call's host overhead in a launch-bound decode
+step, or a layout copy at a region's edge can make the whole graph slower (the H200 decode layer was 5-9% slower
+with one faster region). So after compiling the graph with its swaps, the backend also compiles it with Inductor
+alone, runs both on the example inputs, and keeps the swaps only when the lower confidence bound of the speedup
+is above 1.
+
+What is timed is a batch of back-to-back calls without cache flushes, the way a model runs: the host's launch
+overhead and the overlap between calls count. Rounds of the two graphs are interleaved and shuffled; the bound
+comes from the judge's paired bootstrap (:func:`ks_inductor.judge.timing.ratio_with_lcb`).
+
+Running the user's graph at compile time must not change the user's state, so a graph that mutates anything
+(in-place ops, ``setitem``, mutable custom ops) is not timed and keeps its per-region decision; the RNG state is
+restored after the runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import random
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+log = logging.getLogger(__name__)
+
+_INPLACE_OPERATORS = frozenset({
+    operator.setitem, operator.delitem, operator.iadd, operator.isub, operator.imul, operator.itruediv,
+    operator.ifloordiv, operator.imod, operator.ipow, operator.iand, operator.ior, operator.ixor,
+    operator.ilshift, operator.irshift, operator.imatmul,
+})
+
+
+@dataclass
+class GuardConfig:
+    rounds: int = 7
+    round_ms: float = 15.0  # wall time of one batch of calls
+    max_calls: int = 200  # calls per round at most
+    warmup_calls: int = 3
+    q: float = 0.05  # the bound is this quantile of the bootstrap
+    budget_s: float = 10.0  # a graph whose calls are so slow that the protocol would exceed this is not timed
+
+
+@dataclass
+class GuardResult:
+    kept: bool  # keep the graph with swaps
+    swapped_ms: float | None = None
+    inductor_ms: float | None = None
+    speedup: float | None = None  # inductor / swapped, medians
+    lcb: float | None = None
+    samples: int = 0  # batch samples taken, both graphs
+    seconds: float = 0.0
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def mutation_in(gm: fx.GraphModule) -> str | None:
+    """The first node that mutates a value (so running the graph changes the caller's state), or None."""
+    for node in gm.graph.nodes:
+        if node.op == "call_method" and _inplace_name(str(node.target)):
+            return f"{node.name} ({node.target})"
+        if node.op != "call_function":
+            continue
+        t = node.target
+        if t in _INPLACE_OPERATORS:
+            return f"{node.name} ({getattr(t, '__name__', t)})"
+        schema = getattr(t, "_schema", None)
+        if schema is not None and getattr(schema, "is_mutable", False):
+            return f"{node.name} ({t})"
+        name = getattr(t, "__name__", "")
+        if _inplace_name(name):
+            return f"{node.name} ({name})"
+    return None
+
+
+def _inplace_name(name: str) -> bool:
+    return name.endswith("_") and not name.startswith("_") and not name.endswith("__")
+
+
+def _device_of(inputs: Sequence[Any]) -> str:
+    for v in inputs:
+        if isinstance(v, torch.Tensor) and v.device.type == "cuda":
+            return "cuda"
+    return "cpu"
+
+
+def _batch_ms(fn: Callable[[], Any], n: int, device: str) -> float:
+    """Milliseconds per call over ``n`` back-to-back calls."""
+    if device == "cpu":
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        return (time.perf_counter() - t0) * 1e3 / n
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(n):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / n
+
+
+def interleaved_batches(fns: dict[str, Callable[[], Any]], device: str, cfg: GuardConfig | None = None,
+                        seed: int = 0) -> dict[str, list[list[float]]]:
+    """Per function, per round, four samples of ms per call over back-to-back batches; rounds are interleaved
+    and shuffled so drift in clocks or host load hits every function alike. Raises what a function raises."""
+    cfg = cfg or GuardConfig()
+    for fn in fns.values():
+        for _ in range(cfg.warmup_calls):
+            fn()
+    est = {name: _batch_ms(fn, 2, device) for name, fn in fns.items()}
+    if cfg.rounds * 4 * sum(est.values()) > cfg.budget_s * 1e3:
+        raise TimeoutError(f"calls take {max(est.values()):.1f} ms: over the timing budget of {cfg.budget_s} s")
+    per = {n: max(1, int(min(cfg.max_calls, max(4, cfg.round_ms / max(e, 1e-4)))) // 4) for n, e in est.items()}
+    samples: dict[str, list[list[float]]] = {n: [] for n in fns}
+    rng = random.Random(seed)
+    names = list(fns)
+    for _ in range(cfg.rounds):
+        rng.shuffle(names)
+        for name in names:
+            samples[name].append([_batch_ms(fns[name], per[name], device) for _ in range(4)])
+    return samples
+
+
+def compare(swapped: Callable[..., Any], inductor: Callable[..., Any], inputs: Sequence[Any],
+            cfg: GuardConfig | None = None, seed: int = 0) -> GuardResult:
+    """Time both compiled graphs on ``inputs`` and decide. Failures of the swapped graph decide against it."""
+    from ks_inductor.judge.timing import ratio_with_lcb
+
+    cfg = cfg or GuardConfig()
+    device = _device_of(inputs)
+    args = list(inputs)
+    t_start = time.perf_counter()
+    cpu_rng = torch.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state_all() if device == "cuda" else None
+    fns = {"swapped": lambda: swapped(*args), "inductor": lambda: inductor(*args)}
+    try:
+        with torch.no_grad():
+            samples = interleaved_batches(fns, device, cfg, seed)
+    except TimeoutError as e:
+        return GuardResult(kept=True, note=f"not timed: {e}", seconds=time.perf_counter() - t_start)
+    except Exception as e:  # noqa: BLE001 - the swapped graph faulted at run time: Inductor then
+        return GuardResult(kept=False, note=f"swapped graph failed when timed: {type(e).__name__}: {e}"[:300],
+                           seconds=time.perf_counter() - t_start)
+    finally:
+        torch.set_rng_state(cpu_rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
+    ratio, lcb = ratio_with_lcb(samples["inductor"], samples["swapped"], q=cfg.q)
+    med = {n: statistics.median(x for r in s for x in r) for n, s in samples.items()}
+    kept = lcb > 1.0
+    note = (f"graph with swaps {med['swapped']:.4f} ms vs Inductor {med['inductor']:.4f} ms "
+            f"(x{ratio:.3f}, bound {lcb:.3f}): " + ("kept" if kept else "Inductor alone is used"))
+    return GuardResult(kept=kept, swapped_ms=med["swapped"], inductor_ms=med["inductor"], speedup=ratio, lcb=lcb,
+                       samples=sum(len(s) * 4 for s in samples.values()),
+                       seconds=time.perf_counter() - t_start, note=note)

@@ -1,0 +1,185 @@
+"""The graph-level never-slower rule: a graph whose swaps make it slower than Inductor alone goes to Inductor."""
+
+import textwrap
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+from kernel_cache.record import KernelRecord
+from kernel_cache.store import KernelStore
+from ks_inductor import backend as B
+from ks_inductor import graph_guard as gg
+from ks_inductor.explain import explain
+
+INDUCTOR = {"compile_threads": 1}
+
+
+class Norm(nn.Module):
+    def __init__(self, dim=64):
+        super().__init__()
+        self.w = nn.Parameter(1.0 + 0.1 * torch.randn(dim))
+
+    def forward(self, x):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * self.w
+
+
+# Correct, and slow on purpose: the same norm computed 300 times.
+SLOW_NORM = textwrap.dedent("""
+    import torch
+    import torch.nn as nn
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def _unused(x_ptr):
+        pass
+
+
+    class ModelNew(nn.Module):
+        def forward(self, x, w):
+            for _ in range(300):
+                xf = x.float()
+                y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w
+            return y
+""")
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    torch._dynamo.reset()
+    B.clear_reports()
+    B._GUARD_MEMO.clear()
+    yield
+    B.forget_stores()
+
+
+def _store_slow_kernel(db, model, x, timed):
+    result = explain(model, x, db=db)
+    (norm,) = [r for r in result.regions if r.kind == "norm"]
+    store = KernelStore(db)
+    try:
+        fp = B.current_fingerprint()
+        store.add_kernel(KernelRecord(problem_key=norm.key, source=SLOW_NORM, backend="triton-interpret",
+                                      fingerprint=fp.to_json(), timed=timed,
+                                      speedup_inductor=2.0 if timed else None, median_ms=0.01 if timed else None))
+    finally:
+        store.close()
+
+
+def _compile_and_run(model, x, db, **opts):
+    compiled = torch.compile(model, backend="kernelsmith", options={"kernelsmith.db": db, **INDUCTOR, **opts})
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = compiled(x)
+    torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
+    return B.compile_reports()[-1]
+
+
+def test_guard_drops_swaps_that_make_the_graph_slower(tmp_path):
+    torch.manual_seed(0)
+    m, x = Norm().eval(), torch.randn(64, 64)
+    db = str(tmp_path / "k.db")
+    _store_slow_kernel(db, m, x, timed=False)
+    report = _compile_and_run(m, x, db, **{"kernelsmith.graph_guard": "on"})
+    g = report.guard
+    assert g is not None and not g.kept, report.to_json()
+    assert g.swapped_ms > g.inductor_ms and g.lcb < 1.0
+    assert report.swapped == 0 and "graph guard" in report.fallback_reason
+    (norm,) = [r for r in report.regions if r.kind == "norm"]
+    assert norm.status == B.SLOWER
+    # Without the guard the same kernel is swapped in: the guard is what removed it.
+    torch._dynamo.reset()
+    report = _compile_and_run(m, x, db, **{"kernelsmith.graph_guard": "off"})
+    assert report.swapped == 1 and report.guard is None
+
+
+def test_guard_runs_by_default_only_for_timed_kernels(tmp_path):
+    torch.manual_seed(0)
+    m, x = Norm().eval(), torch.randn(64, 64)
+    db = str(tmp_path / "k.db")
+    _store_slow_kernel(db, m, x, timed=False)
+    report = _compile_and_run(m, x, db)
+    assert report.guard is None and report.swapped == 1
+
+
+def test_guard_does_not_run_a_graph_that_mutates_its_inputs(tmp_path):
+    class Mutating(Norm):
+        def forward(self, x, acc):
+            acc.add_(1.0)
+            return super().forward(x) + acc
+
+    torch.manual_seed(0)
+    m, x, acc = Mutating().eval(), torch.randn(64, 64), torch.zeros(64)
+    db = str(tmp_path / "k.db")
+    result = explain(m, x, acc.clone(), db=db)
+    (norm,) = [r for r in result.regions if r.kind == "norm"]
+    store = KernelStore(db)
+    try:
+        store.add_kernel(KernelRecord(problem_key=norm.key, source=SLOW_NORM, backend="triton-interpret",
+                                      fingerprint=B.current_fingerprint().to_json(), timed=False))
+    finally:
+        store.close()
+    compiled = torch.compile(m, backend="kernelsmith",
+                             options={"kernelsmith.db": db, "kernelsmith.graph_guard": "on", **INDUCTOR})
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = compiled(x, acc)
+    # One call, one increment: the guard did not run the graph behind the caller's back.
+    assert torch.equal(acc, torch.ones(64))
+    torch.testing.assert_close(got, m.__class__.__mro__[1].forward(m, x) + 1.0, rtol=1e-5, atol=1e-5)
+    report = B.compile_reports()[-1]
+    assert report.swapped == 1 and report.guard is not None and report.guard.kept
+    assert "mutates" in report.guard.note
+
+
+def test_mutation_detection():
+    import operator
+
+    def f(x, y):
+        y.mul_(2)
+        return x * 2
+
+    def g(x):
+        return torch.relu(x) + 1
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    graph.call_function(operator.setitem, (x, 0, 1.0))
+    graph.output(x)
+    assert gg.mutation_in(torch.fx.GraphModule(torch.nn.Module(), graph)) is not None
+    assert gg.mutation_in(torch.fx.symbolic_trace(f)) is not None
+    assert gg.mutation_in(torch.fx.symbolic_trace(g)) is None
+
+
+def test_compare_prefers_the_faster_and_rejects_a_faulting_graph():
+    a = torch.randn(96, 96)
+
+    def fast(x):
+        return x + 1
+
+    def slow(x):
+        for _ in range(40):
+            x = x @ a
+        return x
+
+    cfg = gg.GuardConfig(rounds=5, round_ms=8.0)
+    assert gg.compare(fast, slow, [a], cfg).kept
+    r = gg.compare(slow, fast, [a], cfg)
+    assert not r.kept and r.speedup < 1.0
+
+    def broken(x):
+        raise RuntimeError("illegal memory access")
+
+    r = gg.compare(broken, fast, [a], cfg)
+    assert not r.kept and "illegal memory access" in r.note
+
+
+def test_guard_restores_the_rng_state():
+    torch.manual_seed(3)
+    before = torch.get_rng_state()
+    gg.compare(lambda x: torch.rand(4), lambda x: torch.rand(4), [torch.zeros(1)], gg.GuardConfig(rounds=2))
+    assert torch.equal(torch.get_rng_state(), before)
