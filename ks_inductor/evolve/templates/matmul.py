@@ -246,7 +246,14 @@ def _epilogue_operands(g: Graph, a: dict[str, Any]) -> tuple[dict[str, tuple[str
     frames: dict[str, list[int]] = {}
 
     def take(r: str, shape: list[int]) -> None:
-        if r in down or r in frames:
+        if r in down:
+            return
+        if r in frames:
+            t = g.type_of(r)
+            row_vector = t is not None and all(s == 1 for s in t.shape[:-1])
+            if frames[r] != list(shape) and not row_vector:
+                # expanded to two different shapes, one operand could map to two different tiles
+                raise TemplateError(f"epilogue reads {r} at shapes {frames[r]} and {list(shape)}")
             return
         if r in epi:  # pointwise work on operands alone (a scaled bias): its operands meet the same value
             node = g.node(r)
