@@ -44,7 +44,7 @@ option                     environment                     meaning
 =========================  ==============================  =======================================
 
 The graph guard (:mod:`ks_inductor.graph_guard`) is what makes "never slower than Inductor" hold for the whole
-graph and not only per region; it costs a second Inductor compile and about a quarter of a second of runs.
+graph and not only per region; it costs a second Inductor compile and, on the H200 decoder layer, 0.2-0.6 s of runs.
 """
 
 from __future__ import annotations
