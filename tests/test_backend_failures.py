@@ -48,7 +48,8 @@ def _fresh():
 
 
 def _norm_key(model, x, db):
-    result = explain(model, x, db=db)
+    """The norm region's key; ``x`` is the input, or a tuple of the inputs."""
+    result = explain(model, *(x if isinstance(x, tuple) else (x,)), db=db)
     (norm,) = [r for r in result.regions if r.kind == "norm"]
     return norm.key, result
 
@@ -116,22 +117,27 @@ def test_kernel_that_fails_to_load_falls_back(tmp_path, model):
     assert norm.status == B.ERROR
 
 
-BROKEN_AT_RUNTIME = textwrap.dedent("""
-    import torch
-    import torch.nn as nn
-    import triton
-    import triton.language as tl
+def kernel_module(forward_body: str) -> str:
+    """A cached-kernel module for the test norm region: ``ModelNew.forward(x, w)`` runs ``forward_body``."""
+    body = textwrap.indent(textwrap.dedent(forward_body).strip(), " " * 8)
+    return textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+        import triton
+        import triton.language as tl
 
 
-    @triton.jit
-    def _never(x_ptr):
-        pass
+        @triton.jit
+        def _never(x_ptr):
+            pass
 
 
-    class ModelNew(nn.Module):
-        def forward(self, x, w):
-            raise RuntimeError("device lost")
-""")
+        class ModelNew(nn.Module):
+            def forward(self, x, w):
+    """) + body + "\n"
+
+
+BROKEN_AT_RUNTIME = kernel_module("raise RuntimeError('device lost')")
 
 
 def test_kernel_failing_at_run_time_warns_once_and_uses_the_reference(tmp_path, model):

@@ -46,6 +46,19 @@ def warmed(tmp_path_factory):
     B.forget_stores()
 
 
+def _compile_and_check(model, inputs, db, **opts):
+    """Compile with the backend (serving kernels whatever their recorded speedup), check the outputs against
+    eager, and return the compile's report."""
+    compiled = torch.compile(model, backend="kernelsmith",
+                             options={"kernelsmith.db": db, "kernelsmith.min_speedup": 0.0, **opts})
+    with torch.no_grad():
+        got = compiled(*inputs)
+        want = model(*inputs)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=2e-2, atol=2e-2)
+    return B.compile_reports()[-1]
+
+
 @pytest.mark.parametrize("mode", [None, "max-autotune-no-cudagraphs"])
 def test_hit_as_triton_op_matches_eager(warmed, mode):
     db, model, inputs = warmed
@@ -53,15 +66,7 @@ def test_hit_as_triton_op_matches_eager(warmed, mode):
     # min_speedup 0 and no graph guard: this test checks the swap mechanism, whether or not the kernel beats
     # Inductor at this size (test_graph_guard_decides_on_the_gpu checks the guard). torch.compile refuses mode=
     # with options=, so the mode travels as a kernelsmith option.
-    compiled = torch.compile(model, backend="kernelsmith",
-                             options={"kernelsmith.db": db, "kernelsmith.min_speedup": 0.0,
-                                      "kernelsmith.graph_guard": "off", "kernelsmith.mode": mode})
-    with torch.no_grad():
-        got = compiled(*inputs)
-        want = model(*inputs)
-    for g, w in zip(got, want):
-        torch.testing.assert_close(g, w, rtol=2e-2, atol=2e-2)
-    report = B.compile_reports()[-1]
+    report = _compile_and_check(model, inputs, db, **{"kernelsmith.graph_guard": "off", "kernelsmith.mode": mode})
     assert report.swapped >= 1, report.to_json()
     assert report.variant == "triton_op", report.fallback_reason
 
@@ -72,14 +77,7 @@ def test_graph_guard_decides_on_the_gpu(warmed):
     db, model, inputs = warmed
     torch._dynamo.reset()
     B._GUARD_MEMO.clear()
-    compiled = torch.compile(model, backend="kernelsmith",
-                             options={"kernelsmith.db": db, "kernelsmith.min_speedup": 0.0})
-    with torch.no_grad():
-        got = compiled(*inputs)
-        want = model(*inputs)
-    for g, w in zip(got, want):
-        torch.testing.assert_close(g, w, rtol=2e-2, atol=2e-2)
-    report = B.compile_reports()[-1]
+    report = _compile_and_check(model, inputs, db)
     g = report.guard
     assert g is not None and g.swapped_ms > 0 and g.inductor_ms > 0, report.to_json()
     assert (report.swapped >= 1) == g.kept == (g.lcb > 1.0)

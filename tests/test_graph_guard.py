@@ -1,17 +1,14 @@
 """The graph-level never-slower rule: a graph whose swaps make it slower than Inductor alone goes to Inductor."""
 
-import textwrap
 import warnings
 
 import pytest
 import torch
 import torch.nn as nn
 
-from kernel_cache.record import KernelRecord
-from kernel_cache.store import KernelStore
 from ks_inductor import backend as B
 from ks_inductor import graph_guard as gg
-from ks_inductor.explain import explain
+from tests.test_backend_failures import _add_kernel, _norm_key, kernel_module
 
 INDUCTOR = {"compile_threads": 1}
 
@@ -27,24 +24,11 @@ class Norm(nn.Module):
 
 
 # Correct, and slow on purpose: the same norm computed 300 times.
-SLOW_NORM = textwrap.dedent("""
-    import torch
-    import torch.nn as nn
-    import triton
-    import triton.language as tl
-
-
-    @triton.jit
-    def _unused(x_ptr):
-        pass
-
-
-    class ModelNew(nn.Module):
-        def forward(self, x, w):
-            for _ in range(300):
-                xf = x.float()
-                y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w
-            return y
+SLOW_NORM = kernel_module("""
+    for _ in range(300):
+        xf = x.float()
+        y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w
+    return y
 """)
 
 
@@ -57,17 +41,9 @@ def _fresh():
     B.forget_stores()
 
 
-def _store_slow_kernel(db, model, x, timed):
-    result = explain(model, x, db=db)
-    (norm,) = [r for r in result.regions if r.kind == "norm"]
-    store = KernelStore(db)
-    try:
-        fp = B.current_fingerprint()
-        store.add_kernel(KernelRecord(problem_key=norm.key, source=SLOW_NORM, backend="triton-interpret",
-                                      fingerprint=fp.to_json(), timed=timed,
-                                      speedup_inductor=2.0 if timed else None, median_ms=0.01 if timed else None))
-    finally:
-        store.close()
+def _store_slow_kernel(db, model, *inputs):
+    key, _ = _norm_key(model, inputs, db)
+    _add_kernel(db, key, SLOW_NORM)
 
 
 def _compile_and_run(model, x, db, **opts):
@@ -83,7 +59,7 @@ def test_guard_drops_swaps_that_make_the_graph_slower(tmp_path):
     torch.manual_seed(0)
     m, x = Norm().eval(), torch.randn(64, 64)
     db = str(tmp_path / "k.db")
-    _store_slow_kernel(db, m, x, timed=False)
+    _store_slow_kernel(db, m, x)
     report = _compile_and_run(m, x, db, **{"kernelsmith.graph_guard": "on"})
     g = report.guard
     assert g is not None and not g.kept, report.to_json()
@@ -101,7 +77,7 @@ def test_guard_runs_by_default_only_for_timed_kernels(tmp_path):
     torch.manual_seed(0)
     m, x = Norm().eval(), torch.randn(64, 64)
     db = str(tmp_path / "k.db")
-    _store_slow_kernel(db, m, x, timed=False)
+    _store_slow_kernel(db, m, x)
     report = _compile_and_run(m, x, db)
     assert report.guard is None and report.swapped == 1
 
@@ -115,14 +91,7 @@ def test_guard_does_not_run_a_graph_that_mutates_its_inputs(tmp_path):
     torch.manual_seed(0)
     m, x, acc = Mutating().eval(), torch.randn(64, 64), torch.zeros(64)
     db = str(tmp_path / "k.db")
-    result = explain(m, x, acc.clone(), db=db)
-    (norm,) = [r for r in result.regions if r.kind == "norm"]
-    store = KernelStore(db)
-    try:
-        store.add_kernel(KernelRecord(problem_key=norm.key, source=SLOW_NORM, backend="triton-interpret",
-                                      fingerprint=B.current_fingerprint().to_json(), timed=False))
-    finally:
-        store.close()
+    _store_slow_kernel(db, m, x, acc.clone())
     compiled = torch.compile(m, backend="kernelsmith",
                              options={"kernelsmith.db": db, "kernelsmith.graph_guard": "on", **INDUCTOR})
     with torch.no_grad(), warnings.catch_warnings():

@@ -40,13 +40,10 @@ _ITEMSIZE = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
 
 
 def _rows_cols(fm: FamilyMatch) -> tuple[int, int]:
-    mm = fm.graph.node(fm.attrs["mm"])
-    shape = mm.type.shape if mm and mm.type else [128, 128]
-    n = shape[-1]
-    total = 1
-    for s in shape:
-        total *= s
-    return total // max(n, 1), n
+    """Rows (batch included) and columns of the product."""
+    t = fm.graph.type_of(fm.attrs["mm"])
+    assert t is not None
+    return t.numel // t.shape[-1], t.shape[-1]
 
 
 class MatmulTemplate(Template):
@@ -240,7 +237,7 @@ def _epilogue_operands(g: Graph, a: dict[str, Any]) -> tuple[dict[str, tuple[str
     each is expanded to: that of the downstream value it meets."""
     mm = g.node(a["mm"])
     assert mm is not None and mm.type is not None
-    down = set(a.get("downstream", [mm.name, *a["epilogue"]]))
+    down = set(a["downstream"])
     epi = set(a["epilogue"])
     extras: dict[str, tuple[str, list]] = {}
     frames: dict[str, list[int]] = {}
@@ -287,7 +284,7 @@ def _epilogue_lines(g: Graph, a: dict[str, Any], names: list[str], out_name: str
     acc = "acc" if a["bias"] is None else f"acc + {env[a['bias'].name].expr}"
     lines.append(f"x_mm = {round_expr(f'({acc})', mm.type.dtype)}")
     env[mm.name] = Val("x_mm")
-    views = set(a.get("views", []))
+    views = set(a["views"])
     epi = set(a["epilogue"])
     try:
         for n in g.nodes:
