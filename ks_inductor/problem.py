@@ -169,8 +169,14 @@ def trace_aten(fn: Callable[..., Any], *args: Any) -> Any:
     from torch.func import functionalize
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    from ks_inductor.canonical_ops import canonical_functions
+
+    def whole_ops(*a: Any) -> Any:
+        with canonical_functions():
+            return fn(*a)
+
     # Decompositions run below functionalization, so functionalize the decomposed graph in a second pass.
-    gm = make_fx(fn, decomposition_table=_decomp_table(), tracing_mode="real")(*args)
+    gm = make_fx(whole_ops, decomposition_table=_decomp_table(), tracing_mode="real")(*args)
     if not any(str(n.target).split(".")[-2].endswith("_") for n in gm.graph.nodes
                if n.op == "call_function" and str(n.target).count(".") >= 2):
         return gm
@@ -323,7 +329,9 @@ def render_problem_source(gm: Any, specs: Sequence[InputSpec], name: str) -> str
         "import torch\n"
         "import torch.nn as nn\n"
         "from torch import device  # noqa: F401 - referenced by generated factory calls\n"
-        "inf = float('inf')\n"
+        + ("import ks_inductor.canonical_ops  # noqa: F401 - registers torch.ops.kernelsmith\n"
+           if "torch.ops.kernelsmith." in forward else "")
+        + "inf = float('inf')\n"
         "nan = float('nan')\n\n\n"
         "class Model(nn.Module):\n"
         "    def __init__(self):\n"

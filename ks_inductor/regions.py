@@ -216,7 +216,7 @@ def _classify_ops(ops: list[Any]) -> tuple[str, str | None]:
             anchor = anchor or KIND_MATMUL
         elif name in _CONV_OPS:
             anchor = KIND_CONV
-        elif "attention" in name:
+        elif "attention" in name or name == "sdpa":  # sdpa: kernelsmith::sdpa, see canonical_ops
             anchor = KIND_ATTENTION
         elif name in _REDUCTION_OPS or (hasattr(torch.Tag, "reduction") and torch.Tag.reduction in getattr(op, "tags", ())):
             cls = _REDUCTION if cls != _OTHER else cls
@@ -283,8 +283,6 @@ def partition(gm: fx.GraphModule) -> Partition:
         else:
             names = [_op_name(o) for o in ops if o is not operator.getitem]
             cls[node], anchor_kind[node] = _classify_ops(ops)
-            if cls[node] == _ANCHOR and "scaled_dot_product_attention" in str(node.target):
-                anchor_kind[node] = KIND_ATTENTION  # on CPU the decomposition hides it behind bmm+softmax
         ops_of[node] = names
         memo[sig] = (names, cls[node], anchor_kind[node])
         if cls[node] == _OTHER:
@@ -329,10 +327,15 @@ def partition(gm: fx.GraphModule) -> Partition:
 
     call_nodes = [n for n in gm.graph.nodes if n in cls]
     # Reductions first: norms and softmax take the pointwise work on both sides of them (residual adds, casts,
-    # scales); anchors then take what is left as epilogue; leftover pointwise chains last.
+    # scales). Attention next, so the key/value concatenation with a cache and the rotary embedding on q and k
+    # become its prologue: fused there, the cache is read once instead of copied first. Other anchors then take
+    # what is left as epilogue; leftover pointwise chains last.
     for n in call_nodes:
         if cls[n] == _REDUCTION and n not in claimed:
             groups.append(("reduction", grow(n, {_REDUCTION, _POINTWISE, _VIEW}, prologue_private=False)))
+    for n in call_nodes:
+        if cls[n] == _ANCHOR and anchor_kind[n] == KIND_ATTENTION and n not in claimed:
+            groups.append((KIND_ATTENTION, grow(n, {_POINTWISE, _VIEW}, prologue_private=True)))
     for n in call_nodes:
         if cls[n] == _ANCHOR and n not in claimed:
             groups.append((anchor_kind[n] or KIND_MATMUL, grow(n, {_POINTWISE, _VIEW}, prologue_private=True)))

@@ -239,3 +239,33 @@ def test_evolve_policy_finds_kernels_during_compile(tmp_path, model):
     torch._dynamo.reset()
     _run(m, x, db)
     assert B.compile_reports()[-1].hits == len(evolved)
+
+
+def test_rewritten_graph_keeps_which_inputs_are_parameters(tmp_path, model, monkeypatch):
+    """AOTAutograd reads Dynamo's marks to tell parameters (static addresses) from activations; under CUDA graphs
+    an unmarked weight is copied into the graph's buffers on every call. The graph with swaps keeps the marks."""
+    from torch._functorch._aot_autograd.frontend_utils import _try_get_metadata_from_dynamo
+
+    m, x = model
+    db = str(tmp_path / "k.db")
+    key, _ = _norm_key(m, x, db)
+    _add_kernel(db, key, BROKEN_AT_RUNTIME)
+    seen = []
+    real = B.rewrite
+
+    def spy(gm, hits, use_triton_op):
+        new_gm, swapped = real(gm, hits, use_triton_op)
+        seen.append((gm, new_gm))
+        return new_gm, swapped
+
+    monkeypatch.setattr(B, "rewrite", spy)
+    _run(m, x, db)
+    assert B.compile_reports()[-1].swapped == 1
+    (gm, new_gm), = seen
+
+    def static_inputs(mod):
+        n = len(mod.graph.find_nodes(op="placeholder"))
+        return _try_get_metadata_from_dynamo(mod, {}.keys(), n, [None] * n)[1]
+
+    assert static_inputs(gm), "Dynamo marked no parameter: the test model no longer exercises this"
+    assert static_inputs(new_gm) == static_inputs(gm)

@@ -146,6 +146,20 @@ def test_decode_matmul_variants_compile_for_sm90(tmp_path) -> None:
     assert all(k["cubin"] > 0 for k in kernels), kernels
 
 
+def test_decode_attention_variants_compile_for_sm90(tmp_path) -> None:
+    """The decoder layer's decode attention (bf16, 32 heads over 8 KV heads, 2048 cached, RoPE and cache
+    concatenation fused) in every variant, without register spills at the default launch parameters."""
+    pytest.importorskip("triton.backends.nvidia")
+    from tests.test_attention_family import DECODE
+
+    path = tmp_path / "decode_attention.py"
+    path.write_text(DECODE.format(B=16, T=1, P=2048, NH=32, KV=8, D=128, dtype="bfloat16", extra=""))
+    (kernels,) = _run([path], "all").values()
+    assert {k["variant"] for k in kernels} == {"split", "direct"}
+    assert {"_attn_fwd", "_attn_combine"} <= {k["kernel"] for k in kernels}
+    assert all(k["cubin"] > 0 and not k["spills"] for k in kernels), kernels
+
+
 if __name__ == "__main__":
     # One process for every problem: importing torch and triton once keeps this test short.
     mode = sys.argv[1]

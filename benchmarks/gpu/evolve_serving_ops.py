@@ -36,6 +36,7 @@ OPS = {
     "rope": "rope_bf16.py",
     "cross_entropy": "cross_entropy_fp32.py",
     "gemm_gelu": "gemm_gelu_bf16.py",
+    "decode_attention": "decode_attention_bf16.py",
 }
 
 

@@ -203,53 +203,166 @@ def _is_cross_entropy(graph: Graph) -> dict[str, Any] | None:
             "out_dtype": out.dtype}
 
 
+def rope_of(graph: Graph, ref: Any) -> dict[str, Any] | None:
+    """``x * cos + rotate_half(x) * sin`` ending at ``ref``: the placeholders of x, cos and sin, and the compute
+    nodes the pattern spans; None if ``ref`` is not that."""
+    add = graph.node(ref.name) if isinstance(ref, Ref) else None
+    if add is None or add.op != "add" or len(add.args) != 2:
+        return None
+    x = cos = sin = None
+    covered = [add.name]
+    for term in add.args:
+        mul = graph.node(term.name) if isinstance(term, Ref) else None
+        if mul is None or mul.op != "mul":
+            return None
+        covered.append(mul.name)
+        a, b = mul.args
+        cat_side = next((s for s in (a, b) if isinstance(s, Ref) and (graph.node(s.name) or Node("", "", [], {}, [])).op == "cat"), None)
+        other = b if cat_side is a else a
+        leaf = leaf_of(graph, other)
+        if cat_side is None:
+            plain = leaf_of(graph, a), leaf_of(graph, b)
+            if plain[0] is None or plain[1] is None:
+                return None
+            # x * cos: x is the operand with the larger (head) shape
+            ta, tb = (graph.type_of(r.name) if isinstance(r, Ref) else None for r in (a, b))
+            xa = ta is not None and tb is not None and ta.numel >= tb.numel
+            x_leaf, cos_leaf = (plain[0], plain[1]) if xa else (plain[1], plain[0])
+            x, cos = x_leaf[0], cos_leaf[0]
+        else:
+            if leaf is None:
+                return None
+            sin, sin_leaf = leaf[0], leaf
+            cat = graph.node(cat_side.name)
+            parts = cat.args[0] if cat else None
+            if not isinstance(parts, list) or len(parts) != 2:
+                return None
+            neg = graph.node(parts[0].name) if isinstance(parts[0], Ref) else None
+            if neg is None or neg.op != "neg" or not neg.args:
+                return None
+            halves = [_half_of(graph, neg.args[0]), _half_of(graph, parts[1])]
+            covered += [cat.name, neg.name]  # type: ignore[union-attr]
+    if x is None or cos is None or sin is None:
+        return None
+    tx = x_leaf[1][-1].type if x_leaf[1] else graph.type_of(x)
+    tc = graph.type_of(cos)
+    if tx is None or tc is None or len(tx.shape) < 2 or tx.shape[-1] % 2 or tc.shape[-1] != tx.shape[-1]:
+        return None
+    # rotate_half(x) is cat(-x[..., D/2:], x[..., :D/2]) of this same x
+    chain = _chain_sig(x_leaf)
+    if halves != [(chain, tx.shape[-1] // 2, tx.shape[-1]), (chain, 0, tx.shape[-1] // 2)]:
+        return None
+    return {"x": x, "cos": cos, "sin": sin, "out": ref.name, "covered": covered, "x_leaf": x_leaf,
+            "cos_leaf": cos_leaf, "sin_leaf": sin_leaf}
+
+
+def _chain_sig(leaf: tuple[str, list[Node]]) -> tuple:
+    return (leaf[0], tuple((v.op, repr(v.args[1:])) for v in leaf[1]))
+
+
+def _half_of(graph: Graph, ref: Any) -> tuple | None:
+    """(the sliced value's view chain, start, end) for a last-dim slice ``x[..., start:end]`` of a leaf."""
+    node = graph.node(ref.name) if isinstance(ref, Ref) else None
+    if node is None or node.op != "slice" or len(node.args) < 3:
+        return None
+    src = graph.type_of(node.args[0].name) if isinstance(node.args[0], Ref) else None
+    if src is None or node.args[1] not in (-1, len(src.shape) - 1) or (len(node.args) > 4 and node.args[4] != 1):
+        return None
+    leaf = leaf_of(graph, node.args[0])
+    if leaf is None:
+        return None
+    end = node.args[3] if len(node.args) > 3 and node.args[3] is not None else src.shape[-1]
+    return _chain_sig(leaf), node.args[2], min(end, src.shape[-1])
+
+
 def _is_rope(graph: Graph) -> dict[str, Any] | None:
     ops = set(graph.ops())
     if not ({"cat", "neg", "mul", "add"} <= ops and ops <= {"cat", "neg", "mul", "add"}):
         return None
     outs = []
     for o in graph.outputs:
-        if not isinstance(o, Ref):
+        r = rope_of(graph, o)
+        if r is None:
             return None
-        add = graph.node(o.name)
-        if add is None or add.op != "add" or len(add.args) != 2:
-            return None
-        x = cos = sin = None
-        for term in add.args:
-            mul = graph.node(term.name) if isinstance(term, Ref) else None
-            if mul is None or mul.op != "mul":
-                return None
-            a, b = mul.args
-            cat_side = next((s for s in (a, b) if isinstance(s, Ref) and (graph.node(s.name) or Node("", "", [], {}, [])).op == "cat"), None)
-            other = b if cat_side is a else a
-            leaf = leaf_of(graph, other)
-            if cat_side is None:
-                plain = leaf_of(graph, a), leaf_of(graph, b)
-                if plain[0] is None or plain[1] is None:
-                    return None
-                # x * cos: x is the operand with the larger (head) shape
-                ta, tb = graph.type_of(plain[0][0]), graph.type_of(plain[1][0])
-                xa = ta is not None and tb is not None and ta.numel >= tb.numel
-                x, cos = (plain[0][0], plain[1][0]) if xa else (plain[1][0], plain[0][0])
-            else:
-                if leaf is None:
-                    return None
-                sin = leaf[0]
-                cat = graph.node(cat_side.name)
-                parts = cat.args[0] if cat else None
-                if not isinstance(parts, list) or len(parts) != 2:
-                    return None
-                neg = graph.node(parts[0].name) if isinstance(parts[0], Ref) else None
-                if neg is None or neg.op != "neg":
-                    return None
-        if x is None or cos is None or sin is None:
-            return None
-        tx = graph.type_of(x)
-        tc = graph.type_of(cos)
-        if tx is None or tc is None or len(tx.shape) < 2 or tx.shape[-1] % 2 or tc.shape[-1] != tx.shape[-1]:
-            return None
-        outs.append({"x": x, "cos": cos, "sin": sin, "out": o.name})
+        outs.append({k: r[k] for k in ("x", "cos", "sin", "out")})
     return {"outputs": outs}
+
+
+def _attention_source(graph: Graph, ref: Any, covered: list[str]) -> dict[str, Any] | None:
+    """An attention operand made of the rows of one placeholder: read as it is, or rotated (RoPE) on the way."""
+    leaf = leaf_of(graph, ref)
+    if leaf is not None:
+        return {"kind": "plain", "leaf": leaf}
+    r = rope_of(graph, ref)
+    if r is None:
+        return None
+    covered += r["covered"]
+    return {"kind": "rope", "leaf": r["x_leaf"], "cos_leaf": r["cos_leaf"], "sin_leaf": r["sin_leaf"]}
+
+
+def _attention_match(graph: Graph) -> dict[str, Any] | None:
+    """One ``kernelsmith::sdpa`` (see ks_inductor.canonical_ops) whose q is read plain or rotated, and whose k and
+    v are each a placeholder, or a cache placeholder concatenated along the sequence with new rows (plain or
+    rotated): the decode step of a transformer layer. No mask, no dropout, no causal mask."""
+    att = [n for n in graph.nodes if n.target.startswith("kernelsmith.sdpa")]
+    if len(att) != 1 or len(graph.outputs) != 1 or not isinstance(graph.outputs[0], Ref):
+        return None
+    sd = att[0]
+    q, k, v, mask, dropout, causal, scale, gqa = (sd.args + [None] * 8)[:8]
+    if mask is not None or dropout not in (0, 0.0) or causal:
+        return None
+    tq, tk, tv = (graph.type_of(r.name) if isinstance(r, Ref) else None for r in (q, k, v))
+    if tq is None or tk is None or tv is None or not (len(tq.shape) == len(tk.shape) == len(tv.shape) == 4):
+        return None
+    B, H, TQ, D = tq.shape
+    HK, S = tk.shape[1], tk.shape[2]
+    if tk.shape[0] != B or tv.shape[:3] != tk.shape[:3] or tk.shape[3] != D or tv.shape[3] != D or H % HK:
+        return None
+    covered = [sd.name]
+    qsrc = _attention_source(graph, q, covered)
+    if qsrc is None:
+        return None
+    kv = []
+    for r in (k, v):
+        node = graph.node(r.name)
+        if node is not None and node.op == "cat":
+            parts, dim = node.args[0], node.args[1] if len(node.args) > 1 else 0
+            if not isinstance(parts, list) or len(parts) != 2 or dim not in (2, -2):
+                return None
+            cache = leaf_of(graph, parts[0])
+            new = _attention_source(graph, parts[1], covered)
+            ct = graph.type_of(parts[0].name)
+            if cache is None or new is None or ct is None:
+                return None
+            covered.append(node.name)
+            kv.append({"cache": {"kind": "plain", "leaf": cache}, "new": new, "P": ct.shape[2]})
+        else:
+            src = _attention_source(graph, r, covered)
+            if src is None:
+                return None
+            kv.append({"cache": None, "new": src, "P": 0})
+    # k and v walk one sequence: the same cache length on both (or no cache on both)
+    lens = [e["P"] for e in kv]
+    if lens[0] != lens[1]:
+        return None
+    if set(n.name for n in graph.compute_nodes()) - set(covered):
+        return None
+    # after the op only views: permutes, then reshapes
+    down, perm, reshaped = sd.name, [0, 1, 2, 3], False
+    for n in graph.nodes:
+        if down not in n.refs():
+            continue
+        if n.op == "permute" and not reshaped:
+            perm = [perm[i] for i in n.args[1]]
+        elif n.op in ("view", "_unsafe_view", "reshape", "clone", "alias"):
+            reshaped = True
+        else:
+            return None
+        down = n.name
+    if graph.outputs[0].name != down:
+        return None
+    return {"q": qsrc, "k": kv[0], "v": kv[1], "sdpa": sd.name, "B": B, "H": H, "HK": HK, "TQ": TQ, "S": S,
+            "D": D, "P": lens[0], "scale": scale, "perm": perm, "out": down}
 
 
 def _matmul_match(graph: Graph) -> dict[str, Any] | None:
@@ -352,6 +465,8 @@ def classify(problem: Problem) -> FamilyMatch | None:
         return None
     if (m := _matmul_match(graph)) is not None:
         family, attrs = "matmul", m
+    elif (m := _attention_match(graph)) is not None:
+        family, attrs = "attention", m
     elif (m := _is_cross_entropy(graph)) is not None:
         family, attrs = "cross_entropy", m
     elif (m := _is_rope(graph)) is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ks_inductor.evolve.families import FamilyMatch
+from ks_inductor.evolve.templates.attention import AttentionTemplate
 from ks_inductor.evolve.templates.base import Template, TemplateError
 from ks_inductor.evolve.templates.cross_entropy import CrossEntropyTemplate
 from ks_inductor.evolve.templates.matmul import MatmulTemplate
@@ -14,7 +15,7 @@ from ks_inductor.evolve.templates.softmax import SoftmaxLoopTemplate
 
 TEMPLATES: tuple[Template, ...] = (
     RowwiseTemplate(), SoftmaxLoopTemplate(), CrossEntropyTemplate(), MatmulTemplate(), PointwiseTemplate(),
-    RopeTemplate(), ReductionTemplate(),
+    RopeTemplate(), ReductionTemplate(), AttentionTemplate(),
 )
 
 
