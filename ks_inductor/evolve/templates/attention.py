@@ -187,6 +187,7 @@ class AttentionTemplate(Template):
             "    hi = tl.minimum(lo + SPLIT, P + TN)",
         ]
         if cache:
+            # the hot loop: cached rows go to the dot as loaded, without _rows' fp32 round trip
             k += [
                 "    hi_c = tl.minimum(hi, P)",
                 "    for start in range(lo, hi_c, BLOCK_N):",
