@@ -218,3 +218,46 @@ def test_symbolic_regions_build_problems_at_their_hints(batch):
     assert norm.symbolic
     problem = rg.region_problem(graphs[-1], norm)
     assert problem.input_specs[0].shape == [batch, H]
+
+
+class CachedAttention(nn.Module):
+    """Decode attention over a key/value cache, RoPE on q and k, as in a Llama-style layer."""
+
+    NH, KV, D = 4, 2, 8
+
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(H, self.NH * self.D, bias=False)
+        self.k = nn.Linear(H, self.KV * self.D, bias=False)
+        self.v = nn.Linear(H, self.KV * self.D, bias=False)
+
+    def forward(self, x, cos, sin, kc, vc):
+        B, T, _ = x.shape
+        NH, KV, D = self.NH, self.KV, self.D
+
+        def rot(t):
+            return torch.cat((-t[..., D // 2:], t[..., : D // 2]), -1)
+
+        q = self.q(x).view(B, T, NH, D).transpose(1, 2)
+        k = self.k(x).view(B, T, KV, D).transpose(1, 2)
+        v = self.v(x).view(B, T, KV, D).transpose(1, 2)
+        q = q * cos + rot(q) * sin
+        k = torch.cat([kc, k * cos + rot(k) * sin], 2)
+        v = torch.cat([vc, v], 2)
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+
+def test_attention_takes_rope_and_the_cache_concatenation_as_its_prologue():
+    """Left to the k/v projections as epilogues, the cache concatenation would have to be materialised; in the
+    attention region one kernel reads the cache once. The projections stay plain GEMMs."""
+    torch.manual_seed(0)
+    D = CachedAttention.D
+    inputs = (torch.randn(2, 1, H), torch.randn(1, 1, 1, D), torch.randn(1, 1, 1, D), torch.randn(2, 2, 6, D),
+              torch.randn(2, 2, 6, D))
+    gm = _capture(CachedAttention().eval(), *inputs)
+    part = rg.partition(gm)
+    _check_convex_and_disjoint(gm, part.regions)
+    (att,) = [r for r in part.regions if r.kind == "attention"]
+    assert att.ops.count("cat") == 4 and "sdpa" in att.ops and att.ops.count("neg") == 2
+    assert sorted(r.ops for r in part.regions if r.kind == "matmul") == [["mm"], ["mm"], ["mm"]]
+    assert "kernelsmith.sdpa" in rg.region_problem(gm, att).graph_text
