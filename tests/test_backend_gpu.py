@@ -83,44 +83,17 @@ def test_graph_guard_decides_on_the_gpu(warmed):
     assert (report.swapped >= 1) == g.kept == (g.lcb > 1.0)
 
 
-class DecodeAttention(nn.Module):
-    """q/k/v projections, RoPE, a key/value cache concatenated along the sequence, grouped-query attention."""
-
-    NH, KV, D = 8, 2, 128
-
-    def __init__(self, dim=512):
-        super().__init__()
-        self.q = nn.Linear(dim, self.NH * self.D, bias=False)
-        self.k = nn.Linear(dim, self.KV * self.D, bias=False)
-        self.v = nn.Linear(dim, self.KV * self.D, bias=False)
-
-    def forward(self, x, cos, sin, kc, vc):
-        B, T, _ = x.shape
-        NH, KV, D = self.NH, self.KV, self.D
-
-        def rot(t):
-            return torch.cat((-t[..., D // 2:], t[..., : D // 2]), -1)
-
-        q = self.q(x).view(B, T, NH, D).transpose(1, 2)
-        k = self.k(x).view(B, T, KV, D).transpose(1, 2)
-        v = self.v(x).view(B, T, KV, D).transpose(1, 2)
-        q = q * cos + rot(q) * sin
-        k = torch.cat([kc, k * cos + rot(k) * sin], 2)
-        v = torch.cat([vc, v], 2)
-        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-        return a.transpose(1, 2).reshape(B, T, NH * D)
-
-
 def test_decode_attention_hit_as_triton_op(tmp_path):
     """The attention region (RoPE and the cache concatenation fused) is warmed, then served as a triton_op: the
     kernel must compile inside Inductor's own wrapper too, not only under the judge's launcher."""
     from kernel_cache.store import KernelStore
     from ks_inductor.evolve import EvolveConfig
     from ks_inductor.warm import problems_from_model, warm
+    from tests.test_regions_partition import CachedAttention
 
     torch.manual_seed(0)
-    model = DecodeAttention().cuda().to(torch.bfloat16).eval()
-    B_, P, D = 4, 512, DecodeAttention.D
+    B_, P, D = 4, 512, 128
+    model = CachedAttention(dim=512, NH=8, KV=2, D=D).cuda().to(torch.bfloat16).eval()
     ang = torch.rand(1, 1, 1, D, device="cuda") * 6
     inputs = (torch.randn(B_, 1, 512, device="cuda", dtype=torch.bfloat16), ang.cos().bfloat16(),
               ang.sin().bfloat16(), torch.randn(B_, 2, P, D, device="cuda", dtype=torch.bfloat16),

@@ -223,13 +223,12 @@ def test_symbolic_regions_build_problems_at_their_hints(batch):
 class CachedAttention(nn.Module):
     """Decode attention over a key/value cache, RoPE on q and k, as in a Llama-style layer."""
 
-    NH, KV, D = 4, 2, 8
-
-    def __init__(self):
+    def __init__(self, dim=H, NH=4, KV=2, D=8):
         super().__init__()
-        self.q = nn.Linear(H, self.NH * self.D, bias=False)
-        self.k = nn.Linear(H, self.KV * self.D, bias=False)
-        self.v = nn.Linear(H, self.KV * self.D, bias=False)
+        self.NH, self.KV, self.D = NH, KV, D
+        self.q = nn.Linear(dim, NH * D, bias=False)
+        self.k = nn.Linear(dim, KV * D, bias=False)
+        self.v = nn.Linear(dim, KV * D, bias=False)
 
     def forward(self, x, cos, sin, kc, vc):
         B, T, _ = x.shape
@@ -251,7 +250,7 @@ def test_attention_takes_rope_and_the_cache_concatenation_as_its_prologue():
     """Left to the k/v projections as epilogues, the cache concatenation would have to be materialised; in the
     attention region one kernel reads the cache once. The projections stay plain GEMMs."""
     torch.manual_seed(0)
-    D = CachedAttention.D
+    D = 8
     inputs = (torch.randn(2, 1, H), torch.randn(1, 1, 1, D), torch.randn(1, 1, 1, D), torch.randn(2, 2, 6, D),
               torch.randn(2, 2, 6, D))
     gm = _capture(CachedAttention().eval(), *inputs)
