@@ -38,27 +38,6 @@ def _sdpa_fake(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn
     return query.new_empty((*query.shape[:-1], value.shape[-1]))
 
 
-def _sdpa_backward(ctx: Any, grad: torch.Tensor) -> tuple:
-    inputs = ctx.saved_tensors
-    q, k, v = (t.detach().requires_grad_(True) for t in inputs[:3])
-    mask = inputs[3] if ctx.has_mask else None
-    with torch.enable_grad():
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=ctx.dropout_p,
-                                             is_causal=ctx.is_causal, scale=ctx.scale, enable_gqa=ctx.enable_gqa)
-        gq, gk, gv = torch.autograd.grad(out, (q, k, v), grad)
-    return gq, gk, gv, None, None, None, None, None
-
-
-def _sdpa_setup(ctx: Any, inputs: tuple, output: Any) -> None:
-    q, k, v, mask, dropout_p, is_causal, scale, enable_gqa = inputs
-    ctx.has_mask = mask is not None
-    ctx.save_for_backward(q, k, v, *([mask] if mask is not None else []))
-    ctx.dropout_p, ctx.is_causal, ctx.scale, ctx.enable_gqa = dropout_p, is_causal, scale, enable_gqa
-
-
-sdpa.register_autograd(_sdpa_backward, setup_context=_sdpa_setup)
-
-
 class _CanonicalFunctions(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}

@@ -101,7 +101,7 @@ def test_decode_attention_is_classified_with_its_prologue():
     fm = classify(decode_problem())
     assert fm is not None and fm.family == "attention"
     a = fm.attrs
-    assert (a["B"], a["H"], a["HK"], a["TQ"], a["P"], a["D"]) == (2, 4, 2, 1, 40, 16)
+    assert (a["B"], a["H"], a["HK"], a["TQ"], a["k"]["P"], a["v"]["P"], a["D"]) == (2, 4, 2, 1, 40, 40, 16)
     assert a["q"]["kind"] == "rope" and a["k"]["new"]["kind"] == "rope" and a["v"]["new"]["kind"] == "plain"
     assert a["k"]["cache"] is not None and a["perm"] == [0, 2, 1, 3]
 
@@ -112,10 +112,13 @@ def test_causal_or_dropout_attention_has_no_template(extra):
     assert fm is None or fm.family != "attention"
 
 
-def test_rotation_must_be_of_the_same_tensor():
-    """rotate_half built from another tensor's halves is not RoPE: the family must not claim it."""
+def test_rotation_must_take_the_right_halves():
+    """cat(-x[..., :D/2], x[..., D/2:]) has the shape of rotate_half but is not RoPE: the family must not claim
+    it (the template would compute rotate_half)."""
     src = DECODE.format(B=2, T=1, P=8, NH=4, KV=2, D=16, dtype="float32", extra="").replace(
-        "q = q * cos + rot(q) * sin", "q = q * cos + rot(q.flip(-1)) * sin")
+        "return torch.cat((-x[..., D // 2:], x[..., : D // 2]), -1)",
+        "return torch.cat((-x[..., : D // 2], x[..., D // 2:]), -1)")
+    assert src != DECODE.format(B=2, T=1, P=8, NH=4, KV=2, D=16, dtype="float32", extra="")
     fm = classify(problem_from_source(src))
     assert fm is None or fm.family != "attention"
 

@@ -226,7 +226,8 @@ def ratios(row: dict[str, Any]) -> None:
         for kind in ("_ms", "_gpu_ms"):
             if base + kind in row and ks + kind in row:
                 row[f"{base}_over_{ks}{kind[:-3]}"] = row[base + kind] / row[ks + kind]
-    # CUDA-graph modes are only timed with do_bench (their graph trees do not outlive a Dynamo reset)
+    # CUDA-graph modes are not interleaved (their graph trees do not outlive a Dynamo reset): do_bench and
+    # back-to-back right after their compile (_seq_ms)
     for kind in ("_dobench_ms", "_seq_ms"):
         if "max-autotune" + kind in row and "kernelsmith+max-autotune" + kind in row:
             row[f"max-autotune_over_kernelsmith+max-autotune{kind[:-3]}"] = (

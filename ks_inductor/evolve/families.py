@@ -204,8 +204,8 @@ def _is_cross_entropy(graph: Graph) -> dict[str, Any] | None:
 
 
 def rope_of(graph: Graph, ref: Any) -> dict[str, Any] | None:
-    """``x * cos + rotate_half(x) * sin`` ending at ``ref``: the placeholders of x, cos and sin, and the compute
-    nodes the pattern spans; None if ``ref`` is not that."""
+    """``x * cos + rotate_half(x) * sin`` ending at ``ref``: the leaves (placeholder, views) of x, cos and sin, and
+    the compute nodes the pattern spans; None if ``ref`` is not that."""
     add = graph.node(ref.name) if isinstance(ref, Ref) else None
     if add is None or add.op != "add" or len(add.args) != 2:
         return None
@@ -252,8 +252,7 @@ def rope_of(graph: Graph, ref: Any) -> dict[str, Any] | None:
     chain = _chain_sig(x_leaf)
     if halves != [(chain, tx.shape[-1] // 2, tx.shape[-1]), (chain, 0, tx.shape[-1] // 2)]:
         return None
-    return {"x": x, "cos": cos, "sin": sin, "out": ref.name, "covered": covered, "x_leaf": x_leaf,
-            "cos_leaf": cos_leaf, "sin_leaf": sin_leaf}
+    return {"x_leaf": x_leaf, "cos_leaf": cos_leaf, "sin_leaf": sin_leaf, "covered": covered}
 
 
 def _chain_sig(leaf: tuple[str, list[Node]]) -> tuple:
@@ -284,7 +283,7 @@ def _is_rope(graph: Graph) -> dict[str, Any] | None:
         r = rope_of(graph, o)
         if r is None:
             return None
-        outs.append({k: r[k] for k in ("x", "cos", "sin", "out")})
+        outs.append({"x": r["x_leaf"][0], "cos": r["cos_leaf"][0], "sin": r["sin_leaf"][0], "out": o.name})
     return {"outputs": outs}
 
 
@@ -304,18 +303,21 @@ def _attention_match(graph: Graph) -> dict[str, Any] | None:
     """One ``kernelsmith::sdpa`` (see ks_inductor.canonical_ops) whose q is read plain or rotated, and whose k and
     v are each a placeholder, or a cache placeholder concatenated along the sequence with new rows (plain or
     rotated): the decode step of a transformer layer. No mask, no dropout, no causal mask."""
-    att = [n for n in graph.nodes if n.target.startswith("kernelsmith.sdpa")]
+    # lazily: canonical_ops imports torch, which classification only needs later
+    from ks_inductor.canonical_ops import SDPA_TARGET
+
+    att = [n for n in graph.nodes if n.target == SDPA_TARGET]
     if len(att) != 1 or len(graph.outputs) != 1 or not isinstance(graph.outputs[0], Ref):
         return None
     sd = att[0]
-    q, k, v, mask, dropout, causal, scale, gqa = (sd.args + [None] * 8)[:8]
+    q, k, v, mask, dropout, causal, scale = (sd.args + [None] * 7)[:7]
     if mask is not None or dropout not in (0, 0.0) or causal:
         return None
     tq, tk, tv = (graph.type_of(r.name) if isinstance(r, Ref) else None for r in (q, k, v))
     if tq is None or tk is None or tv is None or not (len(tq.shape) == len(tk.shape) == len(tv.shape) == 4):
         return None
     B, H, TQ, D = tq.shape
-    HK, S = tk.shape[1], tk.shape[2]
+    HK = tk.shape[1]
     if tk.shape[0] != B or tv.shape[:3] != tk.shape[:3] or tk.shape[3] != D or tv.shape[3] != D or H % HK:
         return None
     covered = [sd.name]
@@ -361,8 +363,8 @@ def _attention_match(graph: Graph) -> dict[str, Any] | None:
         down = n.name
     if graph.outputs[0].name != down:
         return None
-    return {"q": qsrc, "k": kv[0], "v": kv[1], "sdpa": sd.name, "B": B, "H": H, "HK": HK, "TQ": TQ, "S": S,
-            "D": D, "P": lens[0], "scale": scale, "perm": perm, "out": down}
+    return {"q": qsrc, "k": kv[0], "v": kv[1], "B": B, "H": H, "HK": HK, "TQ": TQ, "D": D, "scale": scale,
+            "perm": perm, "out": down}
 
 
 def _matmul_match(graph: Graph) -> dict[str, Any] | None:

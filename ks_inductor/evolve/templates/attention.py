@@ -276,18 +276,12 @@ class AttentionTemplate(Template):
         f: list[str] = []
         args: list[str] = []
         cache = a["k"]["cache"] is not None
-        lines, q_args = self._operand(fm, "q", a["q"])
-        f += lines
-        args += q_args
-        if cache:
-            for nm, side in (("kc", "k"), ("vc", "v")):
-                lines, op_args = self._operand(fm, nm, a[side]["cache"])
-                f += lines
-                args += op_args
-        for nm, side in (("kn", "k"), ("vn", "v")):
-            lines, op_args = self._operand(fm, nm, a[side]["new"])
+        operands = [("q", a["q"])] + ([("kc", a["k"]["cache"]), ("vc", a["v"]["cache"])] if cache else [])
+        for nm, src in operands + [("kn", a["k"]["new"]), ("vn", a["v"]["new"])]:
+            lines, op_args = self._operand(fm, nm, src)
             f += lines
             args += op_args
+        dims = [a["B"], a["H"], a["TQ"], a["D"]]
         block_n = int(params["BLOCK_N"])
         f += [
             "B, H, TQ, D = q.shape",
@@ -295,10 +289,7 @@ class AttentionTemplate(Template):
             "G = H // HK",
             f"P = {'kc.shape[2]' if cache else '0'}",
             "TN = kn.shape[2]",
-            f"buf = torch.empty({[a[x] for x in ('B', 'H', 'TQ', 'D')]!r}, dtype={torch_dtype(dt)}, "
-            "device=q.device)" if perm == [0, 1, 2, 3] else
-            f"buf = torch.empty({[[a['B'], a['H'], a['TQ'], a['D']][i] for i in perm]!r}, dtype={torch_dtype(dt)}, "
-            "device=q.device)",
+            f"buf = torch.empty({[dims[i] for i in perm]!r}, dtype={torch_dtype(dt)}, device=q.device)",
             f"o = buf.permute({inv!r})",
             f"BLOCK_M = {self._block_m(fm)}",
         ]
