@@ -47,9 +47,9 @@ class Protocol:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["timer"] = ("ks_inductor.judge.timing.benchmark_interleaved: per call refresh inputs in place from the "
-                      "next of rotating_sets sets, flush L2 (max(2 x L2, 256 MiB) zeroed), CUDA event pair around "
-                      "the call; rounds interleaved in shuffled order; median and IQR over all samples; speedup "
-                      "LCB = 5% paired bootstrap over rounds")
+                      "next of rotating_sets sets, flush L2 (max(2 x L2, 256 MiB) zeroed), an untimed GPU spin "
+                      "(~100 us) so the host stays ahead, CUDA event pair around the call; rounds interleaved in "
+                      "shuffled order; median and IQR over all samples; speedup LCB = 5% paired bootstrap over rounds")
         return d
 
     @classmethod

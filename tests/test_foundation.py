@@ -219,6 +219,18 @@ def test_plausibility_gate_quarantines_implausible_speed():
         r = EvalResult(correct=True, verdict="accepted")
         judge._judge_speed(r, problem, {"samples": {**base, "candidate": [[0.3] * 5] * 5}, "wall": None})
         assert r.verdict == "accepted" and r.faster and r.speedup_inductor == pytest.approx(2.0)
+        # With a roofline floor (0.05 ms at this bandwidth) the floor decides: 12.5x over a lone eager baseline
+        # is plausible above it, and anything below it is held.
+        bandwidth = problem.bytes_moved / 0.05e-3
+        eager_only = {"eager": [[1.0] * 5] * 5}
+        r = EvalResult(correct=True, verdict="accepted")
+        judge._judge_speed(r, problem, {"samples": {**eager_only, "candidate": [[0.08] * 5] * 5}, "wall": None,
+                                        "bandwidth": bandwidth})
+        assert r.verdict == "accepted" and r.speedup_eager > 12 and r.roofline_fraction == pytest.approx(0.625)
+        r = EvalResult(correct=True, verdict="accepted")
+        judge._judge_speed(r, problem, {"samples": {**eager_only, "candidate": [[0.03] * 5] * 5}, "wall": None,
+                                        "bandwidth": bandwidth})
+        assert r.verdict == "quarantined" and r.flags == ["faster_than_roofline"]
         r = EvalResult(correct=True, verdict="accepted")
         judge._judge_speed(r, problem, {"samples": {**base, "candidate": [[0.3] * 5] * 5},
                                         "wall": {"hidden_ms": 2.0, "overhead_ms": 0.02}})

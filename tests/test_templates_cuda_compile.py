@@ -61,6 +61,8 @@ def _compile_all(problem_path: str, which: str) -> list[dict]:
                 renders.append((v, d))
                 if "EVICT" in d:  # the eviction hint is a code path of its own
                     renders.append((v, {**d, "EVICT": 1}))
+                if "RND" in d:  # so is each way of rounding intermediates
+                    renders.append((v, {**d, "RND": 1 - d["RND"]}))
             for n_r, (v, params) in enumerate(renders):
                 src = t.render(fm, params, v)
                 # Triton reads kernel source back from a file (inspect), so the module must live in one.
@@ -109,7 +111,8 @@ def _compile_all(problem_path: str, which: str) -> list[dict]:
                                         target=GPUTarget("cuda", 90, 32), options=opts)
                     report.append({"template": t.name, "variant": v, "kernel": fn.__name__,
                                    "cubin": len(ck.asm.get("cubin", b"")), "regs": getattr(ck, "n_regs", None),
-                                   "spills": getattr(ck, "n_spills", None)})
+                                   "spills": getattr(ck, "n_spills", None), "rnd": params.get("RND"),
+                                   "bf16_fma": "fma.rn.bf16" in ck.asm.get("ptx", "")})
     finally:
         JITFunction.run = original
     return report
@@ -130,6 +133,10 @@ def test_template_kernels_compile_for_sm90() -> None:
     assert set(report) == {p.stem for p in PROBLEMS}
     for name, kernels in report.items():
         assert kernels and all(k["cubin"] > 0 for k in kernels), (name, kernels)
+    # Both ways of rounding bf16 intermediates were compiled; neither lets the compiler fuse a rounded product
+    # into an add (RoPE's `q * cos + rotate_half(q) * sin` is where that happened).
+    assert {k["rnd"] for k in report["rope_bf16"]} == {0, 1}
+    assert not [k for ks in report.values() for k in ks if k["bf16_fma"]]
 
 
 def test_decode_matmul_variants_compile_for_sm90(tmp_path) -> None:

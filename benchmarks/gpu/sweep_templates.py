@@ -30,13 +30,21 @@ if str(ROOT) not in sys.path:
 from benchmarks.gpu.evolve_serving_ops import OPS, PROBLEM_DIR  # noqa: E402
 
 
-def _configs(fm: Any, per_variant: int, rng: random.Random) -> list[tuple[str, str, dict[str, Any]]]:
+def _configs(fm: Any, per_variant: int, rng: random.Random, variants: set[str] | None = None,
+             fix: dict[str, Any] | None = None) -> list[tuple[str, str, dict[str, Any]]]:
+    """Up to ``per_variant`` configurations of each template variant (``template/variant`` names in
+    ``variants``, all if None), with the parameters in ``fix`` held at the given values where they exist."""
     from ks_inductor.evolve.templates import templates_for
 
     out = []
     for t in templates_for(fm):
         for v in t.variants(fm):
+            if variants and f"{t.name}/{v}" not in variants:
+                continue
             space = t.space(fm, v)
+            for k, val in (fix or {}).items():
+                if k in space:
+                    space[k] = [val]
             keys = list(space)
             combos = [dict(zip(keys, vals)) for vals in itertools.product(*(space[k] for k in keys))]
             combos = [c for c in combos if t.feasible(fm, c, v)]
@@ -121,6 +129,32 @@ def _ok(ref_out: Any, out: Any) -> str | None:
     return compare_outputs(as_list(ref_out), as_list(out), JudgeConfig().tolerance, 0, "native")[1]
 
 
+def _peers(op: str, ref: Any, inputs: list[Any], flush: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """The peers' times under the same timing loop, so a sweep says at once whether a structure can win."""
+    import torch
+
+    from benchmarks.gpu.evolve_serving_ops import _liger
+
+    out: dict[str, Any] = {}
+    fns: dict[str, Any] = {"inductor": torch.compile(ref)}
+    if "max-autotune" in args.peers:
+        fns["inductor_max_autotune"] = torch.compile(ref, mode="max-autotune-no-cudagraphs")
+    liger = _liger(op, ref, inputs)
+    for name, fn in fns.items():
+        try:
+            fn(*inputs)
+            out[name] = _time(lambda f=fn: f(*inputs), flush, args.reps)
+        except Exception as e:  # noqa: BLE001 - a peer that fails is reported, the sweep goes on
+            out[name] = f"{type(e).__name__}: {str(e)[:200]}"
+    if liger is not None:
+        try:
+            liger()
+            out["liger"] = _time(liger, flush, args.reps)
+        except Exception as e:  # noqa: BLE001
+            out["liger"] = f"{type(e).__name__}: {str(e)[:200]}"
+    return out
+
+
 def sweep_op(op: str, args: argparse.Namespace, pool: ProcessPoolExecutor, bandwidth: float,
              deadline: float) -> dict[str, Any]:
     import torch
@@ -134,8 +168,10 @@ def sweep_op(op: str, args: argparse.Namespace, pool: ProcessPoolExecutor, bandw
     fm = classify(problem)
     fm.target = "cuda"
     rng = random.Random(args.seed)
+    variants = set(args.variants.split(",")) if args.variants else None
+    fix = {k: int(v) for k, v in (kv.split("=") for kv in args.fix.split(",") if kv)} if args.fix else None
     rows = []
-    for tname, variant, params in _configs(fm, args.per_variant, rng):
+    for tname, variant, params in _configs(fm, args.per_variant, rng, variants, fix):
         src = _render(fm, tname, variant, params)
         if src is not None:
             rows.append({"template": tname, "variant": variant, "params": params, "source": src})
@@ -160,6 +196,7 @@ def sweep_op(op: str, args: argparse.Namespace, pool: ProcessPoolExecutor, bandw
         main = max((x for x in inputs if isinstance(x, torch.Tensor)), key=lambda t: t.numel())
         dst = torch.empty_like(main)
         copy_ms = _time(lambda: dst.copy_(main), flush, args.reps)
+        peers_ms = _peers(op, ref, inputs, flush, args) if args.peers else {}
         for r in rows:
             src = r.pop("source")
             if r.get("compile_error"):
@@ -189,9 +226,10 @@ def sweep_op(op: str, args: argparse.Namespace, pool: ProcessPoolExecutor, bandw
         r.pop("_model", None)
     for r in timed:
         r["frac_floor"] = floor_ms / r["ms"] if floor_ms else None
-    return {"floor_ms": floor_ms, "eager_ms": eager_ms, "copy_main_input_ms": copy_ms,
+    return {"floor_ms": floor_ms, "eager_ms": eager_ms, "copy_main_input_ms": copy_ms, "peers_ms": peers_ms,
             "copy_bytes": 2 * main.numel() * main.element_size(), "configs": len(rows), "timed": len(timed),
-            "best": timed[:15], "failed": [r for r in rows if "ms" not in r][:40]}
+            "best": timed[:15], "failed": [r for r in rows if "ms" not in r][:40],
+            "all": [[r["template"], r["variant"], r["params"], round(r["ms"] * 1e3, 2)] for r in timed]}
 
 
 def main() -> int:
@@ -204,6 +242,9 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--deadline", type=float, default=300.0, help="seconds for the whole sweep")
     ap.add_argument("--workdir", default="/tmp/ks-sweep")
+    ap.add_argument("--variants", default="", help="only these template/variant names, comma-separated")
+    ap.add_argument("--fix", default="", help="hold parameters, e.g. RND=1,LOWP=0")
+    ap.add_argument("--peers", default="", help="also time peers: inductor[,max-autotune] (Liger where it has the op)")
     args = ap.parse_args()
 
     import multiprocessing as mp
@@ -230,7 +271,8 @@ def main() -> int:
                 print(f"[{op}] {res['ops'][op]['timed']}/{res['ops'][op]['configs']} timed; best "
                       f"{b[0]['ms'] * 1e3:.1f} us {b[0]['template']}/{b[0]['variant']} {b[0]['params']} "
                       f"({100 * (b[0]['frac_floor'] or 0):.0f}% floor); copy "
-                      f"{res['ops'][op]['copy_main_input_ms'] * 1e3:.1f} us" if b else f"[{op}] nothing timed",
+                      f"{res['ops'][op]['copy_main_input_ms'] * 1e3:.1f} us; peers {res['ops'][op]['peers_ms']}"
+                      if b else f"[{op}] nothing timed",
                       flush=True)
             except Exception as e:  # noqa: BLE001
                 res["ops"][op] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}

@@ -115,11 +115,28 @@ def _state_lines(state: list[StateEntry]) -> list[str]:
     return lines
 
 
-def module_source(fm: FamilyMatch, doc: str, kernels: str, forward: list[str], helpers: str = "") -> str:
+def rounding_space(fm: FamilyMatch) -> dict[str, list[int]]:
+    """The RND parameter (how intermediate bf16 roundings are computed, see ``pointwise.RNE_BF16_HELPER_HW``) for
+    templates that round: offered where the target has hardware conversions and the problem has bf16 values."""
+    if fm.target == "cpu":
+        return {}
+    typed = [t for _, t in fm.graph.placeholders] + [n.type for n in fm.graph.nodes]
+    return {"RND": [0, 1]} if any(t is not None and t.dtype == "bfloat16" for t in typed) else {}
+
+
+def rounding_default(fm: FamilyMatch) -> dict[str, int]:
+    """Seeds round through the conversion instructions where that is offered: on the H200 the whole-row bf16
+    softmax took 158 us with them against 173 us with the integer form
+    (benchmarks/results/sweep-templates-nvidia-h200-2026-11-22.json)."""
+    return {k: 1 for k in rounding_space(fm)}
+
+
+def module_source(fm: FamilyMatch, doc: str, kernels: str, forward: list[str], helpers: str = "",
+                  params: dict[str, Any] | None = None) -> str:
     """The candidate module: imports, kernels, helpers, and ``ModelNew`` holding Model's parameters."""
     from ks_inductor.evolve.pointwise import bf16_helpers
 
-    helpers_src = bf16_helpers(kernels, fm.target)
+    helpers_src = bf16_helpers(kernels, fm.target, bool((params or {}).get("RND", 0)))
     if helpers_src:
         kernels = helpers_src + "\n\n\n" + kernels.strip()
     init = ["super().__init__()"] + _state_lines(fm.state)

@@ -15,6 +15,8 @@ from ks_inductor.evolve.templates.base import (
     TemplateError,
     module_source,
     output_refs,
+    rounding_default,
+    rounding_space,
     torch_dtype,
     view_expr,
 )
@@ -61,14 +63,14 @@ class PointwiseTemplate(Template):
         if variant == "persistent":  # stages only pipeline loops
             s["WAVES"] = [1, 2, 4, 8, 16]
             s["num_stages"] = [1, 2, 3]
-        return s
+        return {**s, **rounding_space(fm)}
 
     def default(self, fm: FamilyMatch, variant: str, device: str) -> dict[str, Any]:
         p: dict[str, Any] = {"BLOCK": 2048, "num_warps": 8, "EVICT": 0}
         if variant == "persistent":
             p["WAVES"] = 4
             p["num_stages"] = 1
-        return p
+        return {**p, **rounding_default(fm)}
 
     def _leaves(self, fm: FamilyMatch) -> dict[str, tuple[str, list]]:
         """Every value the chain reads from outside: graph name -> (placeholder, view nodes)."""
@@ -184,4 +186,4 @@ class PointwiseTemplate(Template):
         rets = [f"out{j}" for j in range(len(outs))]
         f.append("return " + (rets[0] if len(rets) == 1 else "(" + ", ".join(rets) + ")"))
         helpers = _BROADCAST_HELPER + (SM_COUNT_HELPER if persistent else "")
-        return module_source(fm, f"Pointwise chain ({variant}), rendered by kernelsmith.", kernel, f, helpers)
+        return module_source(fm, f"Pointwise chain ({variant}), rendered by kernelsmith.", kernel, f, helpers, params)

@@ -16,6 +16,8 @@ from ks_inductor.evolve.templates.base import (
     TemplateError,
     block_class,
     module_source,
+    rounding_default,
+    rounding_space,
     torch_dtype,
 )
 
@@ -31,10 +33,11 @@ class RopeTemplate(Template):
         # HTILE=1 loads the HB heads as one [HB, BLOCK_T, D/2] tile (more bytes in flight per program);
         # HTILE=0 walks them one after another.
         return {"BLOCK_T": [1, 2, 4, 8, 16, 32, 64], "HB": [1, 2, 4, 8, 16, 32], "num_warps": [1, 2, 4, 8, 16],
-                "num_stages": [1, 2, 3], "HTILE": [0, 1]}
+                "num_stages": [1, 2, 3], "HTILE": [0, 1], **rounding_space(fm)}
 
     def default(self, fm: FamilyMatch, variant: str, device: str) -> dict[str, Any]:
-        return {"BLOCK_T": 16, "HB": 4, "num_warps": 4, "num_stages": 1, "HTILE": 0}
+        return {"BLOCK_T": 16, "HB": 4, "num_warps": 4, "num_stages": 1, "HTILE": 0,
+                **rounding_default(fm)}
 
     def descriptor(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> dict[str, Any]:
         d = super().descriptor(fm, params, variant)
@@ -148,4 +151,4 @@ class RopeTemplate(Template):
             nd = len(g.type_of(o["x"]).shape)  # type: ignore[union-attr]
             rets.append(f"o{j}" if nd == 4 else f"o{j}.squeeze(1)")
         f.append("return " + (rets[0] if len(rets) == 1 else "(" + ", ".join(rets) + ")"))
-        return module_source(fm, f"Rotary embedding ({variant}), rendered by kernelsmith.", kernels, f)
+        return module_source(fm, f"Rotary embedding ({variant}), rendered by kernelsmith.", kernels, f, "", params)

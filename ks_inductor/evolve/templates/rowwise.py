@@ -3,7 +3,10 @@ pointwise ops with reductions over the last dim.
 
 The problem's own aten graph is lowered node by node onto a [ROWS, BLOCK_N] tile, so the kernel rounds where the
 reference rounds and fuses whatever pointwise work surrounds the reduction. Variants: one block of rows per
-program, or a persistent grid that walks row blocks and loads the broadcast vectors (weights) once.
+program; a persistent grid that walks row blocks and loads the broadcast vectors (weights) once; and that
+grid software-pipelined ("prefetch"): the loads of a program's next row block are issued before the current block
+is reduced and stored, so one resident program keeps memory busy while it computes. That matters for long rows
+(softmax over a vocabulary), where a row fills the registers and only one program fits on an SM.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from ks_inductor.evolve.templates.base import (
     module_source,
     next_pow2,
     output_refs,
+    rounding_default,
+    rounding_space,
     torch_dtype,
 )
 
@@ -148,7 +153,7 @@ class RowwiseTemplate(Template):
     families = ("rmsnorm", "layernorm", "softmax", "log_softmax", "rowwise")
 
     def variants(self, fm: FamilyMatch) -> list[str]:
-        return ["block", "persistent"]
+        return ["block", "persistent", "prefetch"]
 
     def space(self, fm: FamilyMatch, variant: str) -> dict[str, list[Any]]:
         # Stages only pipeline loops; the one-block variant has none, so they are not a knob there.
@@ -157,11 +162,15 @@ class RowwiseTemplate(Template):
         if variant == "persistent":
             s["WAVES"] = [1, 2, 4, 8]
             s["num_stages"] = [1, 2, 3]
-        return s
+        if variant == "prefetch":  # the explicit prefetch is the pipelining: no stages
+            s["WAVES"] = [1, 2, 4, 8]
+        return {**s, **rounding_space(fm)}
 
     def feasible(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> bool:
         tile = params["ROWS"] * next_pow2(_row_shape(fm)[-1])
-        return elems_per_thread(tile, params["num_warps"]) <= MAX_ELEMS_PER_THREAD
+        # The prefetched block is held, in its storage dtype, next to the one being computed.
+        per_thread = elems_per_thread(tile, params["num_warps"]) * (1.5 if variant == "prefetch" else 1)
+        return per_thread <= MAX_ELEMS_PER_THREAD
 
     def default(self, fm: FamilyMatch, variant: str, device: str) -> dict[str, Any]:
         n = next_pow2(_row_shape(fm)[-1])
@@ -171,7 +180,13 @@ class RowwiseTemplate(Template):
         if variant == "persistent":
             p["WAVES"] = 2
             p["num_stages"] = 1
-        return p
+        if variant == "prefetch":
+            # One resident program per SM, with the row and the next one in registers: half the warps of the
+            # one-block default keep the registers per thread in bounds.
+            p["num_warps"] = max(1, min(16, next_pow2(n * rows // 1024)))
+            p["WAVES"] = 1
+            p["EVICT"] = 1
+        return {**p, **rounding_default(fm)}
 
     def render(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> str:
         lines, loads, outs = _lower(fm, bool(params.get("LOWP", 0)))
@@ -185,29 +200,47 @@ class RowwiseTemplate(Template):
         sig = (", ".join(f"{p}_ptr" for p in loads) + ", " + ", ".join(f"{o}_ptr" for o in out_names)
                + ", n_rows, n_cols, " + ", ".join(f"{p}_s0, {p}_s1" for p in tiles) + ", "
                + ", ".join(f"{o}_s0" for o in out_names))
-        persistent = variant == "persistent"
+        persistent = variant in ("persistent", "prefetch")
+        pipelined = variant == "prefetch"
         k: list[str] = ["@triton.jit", f"def _row_kernel({sig}, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):",
                         "    cols = tl.arange(0, BLOCK_N)", "    cmask = cols < n_cols"]
         for p in vecs:
             k.append(f"    v_{p} = tl.load({p}_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]")
         for p in scalars:
             k.append(f"    v_{p} = tl.load({p}_ptr).to(tl.float32)")
+        # Row tiles are read once: evict_first keeps L2 for the broadcast vectors.
+        evict = ', eviction_policy="evict_first"' if params.get("EVICT") else ""
+        widen = "" if params.get("LOWP") else ".to(tl.float32)"
+
+        def prefetch(ind: str, rows: str) -> list[str]:
+            """The raw (storage-dtype) tiles of ``rows`` into the loop-carried n_* names."""
+            out = [ind + f"n_r64 = ({rows}).to(tl.int64)[:, None]",
+                   ind + f"n_mask = (({rows}) < n_rows)[:, None] & cmask[None, :]"]
+            for p in tiles:
+                out.append(ind + f"n_{p} = tl.load({p}_ptr + n_r64 * {p}_s0 + cols[None, :] * {p}_s1, "
+                           f"mask=n_mask, other=0.0{evict})")
+            return out
+
         ind = "    "
         if persistent:
-            k += ["    n_blocks = tl.cdiv(n_rows, ROWS)",
-                  "    for blk in range(tl.program_id(0), n_blocks, tl.num_programs(0)):"]
+            k.append("    n_blocks = tl.cdiv(n_rows, ROWS)")
+            if pipelined:
+                # Loop-carried raw tiles: block i+1's loads are in flight while block i is computed.
+                k += prefetch(ind, "tl.program_id(0) * ROWS + tl.arange(0, ROWS)")
+            k.append("    for blk in range(tl.program_id(0), n_blocks, tl.num_programs(0)):")
             ind = "        "
             k.append(ind + "rows = blk * ROWS + tl.arange(0, ROWS)")
         else:
             k.append(ind + "rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)")
         k += [ind + "rmask = rows < n_rows", ind + "mask = rmask[:, None] & cmask[None, :]",
               ind + "r64 = rows.to(tl.int64)[:, None]"]
-        for p in tiles:
-            # Row tiles are read once: evict_first keeps L2 for the broadcast vectors.
-            evict = ', eviction_policy="evict_first"' if params.get("EVICT") else ""
-            widen = "" if params.get("LOWP") else ".to(tl.float32)"
-            k.append(ind + f"v_{p} = tl.load({p}_ptr + r64 * {p}_s0 + cols[None, :] * {p}_s1, mask=mask, "
-                     f"other=0.0{evict}){widen}")
+        if pipelined:
+            k += [ind + f"v_{p} = n_{p}{widen}" for p in tiles]
+            k += prefetch(ind, "(blk + tl.num_programs(0)) * ROWS + tl.arange(0, ROWS)")
+        else:
+            for p in tiles:
+                k.append(ind + f"v_{p} = tl.load({p}_ptr + r64 * {p}_s0 + cols[None, :] * {p}_s1, mask=mask, "
+                         f"other=0.0{evict}){widen}")
         k += [ind + ln for ln in lines]
         for o, v, ref in zip(out_names, outs, output_refs(g)):
             k.append(ind + f"tl.store({o}_ptr + r64 * {o}_s0 + cols[None, :], {store_expr(v, g.type_of(ref).dtype)}, "
@@ -243,4 +276,4 @@ class RowwiseTemplate(Template):
         rets = [f"{o}.view(*lead, n_cols)" for o in out_names]
         f.append("return " + (rets[0] if len(rets) == 1 else "(" + ", ".join(rets) + ")"))
         return module_source(fm, f"Row-wise {fm.family} ({variant}), rendered by kernelsmith.", kernel, f,
-                             SM_COUNT_HELPER if persistent else "")
+                             SM_COUNT_HELPER if persistent else "", params)

@@ -1,7 +1,11 @@
-"""Softmax and log-softmax over long rows, chunked: per-lane online max/sum in one sweep, then a write sweep.
+"""Softmax and log-softmax over long rows, chunked: an online max/sum sweep, then a write sweep.
 
 The whole-row one-pass kernel lives in the row-wise template; this one is the structural alternative for rows
-too long to hold in registers (it reads the row twice, so it trades bandwidth for occupancy).
+too long to hold in registers. It reads the row twice; with L2HINT the first sweep asks L2 to keep the row and the
+second to drop it, so the second read can come from L2 rather than memory. CHUNK_MAX keeps one running max per row
+(a block reduction per chunk, one exponential per element) instead of one per lane (no reduction in the loop, but
+a second exponential per element for the rescaling, which at bf16 bandwidth can make the special-function unit
+the bottleneck).
 """
 
 from __future__ import annotations
@@ -21,25 +25,49 @@ from ks_inductor.evolve.templates.base import (
 
 _KERNEL = '''
 @triton.jit
-def _softmax_online(x_ptr, out_ptr, n_cols, sx, so, BLOCK: tl.constexpr, LOG: tl.constexpr):
+def _softmax_online(x_ptr, out_ptr, n_cols, sx, so, BLOCK: tl.constexpr, LOG: tl.constexpr,
+                    CHUNK_MAX: tl.constexpr, L2HINT: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
-    m = tl.full([BLOCK], -float('inf'), tl.float32)
-    s = tl.zeros([BLOCK], dtype=tl.float32)
+    if CHUNK_MAX:
+        m_s = tl.full([], -float('inf'), tl.float32)
+        s_s = tl.full([], 0.0, tl.float32)
+    else:
+        m = tl.full([BLOCK], -float('inf'), tl.float32)
+        s = tl.zeros([BLOCK], dtype=tl.float32)
     for off in range(0, n_cols, BLOCK):
         c = off + cols
         cm = c < n_cols
-        x = tl.load(x_ptr + row * sx + c, mask=cm, other=-float('inf')).to(tl.float32)
-        m_new = tl.maximum(m, x)
-        alpha = tl.where(m_new == -float('inf'), 1.0, tl.exp(m - m_new))
-        s = s * alpha + tl.where(cm, tl.exp(x - m_new), 0.0)
-        m = m_new
-    mx = tl.max(m, axis=0)
-    total = tl.sum(tl.where(m == -float('inf'), 0.0, s * tl.exp(m - mx)), axis=0)
+        if L2HINT:
+            x = tl.load(x_ptr + row * sx + c, mask=cm, other=-float('inf'), eviction_policy="evict_last")
+        else:
+            x = tl.load(x_ptr + row * sx + c, mask=cm, other=-float('inf'))
+        x = x.to(tl.float32)
+        if CHUNK_MAX:
+            # -inf entries (masked lanes, masked logits) add nothing, even while the running max is -inf.
+            m_new = tl.maximum(m_s, tl.max(x, axis=0))
+            alpha = tl.where(m_new == -float('inf'), 1.0, tl.exp(m_s - m_new))
+            s_s = s_s * alpha + tl.sum(tl.where(x == -float('inf'), 0.0, tl.exp(x - m_new)), axis=0)
+            m_s = m_new
+        else:
+            m_new = tl.maximum(m, x)
+            alpha = tl.where(m_new == -float('inf'), 1.0, tl.exp(m - m_new))
+            s = s * alpha + tl.where(x == -float('inf'), 0.0, tl.exp(x - m_new))
+            m = m_new
+    if CHUNK_MAX:
+        mx = m_s
+        total = s_s
+    else:
+        mx = tl.max(m, axis=0)
+        total = tl.sum(tl.where(m == -float('inf'), 0.0, s * tl.exp(m - mx)), axis=0)
     for off in range(0, n_cols, BLOCK):
         c = off + cols
         cm = c < n_cols
-        x = tl.load(x_ptr + row * sx + c, mask=cm, other=0.0).to(tl.float32)
+        if L2HINT:
+            x = tl.load(x_ptr + row * sx + c, mask=cm, other=0.0, eviction_policy="evict_first")
+        else:
+            x = tl.load(x_ptr + row * sx + c, mask=cm, other=0.0)
+        x = x.to(tl.float32)
         if LOG:
             y = x - mx - tl.log(total)
         else:
@@ -79,10 +107,10 @@ class SoftmaxLoopTemplate(Template):
 
     def space(self, fm: FamilyMatch, variant: str) -> dict[str, list[Any]]:
         return {"BLOCK": [512, 1024, 2048, 4096, 8192, 16384], "num_warps": [2, 4, 8, 16, 32],
-                "num_stages": [1, 2, 3, 4]}
+                "num_stages": [1, 2, 3, 4], "CHUNK_MAX": [0, 1], "L2HINT": [0, 1]}
 
     def default(self, fm: FamilyMatch, variant: str, device: str) -> dict[str, Any]:
-        return {"BLOCK": 4096, "num_warps": 8, "num_stages": 2}
+        return {"BLOCK": 8192, "num_warps": 8, "num_stages": 1, "CHUNK_MAX": 1, "L2HINT": 1}
 
     def feasible(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> bool:
         return elems_per_thread(params["BLOCK"], params["num_warps"]) <= MAX_ELEMS_PER_THREAD
@@ -96,7 +124,8 @@ class SoftmaxLoopTemplate(Template):
             "x2 = x.reshape(-1, n_cols)",
             f"out = torch.empty(x2.shape, dtype={torch_dtype(out_dtype)}, device=x.device)",
             f"_softmax_online[(x2.shape[0],)](x2, out, n_cols, x2.stride(0), out.stride(0), "
-            f"BLOCK={int(params['BLOCK'])}, LOG={log}, num_warps={int(params['num_warps'])}, "
+            f"BLOCK={int(params['BLOCK'])}, LOG={log}, CHUNK_MAX={int(params.get('CHUNK_MAX', 0))}, "
+            f"L2HINT={int(params.get('L2HINT', 0))}, num_warps={int(params['num_warps'])}, "
             f"num_stages={int(params['num_stages'])})",
             "return out.view(x.shape)",
         ]
