@@ -14,7 +14,7 @@ $(VENV)/.installed: setup.py pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# torch first, pinned, so that nothing pulls a CUDA build of torch onto a CPU machine
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q --no-compile -e '.[dev]'
 	touch $@
 
 demo: setup

@@ -64,6 +64,8 @@ def _register_cache(subparsers: Any) -> None:
     p.add_argument("--keep-rejected", action="store_true", help="keep rejected kernels")
     p.add_argument("--dry-run", action="store_true", help="list what would go, delete nothing")
     p.add_argument("--vacuum", action="store_true", help="compact the SQLite file afterwards")
+    p.add_argument("--forget-guard", action="store_true",
+                   help="also forget the graph guard's stored decisions (each graph is timed again when compiled)")
     p.set_defaults(func=_cmd_gc)
 
     p = sub.add_parser("stats", help="counts and size of the cache")
@@ -239,19 +241,25 @@ def _cmd_gc(args: argparse.Namespace) -> int:
     try:
         with _store(args) as store:
             doomed = store.gc_plan(keep=args.keep, drop_rejected=not args.keep_rejected)
+            forgotten = 0
             if not args.dry_run:
                 store.delete_kernels([r.id for r in doomed if r.id is not None])
+                if args.forget_guard:
+                    forgotten = store.clear_guard_decisions()
                 if args.vacuum:
                     store.vacuum()
     except CacheError as e:
         return _fail(args, e)
     if args.json:
-        print(json.dumps({"dry_run": args.dry_run, "deleted": [r.id for r in doomed]}))
+        print(json.dumps({"dry_run": args.dry_run, "deleted": [r.id for r in doomed],
+                          "guard_decisions_forgotten": forgotten}))
         return 0
     c = _console(args)
     if doomed:
         c.print(_kernel_table(doomed, title="would delete" if args.dry_run else "deleted"))
     c.print(f"{'would delete' if args.dry_run else 'deleted'} {len(doomed)} kernel(s)")
+    if forgotten:
+        c.print(f"forgot {forgotten} graph guard decision(s)")
     return 0
 
 

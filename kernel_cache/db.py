@@ -10,13 +10,15 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
-
-from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from typing import TYPE_CHECKING, Any
 
 from kernel_cache.errors import CorruptDatabaseError, DatabaseUnavailableError
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+# SQLAlchemy is imported where it is used: the backend reads a cache through the driver alone
+# (kernel_cache.reader) and needs only the paths from here.
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,8 @@ def resolve_url(url: str | None) -> str:
 
 def sqlite_path(url: str) -> Path | None:
     """The file behind a SQLite URL; None for in-memory databases and other dialects."""
+    from sqlalchemy.engine import make_url
+
     u = make_url(url)
     if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
         return None
@@ -84,6 +88,10 @@ def check_sqlite_file(path: Path) -> None:
 
 def create_db_engine(url: str) -> tuple[Engine, Engine]:
     """Return (engine for reads, engine for writes); both share one connection pool."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
     try:
         u = make_url(url)
     except ArgumentError as e:
@@ -113,6 +121,8 @@ def create_db_engine(url: str) -> tuple[Engine, Engine]:
 
 
 def _setup_sqlite(engine: Engine, in_memory: bool) -> None:
+    from sqlalchemy import event
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (see the module docstring)

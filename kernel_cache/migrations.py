@@ -17,10 +17,11 @@ from sqlalchemy.exc import DatabaseError, OperationalError
 
 from kernel_cache.errors import CacheError, CorruptDatabaseError, SchemaTooNewError
 from kernel_cache.models import Base
+from kernel_cache.reader import SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
 
-CURRENT_VERSION = 2
+CURRENT_VERSION = SCHEMA_VERSION  # defined beside the driver-only reader, which must refuse other versions
 
 # The first schema, as it shipped (SQLite). Kept verbatim: it is what a v1 database looks like on disk.
 SCHEMA_V1 = [

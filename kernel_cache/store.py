@@ -5,8 +5,9 @@ the judge's pool and several warm-up jobs can write at once without losing anyth
 
 ``lookup`` is the hot path (the backend calls it for every region it compiles): one index range scan on
 (problem_key, status, hardware_id, rank), then ``fingerprint.match`` in Python on the few rows it returns. On
-SQLite a per-process memo sits in front of it; it is dropped whenever ``PRAGMA data_version`` says any
-connection (this process or another) committed, so it never serves a stale answer.
+SQLite it runs on the driver alone, behind a per-process memo that is dropped whenever ``PRAGMA data_version``
+says any connection (this process or another) committed, so it never serves a stale answer; that reader is
+:class:`kernel_cache.reader.SqliteReader`, which the backend also uses without this class when it only reads.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import functools
 import json
 import logging
 import sqlite3
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -29,15 +29,12 @@ from kernel_cache.db import create_db_engine, default_db_url, resolve_url, sqlit
 from kernel_cache.errors import CacheError, CorruptDatabaseError, NotFoundError
 from kernel_cache.migrations import ensure_schema, rank_of
 from kernel_cache.models import EvaluationRow, KernelRow, MissRow, ProblemRow, RunRow, StepRow
+from kernel_cache.reader import GUARD_TABLE as _GUARD_TABLE
+from kernel_cache.reader import KERNEL_FIELDS as _KERNEL_FIELDS
+from kernel_cache.reader import SqliteReader
+from kernel_cache.reader import servable as _servable
 from kernel_cache.record import QUARANTINED, REJECTED, VERIFIED, KernelRecord, StepRecord, source_sha256
-from ks_inductor.fingerprint import (
-    BACKEND_CPU_INTERPRET,
-    MATCH_EXACT,
-    MATCH_NONE,
-    EnvFingerprint,
-    match,
-    minor_version,
-)
+from ks_inductor.fingerprint import MATCH_EXACT, MATCH_NONE, EnvFingerprint, minor_version
 
 __all__ = ["KernelStore", "MergeOutcome", "StoreStats", "default_db_url"]
 
@@ -46,11 +43,9 @@ log = logging.getLogger(__name__)
 STATUSES = (VERIFIED, QUARANTINED, REJECTED)
 _T = TypeVar("_T")
 _K = KernelRow.__table__
-_KERNEL_FIELDS = [f for f in KernelRecord.__dataclass_fields__]
-_LOOKUP_SQL = (
-    f"SELECT {', '.join(_KERNEL_FIELDS)} FROM kernels WHERE problem_key = ? AND status = ? AND hardware_id = ? "
-    "ORDER BY rank_speedup IS NULL, rank_speedup DESC, median_ms IS NULL, median_ms, id"
-)
+_GUARD_DDL = (f"CREATE TABLE IF NOT EXISTS {_GUARD_TABLE} (key VARCHAR(64) NOT NULL PRIMARY KEY, "
+              "fingerprint_id VARCHAR(32) NOT NULL, kept BOOLEAN NOT NULL, result TEXT NOT NULL, "
+              "created_at FLOAT NOT NULL)")
 _STEP_COLUMNS = ("run_id", "problem_key", "parent_id", "child_id", "mutation", "diff", "prompt", "response",
                  "verdict", "correct", "speedup_delta", "feedback", "id", "created_at")
 
@@ -73,7 +68,7 @@ def _db_errors(fn: Callable[..., _T]) -> Callable[..., _T]:
             raise CacheError(f"{self.where}: rejected by a constraint: {e.orig}") from None
         except DatabaseError as e:
             raise CorruptDatabaseError(f"{self.where} cannot be read ({e.orig}); it was left untouched") from None
-        except sqlite3.OperationalError as e:  # the direct SQLite reader of lookup()
+        except sqlite3.OperationalError as e:  # the driver-only reader
             raise CacheError(f"{self.where}: {e}") from None
         except sqlite3.DatabaseError as e:
             raise CorruptDatabaseError(f"{self.where} cannot be read ({e}); it was left untouched") from None
@@ -135,13 +130,6 @@ def _record_from_row(row: Any) -> KernelRecord:
     return KernelRecord(**{f: m[f] for f in _KERNEL_FIELDS})
 
 
-def _servable(rec: KernelRecord, fp: EnvFingerprint, current: EnvFingerprint) -> str:
-    """The match verdict, with the interpreter rule on top: an untimed kernel is only for cpu-interpret."""
-    if not rec.timed and current.backend != BACKEND_CPU_INTERPRET:
-        return MATCH_NONE
-    return match(fp, current)
-
-
 class KernelStore:
     """The kernel cache. ``url``: any SQLAlchemy URL or a file path; None: ``default_db_url()``."""
 
@@ -156,12 +144,7 @@ class KernelStore:
             self._engine.dispose()
             raise
         self._memo_enabled = memo and self._path is not None
-        self._memo: dict[tuple[str, EnvFingerprint], KernelRecord | None] = {}
-        self._local = threading.local()
-        self._readers: list[sqlite3.Connection] = []
-        self._memo_lock = threading.Lock()
-        self._stamp_conn: Any = None
-        self._stamp: int | None = None
+        self._sqlite = SqliteReader(self._path, self.where) if self._path is not None else None
         self._lookup_stmt = (
             select(_K)
             .where(and_(_K.c.problem_key == _bind("key"), _K.c.status == VERIFIED, _K.c.hardware_id == _bind("hw")))
@@ -170,14 +153,8 @@ class KernelStore:
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
-        with self._memo_lock:
-            if self._stamp_conn is not None:
-                self._stamp_conn.close()
-                self._stamp_conn = None
-            for conn in self._readers:
-                conn.close()
-            self._readers.clear()
-            self._memo.clear()
+        if self._sqlite is not None:
+            self._sqlite.close()
         self._engine.dispose()
 
     def __enter__(self) -> KernelStore:
@@ -187,15 +164,8 @@ class KernelStore:
         self.close()
 
     def _invalidate(self) -> None:
-        with self._memo_lock:
-            self._memo.clear()
-
-    def _data_version(self) -> int:
-        # A connection of its own: data_version changes when *other* connections commit, pooled ones included.
-        if self._stamp_conn is None:
-            self._stamp_conn = sqlite3.connect(str(self._path), timeout=30, isolation_level=None,
-                                               check_same_thread=False)
-        return int(self._stamp_conn.execute("PRAGMA data_version").fetchone()[0])
+        if self._sqlite is not None:
+            self._sqlite.invalidate()
 
     # ------------------------------------------------------------------ problems
     @_db_errors
@@ -292,56 +262,21 @@ class KernelStore:
     @_db_errors
     def lookup(self, problem_key: str, fingerprint: EnvFingerprint) -> KernelRecord | None:
         """The best verified kernel for ``problem_key`` that may serve on ``fingerprint`` unverified again."""
-        if not self._memo_enabled:
-            return self._lookup_db(problem_key, fingerprint)
-        memo_key = (problem_key, fingerprint)  # the frozen dataclass hashes faster than its .id
-        with self._memo_lock:
-            stamp = self._data_version()
-            if stamp != self._stamp:
-                self._memo.clear()
-                self._stamp = stamp
-            if memo_key in self._memo:
-                return self._memo[memo_key]
-        rec = self._lookup_db(problem_key, fingerprint)
-        with self._memo_lock:
-            if self._stamp == stamp:
-                self._memo[memo_key] = rec
-        return rec
+        if self._memo_enabled and self._sqlite is not None:
+            return self._sqlite.lookup(problem_key, fingerprint)
+        return self._lookup_db(problem_key, fingerprint)
 
     @_db_errors
     def _lookup_db(self, problem_key: str, fingerprint: EnvFingerprint) -> KernelRecord | None:
-        if self._path is not None:
-            return self._lookup_sqlite(problem_key, fingerprint)
+        if self._sqlite is not None:
+            # The same query as ``_lookup_stmt``, without the layers of SQLAlchemy's execution machinery, which
+            # cost more than the index scan itself.
+            return self._sqlite.lookup(problem_key, fingerprint, memo=False)
         with self._engine.connect() as conn:
             for row in conn.execute(self._lookup_stmt, {"key": problem_key, "hw": fingerprint.hardware_id}):
                 rec = _record_from_row(row)
                 if _servable(rec, EnvFingerprint.from_json(rec.fingerprint), fingerprint) == MATCH_EXACT:
                     return rec
-        return None
-
-    def _reader(self) -> sqlite3.Connection:
-        """This thread's read-only driver connection. The same query as ``_lookup_stmt``, without the layers of
-        SQLAlchemy's execution machinery, which cost more than the index scan itself."""
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(str(self._path), timeout=30, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA query_only = 1")
-            self._local.conn = conn
-            with self._memo_lock:
-                self._readers.append(conn)
-        return conn
-
-    def _lookup_sqlite(self, problem_key: str, fingerprint: EnvFingerprint) -> KernelRecord | None:
-        cur = self._reader().execute(_LOOKUP_SQL, (problem_key, VERIFIED, fingerprint.hardware_id))
-        for row in cur:
-            data = dict(zip(_KERNEL_FIELDS, row))
-            data["fingerprint"] = fp_json = json.loads(data["fingerprint"])
-            data["launch_params"] = json.loads(data["launch_params"]) if data["launch_params"] else {}
-            data["timed"] = bool(data["timed"])
-            rec = KernelRecord(**data)
-            if _servable(rec, EnvFingerprint.from_json(fp_json), fingerprint) == MATCH_EXACT:
-                cur.close()
-                return rec
         return None
 
     @_db_errors
@@ -551,6 +486,50 @@ class KernelStore:
                 data.update(m["detail"] or {})
                 out.append(StepRecord.from_json(data))
         return out
+
+    # ------------------------------------------------------------------ graph guard decisions
+    # What the backend's graph guard measured for a graph with its swapped kernels: re-measuring it costs a second
+    # Inductor compile and timed runs on every compile of the graph in every process. It is a cache of
+    # measurements that can always be taken again, so the table lives beside the versioned schema: it is created
+    # by the first decision stored, and a kernelsmith that predates it opens the database as before.
+    @_db_errors
+    def guard_decision(self, key: str) -> dict[str, Any] | None:
+        """The stored result (``GuardResult.to_json()``) for ``key``, or None."""
+        if self._sqlite is not None:
+            return self._sqlite.guard_decision(key)
+        from sqlalchemy import inspect, text
+
+        with self._engine.connect() as conn:
+            if not inspect(conn).has_table(_GUARD_TABLE):
+                return None
+            row = conn.execute(text(f"SELECT result FROM {_GUARD_TABLE} WHERE key = :k"), {"k": key}).first()
+        if row is None:
+            return None
+        data = json.loads(row[0]) if isinstance(row[0], str) else row[0]
+        return data if isinstance(data, dict) else None
+
+    @_db_errors
+    def put_guard_decision(self, key: str, fingerprint_id: str, result: dict[str, Any]) -> None:
+        """Store (or replace) the graph guard's result for ``key``."""
+        from sqlalchemy import text
+
+        with self._wengine.begin() as conn:
+            conn.execute(text(_GUARD_DDL))
+            conn.execute(text(f"DELETE FROM {_GUARD_TABLE} WHERE key = :k"), {"k": key})
+            conn.execute(text(f"INSERT INTO {_GUARD_TABLE} (key, fingerprint_id, kept, result, created_at) "
+                              "VALUES (:k, :f, :kept, :r, :t)"),
+                         {"k": key, "f": fingerprint_id, "kept": bool(result.get("kept")),
+                          "r": json.dumps(result, sort_keys=True), "t": _now()})
+
+    @_db_errors
+    def clear_guard_decisions(self) -> int:
+        """Forget every stored graph guard decision (the next compile of each graph measures again)."""
+        from sqlalchemy import inspect, text
+
+        with self._wengine.begin() as conn:
+            if not inspect(conn).has_table(_GUARD_TABLE):
+                return 0
+            return int(conn.execute(text(f"DELETE FROM {_GUARD_TABLE}")).rowcount or 0)
 
     # ------------------------------------------------------------------ misses
     @_db_errors

@@ -45,12 +45,22 @@ option                     environment                     meaning
 
 The graph guard (:mod:`ks_inductor.graph_guard`) is what makes "never slower than Inductor" hold for the whole
 graph and not only per region; it costs a second Inductor compile and, on the H200 decoder layer, 0.2-0.6 s of runs.
+Its result is kept in the kernel database (see :func:`_guard_key` for what it is keyed by), so that cost is paid
+once per graph, kernel set, machine and Inductor options, not once per process; a result that says the swaps are
+slower also spares the next compile the swapped graph.
+
+What a compile that hits the cache does not redo in a new process: tracing the graph's nodes and regions to aten
+to find their keys (kept per graph under ``$KERNELSMITH_HOME/analysis``; ``KERNELSMITH_ANALYSIS_CACHE=0`` turns
+that off, see :class:`ks_inductor.regions._AnalysisMemo`), AOTAutograd and Inductor's own work (the swapped graph
+calls only what their caches accept), and importing SQLAlchemy (lookups read SQLite through the driver alone, see
+:mod:`kernel_cache.reader`).
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import operator
 import os
 import threading
 import time
@@ -155,6 +165,9 @@ class CompileReport:
     swapped: int = 0
     fallback_reason: str | None = None
     analysis_s: float = 0.0
+    # Graph nodes and regions traced to aten by the analysis; the rest came from the in-process or on-disk memo.
+    traced_nodes: int = 0
+    traced_regions: int = 0
     variant: str | None = None  # "triton_op" | "custom_op" | None (nothing swapped)
     guard: Any = None  # ks_inductor.graph_guard.GuardResult when the graph guard ran
     problems: list[Any] = field(default_factory=list, repr=False)  # the regions' Problems (not serialized)
@@ -170,7 +183,8 @@ class CompileReport:
     def to_json(self) -> dict[str, Any]:
         return {"regions": [r.to_json() for r in self.regions], "swapped": self.swapped, "hits": self.hits,
                 "misses": self.misses, "fallback_reason": self.fallback_reason, "analysis_s": self.analysis_s,
-                "variant": self.variant, "guard": self.guard.to_json() if self.guard is not None else None}
+                "traced_nodes": self.traced_nodes, "traced_regions": self.traced_regions, "variant": self.variant,
+                "guard": self.guard.to_json() if self.guard is not None else None}
 
 
 _REPORTS: collections.deque[CompileReport] = collections.deque(maxlen=256)
@@ -198,14 +212,17 @@ def current_fingerprint(judge_backend: str | None = None) -> Any:
 
 
 def open_store(url: str | None) -> Any:
-    """One KernelStore per URL per process."""
-    from kernel_cache.store import KernelStore, default_db_url
+    """One store per URL per process. Lookups on a SQLite file go through the driver alone; the full KernelStore
+    (and SQLAlchemy) is opened when something else is asked for, or for a database it must create, migrate or
+    refuse (see :mod:`kernel_cache.reader`)."""
+    from kernel_cache.db import default_db_url
+    from kernel_cache.reader import LazyKernelStore
 
     key = url or os.environ.get("KERNELSMITH_DB") or default_db_url()
     with _STORE_LOCK:
         store = _STORES.get(key)
         if store is None:
-            store = KernelStore(url)
+            store = LazyKernelStore(url)
             _STORES[key] = store
         return store
 
@@ -280,6 +297,9 @@ def analyze(gm: fx.GraphModule, opts: BackendOptions, act_on_miss: bool = True) 
     for op in sorted(set(part.unsupported)):
         report.regions.append(RegionReport(index=-1, kind="-", ops=op, key=None, signature="", status=UNSUPPORTED,
                                            note="no region takes this operation"))
+    rg.save_analysis(part)
+    report.traced_nodes = part.traced_nodes
+    report.traced_regions = sum(r.traced for r in part.regions)
     report.analysis_s = time.perf_counter() - t0
     return report, hits, store
 
@@ -366,7 +386,9 @@ def rewrite(gm: fx.GraphModule, hits: list[_Hit], use_triton_op: bool) -> tuple[
             anchor = call
             for i, v in enumerate(fake_out):
                 with graph.inserting_after(anchor):
-                    gi = graph.call_function(_getitem, (call, i))
+                    # operator.getitem itself: AOTAutograd's cache refuses a graph calling a function it does not
+                    # know, and every compile of the graph would then trace it again
+                    gi = graph.call_function(operator.getitem, (call, i))
                 gi.meta["example_value"] = v
                 results.append(gi)
                 anchor = gi
@@ -408,12 +430,6 @@ def _keep_dynamo_metadata(gm: fx.GraphModule, new_gm: fx.GraphModule) -> None:
         new_gm._param_name_to_source = gm._param_name_to_source
 
 
-def _getitem(t: Any, i: int) -> Any:
-    import operator
-
-    return operator.getitem(t, i)
-
-
 # ----------------------------------------------------------------------------------------- entry point
 
 
@@ -438,8 +454,9 @@ def kernelsmith_backend(gm: fx.GraphModule, example_inputs: list[Any], mode: str
         return compile_fx(gm, example_inputs, config_patches=patches)
     report = CompileReport()
     hits: list[_Hit] = []
+    store = None
     try:
-        report, hits, _ = analyze(gm, opts)
+        report, hits, store = analyze(gm, opts)
     except Exception as e:  # noqa: BLE001 - database gone, corrupt, analysis bug: Inductor alone
         report.fallback_reason = f"{type(e).__name__}: {e}"
         _warn(f"kernel cache or region analysis unavailable ({report.fallback_reason})")
@@ -454,23 +471,34 @@ def kernelsmith_backend(gm: fx.GraphModule, example_inputs: list[Any], mode: str
         _warn("cached kernels for CPU run only under TRITON_INTERPRET=1")
         variants = []
     for use_triton_op in variants:
+        name = "triton_op" if use_triton_op else "custom_op"
         try:
             new_gm, swapped = rewrite(gm, hits, use_triton_op)
             if not swapped:
                 break
+        except Exception as e:  # noqa: BLE001 - next variant, then plain Inductor
+            _variant_failed(report, name, e)
+            continue
+        guard = _GuardPlan.make(gm, example_inputs, hits, patches, opts, name, store)
+        if guard is not None and guard.known is not None and not guard.known.kept:
+            # Measured before for exactly this graph, kernels, machine and options: the swaps made it slower.
+            # Inductor alone, without compiling the swapped graph only to drop it.
+            report.guard = guard.known
+            _drop_swaps(report, hits, guard.known)
+            _log(report)
+            return compile_fx(gm, example_inputs, config_patches=patches)
+        try:
             compiled = compile_fx(new_gm, example_inputs, config_patches=patches)
         except Exception as e:  # noqa: BLE001 - next variant, then plain Inductor
-            name = "triton_op" if use_triton_op else "custom_op"
-            report.fallback_reason = f"compile with {name} kernels failed: {type(e).__name__}: {e}"[:500]
-            log.debug("compile with %s kernels failed", name, exc_info=True)
-            _warn(report.fallback_reason)
+            _variant_failed(report, name, e)
             continue
         report.swapped = swapped
-        report.variant = "triton_op" if use_triton_op else "custom_op"
-        try:
-            compiled = _apply_graph_guard(gm, new_gm, example_inputs, compiled, hits, patches, opts, report)
-        except Exception as e:  # noqa: BLE001 - the guard itself failed: the per-region decision stands
-            log.warning("kernelsmith: graph guard failed (%s: %s); keeping the swaps", type(e).__name__, e)
+        report.variant = name
+        if guard is not None:
+            try:
+                compiled = _apply_graph_guard(gm, new_gm, example_inputs, compiled, hits, patches, report, guard)
+            except Exception as e:  # noqa: BLE001 - the guard itself failed: the per-region decision stands
+                log.warning("kernelsmith: graph guard failed (%s: %s); keeping the swaps", type(e).__name__, e)
         _log(report)
         return compiled
     for rr in report.regions:
@@ -480,7 +508,16 @@ def kernelsmith_backend(gm: fx.GraphModule, example_inputs: list[Any], mode: str
     return compile_fx(gm, example_inputs, config_patches=patches)
 
 
+def _variant_failed(report: CompileReport, name: str, e: Exception) -> None:
+    report.fallback_reason = f"compile with {name} kernels failed: {type(e).__name__}: {e}"[:500]
+    log.debug("compile with %s kernels failed", name, exc_info=True)
+    _warn(report.fallback_reason)
+
+
+# In-process memo of graph guard results by key; the store keeps them across processes.
 _GUARD_MEMO: dict[str, Any] = {}
+# Bump when what the guard measures or how it decides changes: older stored decisions are then not reused.
+GUARD_KEY_VERSION = "ks-guard-v1"
 
 
 def _guard_applies(opts: BackendOptions, hits: list[_Hit]) -> bool:
@@ -491,36 +528,116 @@ def _guard_applies(opts: BackendOptions, hits: list[_Hit]) -> bool:
     return all(h.record.timed for h in hits)
 
 
-def _guard_key(gm: fx.GraphModule, example_inputs: list[Any], hits: list[_Hit], patches: dict[str, Any]) -> str:
+def _guard_key(gm: fx.GraphModule, example_inputs: list[Any], hits: list[_Hit], patches: dict[str, Any],
+               fingerprint_id: str = "", variant: str = "") -> str:
+    """What a guard decision depends on: the graph, its inputs' shapes, the kernels swapped in (by content), the
+    op variant, this machine (the fingerprint: device, torch, Triton, driver), Inductor's options (the patches and
+    the global config) and the guard's protocol. A patch value without a stable repr (a callable) makes a key that
+    no other process computes, so such decisions are never reused across processes."""
     import hashlib
 
-    parts = [gm.code, repr(sorted((k, repr(v)) for k, v in patches.items()))]
+    from ks_inductor.graph_guard import GuardConfig
+    from ks_inductor.regions import value_text
+
+    parts = [GUARD_KEY_VERSION, torch.__version__, fingerprint_id, variant, gm.code,
+             repr(sorted((k, repr(v)) for k, v in patches.items())), _inductor_config_hash(),
+             repr(asdict(GuardConfig()))]
     for v in example_inputs:
-        if isinstance(v, torch.Tensor):
-            parts.append(f"{tuple(v.shape)}{tuple(v.stride())}{v.dtype}{v.device}")
-        else:
-            parts.append(repr(v))
-    parts += [str(h.record.id) for h in hits]
+        # symbolic sizes with their hints: the swapped kernels were specialised to them
+        parts.append(value_text(v)[0] + (str(v.device) if isinstance(v, torch.Tensor) else ""))
+    parts += [f"{h.record.id}:{h.record.problem_key}:{h.record.sha256}" for h in hits
+              if h.report.status in (HIT, EVOLVED)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
+def _inductor_config_hash() -> str:
+    get_hash = getattr(torch._inductor.config, "get_hash", None)
+    if get_hash is None:
+        return "?"
+    h = get_hash()
+    return h.hex() if isinstance(h, bytes) else str(h)
+
+
+@dataclass
+class _GuardPlan:
+    key: str | None  # None: the graph is not timed, ``known`` says why
+    fingerprint_id: str
+    store: Any
+    known: Any = None  # a GuardResult measured before (this process or, through the store, an earlier one)
+
+    @classmethod
+    def make(cls, gm: fx.GraphModule, example_inputs: list[Any], hits: list[_Hit], patches: dict[str, Any],
+             opts: BackendOptions, variant: str, store: Any) -> _GuardPlan | None:
+        """The guard's plan for this compile, or None where it does not run (or cannot: then the swaps stand)."""
+        from ks_inductor import graph_guard as gg
+
+        if not _guard_applies(opts, hits):
+            return None
+        try:
+            mutated = gg.mutation_in(gm)
+            if mutated is not None:
+                return cls(None, "", store, gg.GuardResult(
+                    kept=True, note=f"not timed: the graph mutates a value at {mutated}"))
+            fp_id = current_fingerprint(opts.judge_backend).id
+            plan = cls(_guard_key(gm, example_inputs, hits, patches, fp_id, variant), fp_id, store)
+        except Exception as e:  # noqa: BLE001 - the guard itself failed: the per-region decision stands
+            log.warning("kernelsmith: graph guard failed (%s: %s); keeping the swaps", type(e).__name__, e)
+            return None
+        plan.known = plan._recall()
+        return plan
+
+    def _recall(self) -> Any:
+        from ks_inductor import graph_guard as gg
+
+        if self.key is None:
+            return self.known
+        result = _GUARD_MEMO.get(self.key)
+        if result is not None or self.store is None:
+            return result
+        try:
+            data = self.store.guard_decision(self.key)
+            if data is None:
+                return None
+            fields = gg.GuardResult.__dataclass_fields__
+            result = gg.GuardResult(**{k: v for k, v in data.items() if k in fields})
+        except Exception as e:  # noqa: BLE001 - an unreadable decision is measured again
+            log.debug("graph guard decision %s unreadable: %s", self.key[:12], e)
+            return None
+        _GUARD_MEMO[self.key] = result
+        return result
+
+    def remember(self, result: Any) -> None:
+        if self.key is None:
+            return
+        _GUARD_MEMO[self.key] = result
+        # A measurement holds for the next process too; a run that failed might not fail again, so it is not kept.
+        if self.store is None or (result.speedup is None and not result.kept):
+            return
+        try:
+            self.store.put_guard_decision(self.key, self.fingerprint_id, result.to_json())
+        except Exception as e:  # noqa: BLE001 - read-only or busy database: the next process measures again
+            log.debug("could not store graph guard decision %s: %s", self.key[:12], e)
+
+
+def _drop_swaps(report: CompileReport, hits: list[_Hit], result: Any) -> None:
+    report.swapped, report.variant = 0, None
+    report.fallback_reason = f"graph guard: {result.note}"
+    for h in hits:
+        if h.report.status in (HIT, EVOLVED):
+            h.report.status = SLOWER
+            h.report.note = "swapped graph not faster than Inductor alone (graph guard)"
+
+
 def _apply_graph_guard(gm: fx.GraphModule, new_gm: fx.GraphModule, example_inputs: list[Any], compiled: Any,
-                       hits: list[_Hit], patches: dict[str, Any], opts: BackendOptions, report: CompileReport) -> Any:
+                       hits: list[_Hit], patches: dict[str, Any], report: CompileReport, plan: _GuardPlan) -> Any:
     """``compiled`` if the graph with swaps beats Inductor alone (or cannot be timed), else Inductor's graph."""
     from torch._inductor.compile_fx import compile_fx
 
     from ks_inductor import graph_guard as gg
 
-    if not _guard_applies(opts, hits):
-        return compiled
-    mutated = gg.mutation_in(gm)
-    if mutated is not None:
-        report.guard = gg.GuardResult(kept=True, note=f"not timed: the graph mutates a value at {mutated}")
-        return compiled
-    key = _guard_key(gm, example_inputs, hits, patches)
-    result = _GUARD_MEMO.get(key)
+    result = plan.known
     plain = None
-    if result is None:
+    if result is None and plan.key is not None:
         # CUDA-graph callables must not be run inside the backend (they would record here): time variants
         # compiled without CUDA graphs, then hand back the one compiled with the user's options.
         cudagraphs = patches.get("triton.cudagraphs", torch._inductor.config.triton.cudagraphs)
@@ -528,18 +645,13 @@ def _apply_graph_guard(gm: fx.GraphModule, new_gm: fx.GraphModule, example_input
         plain_t = compile_fx(gm, example_inputs, config_patches=timing_patches)
         swapped_t = compiled if not cudagraphs else compile_fx(new_gm, example_inputs, config_patches=timing_patches)
         result = gg.compare(swapped_t, plain_t, example_inputs)
-        _GUARD_MEMO[key] = result
+        plan.remember(result)
         if not cudagraphs:
             plain = plain_t
     report.guard = result
     if result.kept:
         return compiled
-    report.swapped, report.variant = 0, None
-    report.fallback_reason = f"graph guard: {result.note}"
-    for h in hits:
-        if h.report.status in (HIT, EVOLVED):
-            h.report.status = SLOWER
-            h.report.note = "swapped graph not faster than Inductor alone (graph guard)"
+    _drop_swaps(report, hits, result)
     return plain if plain is not None else compile_fx(gm, example_inputs, config_patches=patches)
 
 

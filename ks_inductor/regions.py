@@ -16,11 +16,19 @@ of the graph reaches Inductor untouched, so a model without hits compiles exactl
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import functools
 import hashlib
+import json
 import logging
 import operator
+import os
+import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -60,6 +68,10 @@ _NORM_MARKERS = frozenset({"rsqrt", "native_layer_norm", "native_group_norm", "v
 
 MAX_REGION_NODES = 96
 
+# How often this process traced a Dynamo node or a region to aten (the analysis' expensive steps): what the
+# memos save shows here.
+COUNTERS: collections.Counter[str] = collections.Counter()
+
 
 @dataclass
 class Region:
@@ -76,6 +88,10 @@ class Region:
     signature: str = ""  # cheap structural hash: equal for repeated layers, memoizes problem building
     problem: Any = None  # ks_inductor.problem.Problem, filled by region_problem()
     error: str | None = None
+    # The signature names every node by what it is, not where it lives in memory: it may be kept across processes.
+    stable: bool = False
+    memo: _AnalysisMemo | None = field(default=None, repr=False)
+    traced: bool = False  # region_problem() traced it (no memo had its problem)
 
     @property
     def op_text(self) -> str:
@@ -86,6 +102,8 @@ class Region:
 class Partition:
     regions: list[Region] = field(default_factory=list)
     unsupported: list[str] = field(default_factory=list)  # ops no region could take (for explain)
+    memo: _AnalysisMemo | None = field(default=None, repr=False)  # the graph's on-disk analysis, when it may have one
+    traced_nodes: int = 0  # nodes traced to aten by this partition (the rest came from a memo)
 
 
 # ----------------------------------------------------------------------------------------- values and hints
@@ -260,12 +278,13 @@ def _compute_nodes(ops_of: dict[fx.Node, list[str]], nodes: Sequence[fx.Node]) -
 
 def partition(gm: fx.GraphModule) -> Partition:
     """Split a Dynamo graph into regions (no problems built yet; see :func:`region_problem`)."""
-    conc = _Concretizer()
+    conc: _Concretizer | None = None
     cls: dict[fx.Node, str] = {}
     anchor_kind: dict[fx.Node, str | None] = {}
     ops_of: dict[fx.Node, list[str]] = {}
-    memo: dict[str, tuple[list[str], str, str | None]] = {}
+    local_memo: dict[str, tuple[list[str], str, str | None]] = {}
     out = Partition()
+    sigs: dict[fx.Node, tuple[str, bool]] = {}
     for node in gm.graph.nodes:
         if node.op not in ("call_function", "call_method", "call_module"):
             continue
@@ -273,20 +292,31 @@ def partition(gm: fx.GraphModule) -> Partition:
         if not isinstance(val, torch.Tensor) or val.is_sparse or val.is_quantized or not _dense_device(val):
             cls[node] = _OTHER  # shape arithmetic, tuples, sparse...: never inside a region
             continue
-        sig = _node_signature(node)
-        if sig in memo:
-            ops_of[node], cls[node], anchor_kind[node] = memo[sig]
-            continue
-        ops = _aten_ops(node, gm, conc)
-        if ops is None:
-            cls[node], anchor_kind[node], names = _OTHER, None, []
-        else:
-            names = [_op_name(o) for o in ops if o is not operator.getitem]
-            cls[node], anchor_kind[node] = _classify_ops(ops)
-        ops_of[node] = names
-        memo[sig] = (names, cls[node], anchor_kind[node])
+        sigs[node] = _node_signature(node)
+    if sigs and all(stable for _, stable in sigs.values()):
+        out.memo = _AnalysisMemo.load("\n".join(sig for sig, _ in sigs.values()))
+    for node, (sig, stable) in sigs.items():
+        # Tracing a node is what the analysis spends its time on; a signature names the node's function, its
+        # arguments' dtypes, shapes and strides, so equal signatures trace to the same aten ops.
+        memo = _NODE_MEMO if stable else local_memo
+        entry = memo.get(sig)
+        if entry is None and out.memo is not None:
+            entry = out.memo.node(sig)
+        if entry is None:
+            conc = conc or _Concretizer()
+            ops = _aten_ops(node, gm, conc)
+            out.traced_nodes += 1
+            COUNTERS["node_traces"] += 1
+            if ops is None:
+                entry = ([], _OTHER, None)
+            else:
+                entry = ([_op_name(o) for o in ops if o is not operator.getitem], *_classify_ops(ops))
+        memo[sig] = entry
+        if out.memo is not None:
+            out.memo.put_node(sig, entry)
+        ops_of[node], cls[node], anchor_kind[node] = list(entry[0]), entry[1], entry[2]
         if cls[node] == _OTHER:
-            out.unsupported.append("+".join(n for n in names if n not in _VIEW_OPS)
+            out.unsupported.append("+".join(n for n in ops_of[node] if n not in _VIEW_OPS)
                                    or str(getattr(node.target, "__name__", node.target)))
 
     g = _Graph(gm)
@@ -347,8 +377,9 @@ def partition(gm: fx.GraphModule) -> Partition:
         compute = _compute_nodes(ops_of, nodes)
         if compute == 0 or (kind == KIND_POINTWISE and compute < 2):
             continue  # a lone pointwise op is better left to Inductor's fusion
-        region = _make_region(len(out.regions), kind, nodes, ops_of)
+        region = _make_region(len(out.regions), kind, nodes, ops_of, sigs)
         if region is not None:
+            region.memo = out.memo if region.stable else None
             out.regions.append(region)
     return out
 
@@ -357,23 +388,90 @@ def _dense_device(v: torch.Tensor) -> bool:
     return v.device.type in ("cpu", "cuda") and v.layout == torch.strided
 
 
-def _node_signature(node: fx.Node) -> str:
+# Functions whose meaning is fixed by the torch version (which the on-disk memo is keyed by). A user function, a
+# custom op outside these namespaces or a module call may change between processes under the same name.
+_PINNED_MODULES = ("torch", "operator", "_operator", "math", "builtins")
+_PINNED_NAMESPACES = frozenset({"aten", "prims", "kernelsmith"})
+
+
+def _qualified_name(target: Any) -> str | None:
+    """``module.name`` for a function of a pinned module that resolves back to ``target``, else None."""
+    mod = getattr(target, "__module__", None)
+    if not isinstance(mod, str) or not any(mod == p or mod.startswith(p + ".") for p in _PINNED_MODULES):
+        return None
+    base = sys.modules.get(mod)
+    for attr in (getattr(target, "__qualname__", None), getattr(target, "__name__", None)):
+        if base is None or not isinstance(attr, str) or "<" in attr:
+            continue
+        obj: Any = base
+        for part in attr.split("."):
+            obj = getattr(obj, part, None)
+        if obj is target:
+            return f"{mod}.{attr}"
+    return None
+
+
+def _target_text(node: fx.Node) -> tuple[str, bool]:
+    """(text naming what the node calls, whether that text means the same in another process)."""
+    t = node.target
+    if node.op == "call_method":
+        return f"method:{t}", True
+    if node.op == "call_module":
+        # The module's attributes (eps, ...) are not in the node: its identity stands in for them.
+        try:
+            mod = node.graph.owning_module.get_submodule(str(t))  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001 - no module to name: the target's text alone, as a local name
+            mod = None
+        return f"module:{t}:{type(mod).__qualname__}@{id(mod):x}", False
+    if isinstance(t, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return f"op:{t}", str(t).split(".", 1)[0] in _PINNED_NAMESPACES
+    name = _qualified_name(t)
+    if name is not None:
+        return f"fn:{name}", True
+    return f"obj:{t!r}@{id(t):x}", False
+
+
+def value_text(v: Any) -> tuple[str, bool]:
+    """Text of an example value: tensors by dtype, sizes, strides and device; symbolic sizes with their hints."""
+    if isinstance(v, torch.Tensor):
+        shape, ok1 = value_text(tuple(v.shape))
+        stride, ok2 = value_text(tuple(v.stride()))
+        return f"T({v.dtype},{shape},{stride},{v.device.type})", ok1 and ok2
+    if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        hint = v.node.hint
+        return f"{v}@{hint}", hint is not None
+    if isinstance(v, (list, tuple)):
+        parts = [value_text(x) for x in v]
+        return "(" + ",".join(p for p, _ in parts) + ")", all(ok for _, ok in parts)
+    text = repr(v)
+    return text, " at 0x" not in text
+
+
+def _node_signature(node: fx.Node) -> tuple[str, bool]:
+    """(signature, stable): equal signatures trace to the same aten ops; a stable one holds across processes."""
+    stable = True
+
     def fmt(a: Any) -> str:
+        nonlocal stable
         if isinstance(a, fx.Node):
-            v = example_value(a)
-            if isinstance(v, torch.Tensor):
-                return f"T({v.dtype},{tuple(v.shape)},{tuple(v.stride())},{v.device.type})"
-            return f"V({v!r})"
+            text, ok = value_text(example_value(a))
+            stable = stable and ok
+            return "V" + text
         if isinstance(a, (list, tuple)):
             return "[" + ",".join(fmt(x) for x in a) + "]"
         if isinstance(a, dict):
             return "{" + ",".join(f"{k}:{fmt(v)}" for k, v in sorted(a.items())) + "}"
-        return repr(a)
+        text, ok = value_text(a)
+        stable = stable and ok
+        return text
 
-    return f"{node.op}|{node.target}|{fmt(node.args)}|{fmt(node.kwargs)}"
+    target, pinned = _target_text(node)
+    sig = f"{node.op}|{target}|{fmt(node.args)}|{fmt(node.kwargs)}"
+    return sig, stable and pinned
 
 
-def _make_region(index: int, kind: str, nodes: list[fx.Node], ops_of: dict[fx.Node, list[str]]) -> Region | None:
+def _make_region(index: int, kind: str, nodes: list[fx.Node], ops_of: dict[fx.Node, list[str]],
+                 sigs: dict[fx.Node, tuple[str, bool]]) -> Region | None:
     members = set(nodes)
     inputs: list[fx.Node] = []
     for n in nodes:
@@ -403,13 +501,15 @@ def _make_region(index: int, kind: str, nodes: list[fx.Node], ops_of: dict[fx.No
     devices = {v.device.type for v in vals if isinstance(v, torch.Tensor)}
     if len(devices) > 1:
         return None
+    node_sigs = [sigs.get(n) or _node_signature(n) for n in nodes]
     sig = hashlib.sha256("\n".join(
-        [_node_signature(n) + "|" + ",".join(str(nodes.index(a)) if a in members else f"in{inputs.index(a)}"
-                                            for a in n.all_input_nodes) for n in nodes]
+        [ns + "|" + ",".join(str(nodes.index(a)) if a in members else f"in{inputs.index(a)}"
+                             for a in n.all_input_nodes) for n, (ns, _) in zip(nodes, node_sigs)]
         + ["out:" + ",".join(str(nodes.index(o)) for o in outputs)]
     ).encode()).hexdigest()[:24]
     return Region(index=index, kind=kind, nodes=nodes, inputs=inputs, outputs=outputs, ops=ops,
-                  symbolic=symbolic, device=devices.pop() if devices else "cpu", signature=sig)
+                  symbolic=symbolic, device=devices.pop() if devices else "cpu", signature=sig,
+                  stable=all(ok for _, ok in node_sigs))
 
 
 # ----------------------------------------------------------------------------------------- region callables
@@ -436,23 +536,163 @@ def concrete_inputs(region: Region) -> list[Any]:
     return [conc(example_value(a)) for a in region.inputs]
 
 
-_PROBLEM_MEMO: dict[str, Any] = {}
+# memo key -> (Problem, objects the key names by address). Holding those objects keeps their addresses from
+# being reused by other objects while the entry lives.
+_PROBLEM_MEMO: dict[str, tuple[Any, tuple[Any, ...]]] = {}
 
 
 def region_problem(gm: fx.GraphModule, region: Region) -> Any:
-    """The region as a Problem (KernelBench source, canonical key), memoized per process by structure."""
-    from ks_inductor.problem import problem_from_callable
+    """The region as a Problem (KernelBench source, canonical key), memoized by structure: per process, and on
+    disk across processes for regions of a graph whose analysis may be kept (see :class:`_AnalysisMemo`)."""
+    from ks_inductor.problem import Problem, problem_from_callable
 
     memo_key = region.signature + "|" + ",".join(_conc_sig(v) for v in concrete_inputs(region))
-    if memo_key in _PROBLEM_MEMO:
-        region.problem = _PROBLEM_MEMO[memo_key]
-        return region.problem
-    module = region_module(gm, region)
-    name = f"{region.kind}_{'_'.join(dict.fromkeys(region.ops))[:60]}"
-    problem = problem_from_callable(module, concrete_inputs(region), name=name)
-    _PROBLEM_MEMO[memo_key] = problem
+    hit = _PROBLEM_MEMO.get(memo_key)
+    problem = hit[0] if hit is not None else None
+    if problem is None and region.memo is not None:
+        data = region.memo.problem(memo_key)
+        if data is not None:
+            try:
+                problem = Problem.from_json(data)
+            except Exception as e:  # noqa: BLE001 - a damaged entry is recomputed
+                log.debug("analysis memo: unusable problem entry (%s); tracing the region", e)
+    if problem is None:
+        module = region_module(gm, region)
+        name = f"{region.kind}_{'_'.join(dict.fromkeys(region.ops))[:60]}"
+        problem = problem_from_callable(module, concrete_inputs(region), name=name)
+        COUNTERS["region_traces"] += 1
+        region.traced = True
+    if hit is None:
+        pins = () if region.stable else tuple(_pinned_objects(gm, region))
+        _PROBLEM_MEMO[memo_key] = (problem, pins)
+    if region.memo is not None:
+        region.memo.put_problem(memo_key, problem)
     region.problem = problem
     return problem
+
+
+def _pinned_objects(gm: fx.GraphModule, region: Region) -> list[Any]:
+    out: list[Any] = []
+    for n in region.nodes:
+        out.append(n.target)
+        if n.op == "call_module":
+            with contextlib.suppress(AttributeError):
+                out.append(gm.get_submodule(str(n.target)))
+    return out
+
+
+# ----------------------------------------------------------------------------------------- on-disk analysis memo
+
+ANALYSIS_CACHE_ENV = "KERNELSMITH_ANALYSIS_CACHE"  # "0" turns the on-disk memo off
+_MEMO_FORMAT = 1
+_NODE_MEMO: dict[str, tuple[list[str], str, str | None]] = {}  # stable node signature -> (ops, class, anchor kind)
+
+
+@functools.lru_cache(maxsize=1)
+def _analysis_salt() -> str:
+    """What the analysis of a graph depends on besides the graph: torch (decompositions, tracing) and the code that
+    classifies nodes and builds keys. Any change to either starts a new memo."""
+    from ks_inductor import canonical_ops, keys, problem
+
+    h = hashlib.sha256(f"{_MEMO_FORMAT}|{torch.__version__}|{keys.KEY_VERSION}".encode())
+    for mod in (sys.modules[__name__], problem, keys, canonical_ops):
+        h.update(Path(str(mod.__file__)).read_bytes())
+    return h.hexdigest()
+
+
+def analysis_cache_dir() -> Path | None:
+    """Where graph analyses are kept (``$KERNELSMITH_HOME/analysis``); None when turned off."""
+    if os.environ.get(ANALYSIS_CACHE_ENV, "1").lower() in ("0", "false", "no", "off"):
+        return None
+    from kernel_cache.db import kernelsmith_home
+
+    return kernelsmith_home() / "analysis"
+
+
+class _AnalysisMemo:
+    """The analysis of one graph kept on disk: node classifications and region problems by stable signature.
+
+    A second process compiling the same graph reads its regions' problems (keys) from here instead of tracing
+    every node and region to aten again. Only graphs whose every node has a stable signature get one (functions
+    of torch and ``operator``, aten/prims ops, tensor methods); the file name hashes those signatures with
+    :func:`_analysis_salt`. The entries are keyed by the same signatures as the in-process memos, so an entry can
+    only answer for the computation it was made from. A file that cannot be read or parsed is ignored.
+    """
+
+    def __init__(self, path: Path | None, data: dict[str, Any] | None) -> None:
+        self.path = path
+        data = data or {}
+        nodes, problems = data.get("nodes"), data.get("problems")
+        self._nodes: dict[str, Any] = nodes if isinstance(nodes, dict) else {}
+        self._problems: dict[str, Any] = problems if isinstance(problems, dict) else {}
+        self.dirty = False
+
+    @classmethod
+    def load(cls, graph_text: str) -> _AnalysisMemo | None:
+        try:
+            directory = analysis_cache_dir()
+            if directory is None:
+                return None
+            salt = _analysis_salt()
+            name = hashlib.sha256(f"{salt}\n{graph_text}".encode()).hexdigest()[:40]
+            path = directory / f"{name}.json"
+            data = None
+            if path.exists():
+                with open(path) as f:
+                    data = json.load(f)
+                if not isinstance(data, dict) or data.get("salt") != salt:
+                    data = None
+            return cls(path, data)
+        except Exception as e:  # noqa: BLE001 - no memo is only slower
+            log.debug("analysis memo unavailable: %s", e)
+            return None
+
+    def node(self, sig: str) -> tuple[list[str], str, str | None] | None:
+        e = self._nodes.get(sig)
+        if (isinstance(e, list) and len(e) == 3 and isinstance(e[0], list) and isinstance(e[1], str)
+                and (e[2] is None or isinstance(e[2], str))):
+            return list(e[0]), e[1], e[2]
+        return None
+
+    def put_node(self, sig: str, entry: tuple[list[str], str, str | None]) -> None:
+        value = [list(entry[0]), entry[1], entry[2]]
+        if self._nodes.get(sig) != value:
+            self._nodes[sig] = value
+            self.dirty = True
+
+    def problem(self, memo_key: str) -> dict[str, Any] | None:
+        e = self._problems.get(memo_key)
+        return e if isinstance(e, dict) else None
+
+    def put_problem(self, memo_key: str, problem: Any) -> None:
+        if not isinstance(self._problems.get(memo_key), dict):
+            self._problems[memo_key] = problem.to_json()
+            self.dirty = True
+
+    def save(self) -> None:
+        if not self.dirty or self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump({"salt": _analysis_salt(), "nodes": self._nodes, "problems": self._problems}, f)
+            os.replace(tmp, self.path)  # readers see the old file or the new one, never a torn one
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        self.dirty = False
+
+
+def save_analysis(part: Partition) -> None:
+    """Keep what this graph's analysis computed for the next process; failures only cost the next one time."""
+    if part.memo is None:
+        return
+    try:
+        part.memo.save()
+    except Exception as e:  # noqa: BLE001
+        log.debug("could not keep the analysis memo at %s: %s", part.memo.path, e)
 
 
 def _conc_sig(v: Any) -> str:

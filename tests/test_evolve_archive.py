@@ -77,7 +77,7 @@ def test_embedded_mutator_moves_params_within_the_space_and_switches_variants() 
     mut = EmbeddedMutator(fm)
     seeds = mut.seeds()
     assert {(c.template, c.variant) for c in seeds} == {("rowwise", "block"), ("rowwise", "persistent"),
-                                                         ("softmax_online", "online")}
+                                                         ("rowwise", "prefetch"), ("softmax_online", "online")}
     parent = Program(id="s", source_hash=seeds[0].source_hash, candidate=seeds[0].to_json(),
                      descriptor=mut.descriptor(seeds[0]), island=0, correct=True, timed=False)
     rng = random.Random(1)

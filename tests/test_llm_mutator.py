@@ -152,14 +152,16 @@ def test_llm_loop_records_every_outcome(llm, tmp_path) -> None:
     problem = small_problem("rmsnorm_bf16")
     llm.script = [good_edit, stale_edit, syntax_error, exploit, lambda p: error(429), good_edit]
     store = KernelStore(f"sqlite:///{tmp_path}/k.db")
-    cfg = EvolveConfig(budget=6, islands=1, parallel=1, seed=0,
+    # The row-wise template seeds its three variants; four LLM steps are judged after them.
+    cfg = EvolveConfig(budget=7, islands=1, parallel=1, seed=0,
                        llm=LLMConfig(base_url=llm.url, model="scripted", concurrency=1, backoff_s=0.01,
                                      timeout_s=10))
     with Judge(JudgeConfig(backend="triton-interpret", trials=2)) as judge:
         summary = evolve_problem(problem, cfg, store, judge=judge, progress=False)
     steps = store.steps(run_id=summary.run_id)
     by = [(s.mutation, s.verdict) for s in steps]
-    assert summary.judged == 6 and summary.failed_steps == 1
+    assert by.count(("seed", "accepted")) == 3
+    assert summary.judged == 7 and summary.failed_steps == 1
     assert by.count(("llm-diff", "accepted")) == 2, by
     failed = [s for s in steps if s.verdict == "failed"]
     assert len(failed) == 1 and "SEARCH" in failed[0].feedback and failed[0].response
