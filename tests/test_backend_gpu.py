@@ -6,22 +6,11 @@
 
 import pytest
 import torch
-import torch.nn as nn
 
 from ks_inductor import backend as B
+from tests.norm_residual import NormResidual
 
 pytestmark = pytest.mark.gpu
-
-
-class NormResidual(nn.Module):
-    def __init__(self, dim=1024):
-        super().__init__()
-        self.w = nn.Parameter(1.0 + 0.1 * torch.randn(dim))
-
-    def forward(self, x, r):
-        x = x + r
-        xf = x.float()
-        return x, (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * self.w
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +20,7 @@ def warmed(tmp_path_factory):
     from ks_inductor.warm import problems_from_model, warm
 
     torch.manual_seed(0)
-    model = NormResidual().cuda().to(torch.bfloat16).eval()
+    model = NormResidual(1024).cuda().to(torch.bfloat16).eval()
     inputs = (torch.randn(256, 1024, device="cuda", dtype=torch.bfloat16),
               torch.randn(256, 1024, device="cuda", dtype=torch.bfloat16))
     db = str(tmp_path_factory.mktemp("ksgpu") / "kernels.db")

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn as nn
 
 from kernel_cache.record import KernelRecord
 from kernel_cache.store import KernelStore
@@ -21,22 +20,10 @@ from ks_inductor import backend as B
 from ks_inductor import graph_guard as gg
 from ks_inductor import regions as rg
 from ks_inductor.explain import explain
+from tests.norm_residual import NormResidual
 
 INDUCTOR = {"compile_threads": 1}
 ROOT = Path(__file__).resolve().parent.parent
-
-
-class NormResidual(nn.Module):
-    """A residual add feeding an RMSNorm: one region with two outputs (the sum and the norm)."""
-
-    def __init__(self, dim=32):
-        super().__init__()
-        self.w = nn.Parameter(1.0 + 0.1 * torch.randn(dim))
-
-    def forward(self, x, r):
-        x = x + r
-        xf = x.float()
-        return x, (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * self.w
 
 
 def _inputs():
@@ -110,7 +97,7 @@ def _compile_and_run(model, inputs, db, **opts):
 @pytest.fixture()
 def warmed(tmp_path):
     torch.manual_seed(0)
-    model, inputs = NormResidual().eval(), _inputs()
+    model, inputs = NormResidual(32).eval(), _inputs()
     db = str(tmp_path / "kernels.db")
     _warm(model, inputs, db)
     return model, inputs, db
@@ -340,12 +327,11 @@ def test_store_guard_decisions_roundtrip(tmp_path):
         assert store.guard_decision("k2") is None
 
 
-# A second process compiling the same model against the same caches. It imports nothing of the tests (they import
-# SQLAlchemy through KernelStore), so that what the backend itself imports shows.
+# A second process compiling the same model against the same caches. Of the tests it imports only the model's
+# module (torch alone; the tests import SQLAlchemy through KernelStore), so that what the backend itself imports shows.
 CHILD = r"""
 import json, sys, warnings
 import torch
-import torch.nn as nn
 import torch._inductor.compile_fx as cfx
 from torch._dynamo.utils import counters
 
@@ -364,18 +350,9 @@ def spy(gm, *a, **k):
 cfx.compile_fx = spy
 
 
-class NormResidual(nn.Module):
-    def __init__(self, dim=32):
-        super().__init__()
-        self.w = nn.Parameter(1.0 + 0.1 * torch.randn(dim))
+from tests.norm_residual import NormResidual
 
-    def forward(self, x, r):
-        x = x + r
-        xf = x.float()
-        return x, (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * self.w
-
-
-model, inputs = NormResidual().eval(), (torch.randn(8, 32), torch.randn(8, 32))
+model, inputs = NormResidual(32).eval(), (torch.randn(8, 32), torch.randn(8, 32))
 compiled = torch.compile(model, backend="kernelsmith", options=json.loads(sys.argv[1]))
 with torch.no_grad(), warnings.catch_warnings():
     warnings.simplefilter("ignore")

@@ -182,7 +182,7 @@ def test_online_softmax_ignores_minus_infinity_before_the_first_finite_value(tmp
     x[:, :20] = float("-inf")
     x[1, 30] = float("-inf")
     for chunk_max in (0, 1):
-        params = {"BLOCK": 16, "num_warps": 1, "num_stages": 1, "CHUNK_MAX": chunk_max, "L2HINT": 1}
+        params = {"BLOCK": 16, "num_warps": 1, "num_stages": 1, "CHUNK_MAX": chunk_max, "L2HINT": chunk_max}
         src = template_named("softmax_online").render(fm, params, "online")
         mod = load_source_module(src, f"ks_sm_inf{chunk_max}", str(tmp_path))
         out = mod.ModelNew(-1)(x.to(torch.bfloat16)).float()

@@ -3,7 +3,8 @@
 Per call: refresh the inputs (``before_each``), flush L2 (a buffer of at least twice the L2, zeroed), let the GPU
 spin for about 100 us, then a CUDA event pair around the call alone. The spin keeps the host ahead of the GPU, so
 an event pair measures the call's GPU time and not the Python that launches it: without it, a busy host (the
-judge's other workers compiling) inflated 20-30 us kernels two- to three-fold on the H200, peers included. Candidates and baselines run in interleaved rounds whose order is shuffled each
+judge's other workers compiling) inflated 20-30 us kernels two- to three-fold on the H200, peers included.
+Candidates and baselines run in interleaved rounds whose order is shuffled each
 round, so clock and thermal drift hit all of them alike; the speedup's lower confidence bound comes from a
 bootstrap over rounds. On CPU the same loop runs with a host clock; those numbers are only used to exercise the
 protocol (interpreter timings mean nothing).

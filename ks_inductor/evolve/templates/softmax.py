@@ -26,7 +26,7 @@ from ks_inductor.evolve.templates.base import (
 _KERNEL = '''
 @triton.jit
 def _softmax_online(x_ptr, out_ptr, n_cols, sx, so, BLOCK: tl.constexpr, LOG: tl.constexpr,
-                    CHUNK_MAX: tl.constexpr, L2HINT: tl.constexpr):
+                    CHUNK_MAX: tl.constexpr, KEEP: tl.constexpr, DROP: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     if CHUNK_MAX:
@@ -38,11 +38,7 @@ def _softmax_online(x_ptr, out_ptr, n_cols, sx, so, BLOCK: tl.constexpr, LOG: tl
     for off in range(0, n_cols, BLOCK):
         c = off + cols
         cm = c < n_cols
-        if L2HINT:
-            x = tl.load(x_ptr + row * sx + c, mask=cm, other=-float('inf'), eviction_policy="evict_last")
-        else:
-            x = tl.load(x_ptr + row * sx + c, mask=cm, other=-float('inf'))
-        x = x.to(tl.float32)
+        x = tl.load(x_ptr + row * sx + c, mask=cm, other=-float('inf'), eviction_policy=KEEP).to(tl.float32)
         if CHUNK_MAX:
             # -inf entries (masked lanes, masked logits) add nothing, even while the running max is -inf.
             m_new = tl.maximum(m_s, tl.max(x, axis=0))
@@ -63,11 +59,7 @@ def _softmax_online(x_ptr, out_ptr, n_cols, sx, so, BLOCK: tl.constexpr, LOG: tl
     for off in range(0, n_cols, BLOCK):
         c = off + cols
         cm = c < n_cols
-        if L2HINT:
-            x = tl.load(x_ptr + row * sx + c, mask=cm, other=0.0, eviction_policy="evict_first")
-        else:
-            x = tl.load(x_ptr + row * sx + c, mask=cm, other=0.0)
-        x = x.to(tl.float32)
+        x = tl.load(x_ptr + row * sx + c, mask=cm, other=0.0, eviction_policy=DROP).to(tl.float32)
         if LOG:
             y = x - mx - tl.log(total)
         else:
@@ -117,6 +109,7 @@ class SoftmaxLoopTemplate(Template):
 
     def render(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> str:
         x, log, out_dtype = _softmax_node(fm)
+        hint = bool(params.get("L2HINT", 0))  # eviction policies; "" is Triton's default
         xe = fm.operand(x)
         body = [
             f"x = {xe}",
@@ -125,7 +118,7 @@ class SoftmaxLoopTemplate(Template):
             f"out = torch.empty(x2.shape, dtype={torch_dtype(out_dtype)}, device=x.device)",
             f"_softmax_online[(x2.shape[0],)](x2, out, n_cols, x2.stride(0), out.stride(0), "
             f"BLOCK={int(params['BLOCK'])}, LOG={log}, CHUNK_MAX={int(params.get('CHUNK_MAX', 0))}, "
-            f"L2HINT={int(params.get('L2HINT', 0))}, num_warps={int(params['num_warps'])}, "
+            f"KEEP={'evict_last' if hint else ''!r}, DROP={'evict_first' if hint else ''!r}, num_warps={int(params['num_warps'])}, "
             f"num_stages={int(params['num_stages'])})",
             "return out.view(x.shape)",
         ]
