@@ -21,7 +21,7 @@ demo: setup
 	TRITON_INTERPRET=1 $(BIN)/python -m ks_inductor.demo
 
 test: setup
-	TRITON_INTERPRET=1 $(BIN)/pytest -q -p no:cacheprovider --durations=12
+	TRITON_INTERPRET=1 $(BIN)/pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=12
 
 lint: setup
 	$(BIN)/ruff check .

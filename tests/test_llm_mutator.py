@@ -219,20 +219,30 @@ class ModelNew(nn.Module):
 ```'''
 
 
-def test_llm_writes_the_first_seed_where_no_template_fits(llm, tmp_path) -> None:
+def test_llm_writes_the_first_seed_and_repairs_it_where_no_template_fits(llm, tmp_path) -> None:
+    """No template covers a cumsum: the LLM writes the first seed. That seed stores its input unchanged, the judge
+    rejects it, and with nothing correct to improve the loop hands the rejected seed back with the judge's
+    feedback rather than stopping; the one-line repair is accepted."""
     from ks_inductor.problem import problem_from_source
 
     problem = problem_from_source(CUMSUM_PROBLEM, name="cumsum")
     assert classify(problem) is None
-    llm.script = [lambda p: completion("Here it is.\n" + CUMSUM_SEED)]
+    broken = CUMSUM_SEED.replace("tl.cumsum(x, axis=0)", "x")
+    fix = ("Store the running sum, not the input.\n<<<<<<< SEARCH\n"
+           "    tl.store(out_ptr + row * n + cols, x, mask=m)\n=======\n"
+           "    tl.store(out_ptr + row * n + cols, tl.cumsum(x, axis=0), mask=m)\n>>>>>>> REPLACE\n")
+    llm.script = [lambda p: completion("Here it is.\n" + broken), lambda p: completion(fix)]
     store = KernelStore(f"sqlite:///{tmp_path}/k.db")
-    cfg = EvolveConfig(budget=1, islands=1, parallel=1,
+    cfg = EvolveConfig(budget=2, islands=1, parallel=1,
                        llm=LLMConfig(base_url=llm.url, model="scripted", concurrency=1, backoff_s=0.01))
     with Judge(JudgeConfig(backend="triton-interpret", trials=2)) as judge:
         summary = evolve_problem(problem, cfg, store, judge=judge, progress=False)
     assert "Write a first Triton implementation" in llm.requests[0]["messages"][-1]["content"]
+    repair_prompt = llm.requests[1]["messages"][-1]["content"]
+    assert "tl.store(out_ptr + row * n + cols, x, mask=m)" in current_program(repair_prompt)
     steps = store.steps(run_id=summary.run_id)
-    assert [(s.mutation, s.verdict) for s in steps] == [("llm-seed", "accepted")]
-    assert "cumsum" in steps[0].prompt and "tl.cumsum" in steps[0].response
+    assert [s.mutation for s in steps] == ["llm-seed", "llm-diff"] and steps[0].verdict != "accepted"
+    assert steps[0].verdict in repair_prompt and steps[1].verdict == "accepted"
+    assert "cumsum" in steps[0].prompt and "tl.cumsum" in steps[1].response
     assert summary.best is not None and "tl.cumsum" in summary.best.source
     store.close()

@@ -32,6 +32,7 @@ def _compile_all(problem_path: str, which: str) -> list[dict]:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     from triton.runtime.jit import JITFunction
+    from triton.tools.tensor_descriptor import TensorDescriptor
 
     sys.path.insert(0, str(ROOT))
     from ks_inductor.evolve.families import classify
@@ -61,6 +62,8 @@ def _compile_all(problem_path: str, which: str) -> list[dict]:
                 renders.append((v, d))
                 if "EVICT" in d:  # the eviction hint is a code path of its own
                     renders.append((v, {**d, "EVICT": 1}))
+                if "WS" in d:  # and the warp-specialized K loop
+                    renders.append((v, {**d, "WS": 1}))
                 if "RND" in d:  # so is each way of rounding intermediates
                     renders.append((v, {**d, "RND": 1 - d["RND"]}))
             for n_r, (v, params) in enumerate(renders):
@@ -99,6 +102,9 @@ def _compile_all(problem_path: str, which: str) -> list[dict]:
                             consts[p.name] = val
                         elif isinstance(val, torch.Tensor):
                             sig[p.name] = "*" + _DT[str(val.dtype).replace("torch.", "")]
+                        elif isinstance(val, TensorDescriptor):
+                            dt = _DT[str(val.base.dtype).replace("torch.", "")]
+                            sig[p.name] = f"tensordesc<{dt}[{', '.join(map(str, val.block_shape))}]>"
                         elif isinstance(val, bool):
                             sig[p.name] = "i1"
                         elif isinstance(val, int):
@@ -140,7 +146,8 @@ def test_template_kernels_compile_for_sm90() -> None:
 
 
 def test_decode_matmul_variants_compile_for_sm90(tmp_path) -> None:
-    """The skinny (decode) GEMM in every variant, split-K's two kernels included."""
+    """The skinny (decode) GEMM in every variant, split-K's two kernels and the tensor-descriptor (TMA) kernel,
+    warp-specialized or not, included."""
     pytest.importorskip("triton.backends.nvidia")
     from benchmarks.workloads import llm_ops_workloads
 
@@ -148,7 +155,7 @@ def test_decode_matmul_variants_compile_for_sm90(tmp_path) -> None:
     path = tmp_path / "gemm_gelu_decode.py"
     path.write_text(w.source)
     (kernels,) = _run([path], "all").values()
-    assert {k["variant"] for k in kernels} == {"tiled", "persistent", "splitk"}
+    assert {k["variant"] for k in kernels} == {"tiled", "persistent", "tma", "splitk"}
     assert {"_matmul_partial", "_matmul_epilogue"} <= {k["kernel"] for k in kernels}
     assert all(k["cubin"] > 0 for k in kernels), kernels
 

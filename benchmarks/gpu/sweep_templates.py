@@ -7,6 +7,8 @@ as yardsticks of what the memory system gives at this size: a device copy of the
 read and written as a norm or softmax), and eager.
 
     python benchmarks/gpu/sweep_templates.py $OUT/sweep.json --ops rmsnorm,softmax --per-variant 48
+    python benchmarks/gpu/sweep_templates.py $OUT/sweep.json --ops gemm_gelu --per-variant 0 \
+        --configs benchmarks/gpu/configs/gemm-hopper.json --peers inductor,max-autotune
 """
 
 from __future__ import annotations
@@ -51,6 +53,20 @@ def _configs(fm: Any, per_variant: int, rng: random.Random, variants: set[str] |
             rng.shuffle(combos)
             chosen = [t.default(fm, v, "cuda")] + combos[: max(0, per_variant - 1)]
             out += [(t.name, v, p) for p in chosen]
+    return out
+
+
+def _listed(fm: Any, path: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """Hand-picked configurations from a JSON file, ``[{"variant": "matmul/tma", "params": {...}}, ...]``, each
+    over its variant's default."""
+    from ks_inductor.evolve.templates import template_named
+
+    out = []
+    for row in json.loads(Path(path).read_text()) if path else []:
+        tname, v = row["variant"].split("/")
+        t = template_named(tname)
+        if v in t.variants(fm):
+            out.append((tname, v, {**t.default(fm, v, "cuda"), **row.get("params", {})}))
     return out
 
 
@@ -171,14 +187,18 @@ def sweep_op(op: str, args: argparse.Namespace, pool: ProcessPoolExecutor, bandw
     variants = set(args.variants.split(",")) if args.variants else None
     fix = {k: int(v) for k, v in (kv.split("=") for kv in args.fix.split(",") if kv)} if args.fix else None
     rows = []
-    for tname, variant, params in _configs(fm, args.per_variant, rng, variants, fix):
+    chosen = _configs(fm, args.per_variant, rng, variants, fix) if args.per_variant > 0 else []
+    chosen += _listed(fm, args.configs)
+    for tname, variant, params in chosen:
         src = _render(fm, tname, variant, params)
         if src is not None:
             rows.append({"template": tname, "variant": variant, "params": params, "source": src})
     workdir = os.path.join(args.workdir, op)
     futs = {pool.submit(_warm, path, r["source"], workdir): r for r in rows}
     try:
-        for f in as_completed(futs, timeout=max(1.0, deadline - time.time())):
+        # One compile that hangs (the warp-specialization pass has) must not hold every timing past the deadline.
+        compile_by = min(deadline, time.time() + args.compile_timeout)
+        for f in as_completed(futs, timeout=max(1.0, compile_by - time.time())):
             try:
                 futs[f]["compile_error"] = f.result()
             except Exception as e:  # noqa: BLE001 - a dead pool process
@@ -187,7 +207,7 @@ def sweep_op(op: str, args: argparse.Namespace, pool: ProcessPoolExecutor, bandw
         for f, r in futs.items():
             if not f.done():
                 f.cancel()
-                r["compile_error"] = "not compiled by the deadline"
+                r["compile_error"] = "not compiled in time"
     flush = make_l2_flush("cuda")
     _, ref, inputs = _problem(path)
     with torch.no_grad():
@@ -241,9 +261,12 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=12)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--deadline", type=float, default=300.0, help="seconds for the whole sweep")
+    ap.add_argument("--compile-timeout", type=float, default=240.0, help="seconds for all compiles of one op")
     ap.add_argument("--workdir", default="/tmp/ks-sweep")
     ap.add_argument("--variants", default="", help="only these template/variant names, comma-separated")
     ap.add_argument("--fix", default="", help="hold parameters, e.g. RND=1,LOWP=0")
+    ap.add_argument("--configs", default="", help="JSON file of hand-picked configurations to add (--per-variant 0: "
+                    "only those)")
     ap.add_argument("--peers", default="", help="also time peers: inductor[,max-autotune] (Liger where it has the op)")
     args = ap.parse_args()
 

@@ -193,6 +193,15 @@ class Archive:
         weights = [max(m.score, 1e-3) for m in members]
         return rng.choices(members, weights=weights, k=1)[0]
 
+    def repair_parent(self, rng: random.Random) -> Program | None:
+        """While nothing is correct yet: a rejected program to move away from (a neighbour of a seed that failed
+        on this device often passes; an LLM gets the judge's feedback), the least-mutated first."""
+        rejected = [p for p in self.programs.values() if not p.correct]
+        if not rejected:
+            return None
+        fewest = min(self.failures.get(p.id, 0) for p in rejected)
+        return rng.choice([p for p in rejected if self.failures.get(p.id, 0) == fewest])
+
     def inspirations(self, parent: Program, n: int, rng: random.Random) -> list[Program]:
         """Top programs and programs from other cells (diverse strategies), never the parent itself."""
         out: list[Program] = []

@@ -221,9 +221,11 @@ class Evolver:
                     island = island_rr % cfg.islands
                     island_rr += 1
                     parent = archive.select_parent(island, self.rng)
+                    if parent is None and pending:
+                        break
+                    if parent is None and not archive.correct_programs():
+                        parent = archive.repair_parent(self.rng)
                     if parent is None:
-                        if pending:
-                            break
                         stop_reason = "no correct program to improve"
                         break
                     muts = self.mutator.propose([(parent, island)], ctx, self.rng)

@@ -5,6 +5,10 @@ Variants:
 
 - ``tiled``: one output tile per program.
 - ``persistent``: a grid of SM-count programs walking the tiles.
+- ``tma``: a persistent grid whose operand tiles come through host-built tensor descriptors (TMA on Hopper), so
+  the copy engine, not the threads, moves them, with an optional warp-specialized K loop (``WS``). The
+  descriptors read either layout of each operand (a Linear's transposed weight included); rows past the edge and
+  the K tail come back as zeros.
 - ``splitk`` (skinny products only, as in decode): the K loop is cut into ``SPLIT_K`` slices run by separate
   programs, each writing an fp32 partial; a second kernel sums the partials and applies the epilogue. With 16
   rows and 4096 columns a tiled grid has 64 programs for 132 SMs, too few to keep the weight stream at full
@@ -30,12 +34,15 @@ from ks_inductor.evolve.templates.base import (
     block_class,
     module_source,
     output_refs,
+    rounding_default,
+    rounding_space,
     torch_dtype,
     view_expr,
 )
 
 SKINNY_ROWS = 512  # products with at most this many rows also get the split-K variant
 SMEM_BYTES = 200 * 1024  # shared memory the pipelined operand tiles may take (H100/H200 have 227 KiB)
+TMA_IMPORT = "from triton.tools.tensor_descriptor import TensorDescriptor\n"
 _ITEMSIZE = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
 
 
@@ -52,18 +59,21 @@ class MatmulTemplate(Template):
 
     def variants(self, fm: FamilyMatch) -> list[str]:
         rows, _ = _rows_cols(fm)
-        return ["tiled", "persistent"] + (["splitk"] if rows <= SKINNY_ROWS else [])
+        tma = ["tma"] if _tma_ok(fm) else []
+        return ["tiled", "persistent"] + tma + (["splitk"] if rows <= SKINNY_ROWS else [])
 
     def space(self, fm: FamilyMatch, variant: str) -> dict[str, list[Any]]:
         s: dict[str, list[Any]] = {
             "BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256], "BLOCK_K": [16, 32, 64, 128, 256],
             "GROUP_M": [1, 4, 8, 16], "num_warps": [2, 4, 8], "num_stages": [1, 2, 3, 4, 5, 6],
         }
-        if variant == "persistent":
+        if variant in ("persistent", "tma"):
             s["WAVES"] = [1, 2]
+        if variant == "tma":
+            s["WS"] = [0, 1]
         if variant == "splitk":
             s["SPLIT_K"] = [2, 3, 4, 6, 8, 12, 16]
-        return s
+        return {**s, **rounding_space(fm)}
 
     def default(self, fm: FamilyMatch, variant: str, device: str) -> dict[str, Any]:
         m, n = _rows_cols(fm)
@@ -75,13 +85,15 @@ class MatmulTemplate(Template):
             p = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 1, "num_warps": 4, "num_stages": 4}
         else:
             p = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
-        if variant == "persistent":
+        if variant in ("persistent", "tma"):
             p["WAVES"] = 1
+        if variant == "tma":
+            p["WS"] = 0
         if variant == "splitk":
             tiles = -(-m // p["BLOCK_M"]) * -(-n // p["BLOCK_N"])
             want = -(-264 // max(tiles, 1))  # about two programs per SM of an H100/H200
             p["SPLIT_K"] = min((s for s in self.space(fm, variant)["SPLIT_K"] if s >= want), default=16)
-        return p
+        return {**p, **rounding_default(fm)}
 
     def feasible(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> bool:
         la = leaf_of(fm.graph, fm.attrs["a"])
@@ -119,83 +131,10 @@ class MatmulTemplate(Template):
         persistent = variant == "persistent"
 
         esig = "".join(f", e{i}_ptr, e{i}_sb, e{i}_sm, e{i}_sn" for i in range(len(names)))
-        sig = ("a_ptr, b_ptr, c_ptr, M, N, K, stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn, "
-               "stride_cb, stride_cm, stride_cn")
-        consts = "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr"
-        k: list[str] = []
-        if split:
-            k += ["@triton.jit",
-                  f"def _matmul_partial({sig}, SPLIT_K: tl.constexpr, {consts}, EVEN_K: tl.constexpr):"]
+        if variant == "tma":
+            kernel = _tma_kernel(dot, len(names), epilogue, batched=a["batched"])
         else:
-            k += ["@triton.jit", f"def _matmul_kernel({sig}{esig}, {consts}, EVEN_K: tl.constexpr):"]
-        k += ["    bid = tl.program_id(1)",
-              "    num_pid_m = tl.cdiv(M, BLOCK_M)",
-              "    num_pid_n = tl.cdiv(N, BLOCK_N)",
-              "    num_tiles = num_pid_m * num_pid_n",
-              "    num_pid_in_group = GROUP_M * num_pid_n",
-              "    k_tiles = tl.cdiv(K, BLOCK_K)"]
-        if split:
-            k += ["    per_split = tl.cdiv(k_tiles, SPLIT_K)",
-                  "    k_first = tl.program_id(2) * per_split",
-                  "    k_last = tl.minimum(k_first + per_split, k_tiles)"]
-        else:
-            k += ["    k_first = 0", "    k_last = k_tiles"]
-        ind = "    "
-        if persistent:
-            k.append("    for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):")
-            ind = "        "
-            pid = "tile"
-        else:
-            pid = "tl.program_id(0)"
-        k += [ind + f"pid = {pid}",
-              ind + "group_id = pid // num_pid_in_group",
-              ind + "first_pid_m = group_id * GROUP_M",
-              ind + "group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)",
-              ind + "pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)",
-              ind + "pid_n = (pid % num_pid_in_group) // group_size_m",
-              ind + "offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
-              ind + "offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
-              ind + "offs_am = offs_m % M",
-              ind + "offs_bn = offs_n % N",
-              ind + "offs_k = k_first * BLOCK_K + tl.arange(0, BLOCK_K)",
-              ind + "a_ptrs = a_ptr + bid * stride_ab + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak",
-              ind + "b_ptrs = b_ptr + bid * stride_bb + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn",
-              ind + "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
-              ind + "for kk in range(k_first, k_last):",
-              ind + "    if EVEN_K:",
-              ind + "        a = tl.load(a_ptrs)",
-              ind + "        b = tl.load(b_ptrs)",
-              ind + "    else:",
-              ind + "        k_rem = K - kk * BLOCK_K",
-              ind + "        a = tl.load(a_ptrs, mask=offs_k[None, :] - k_first * BLOCK_K < k_rem, other=0.0)",
-              ind + "        b = tl.load(b_ptrs, mask=offs_k[:, None] - k_first * BLOCK_K < k_rem, other=0.0)",
-              ind + "    " + dot,
-              ind + "    a_ptrs += BLOCK_K * stride_ak",
-              ind + "    b_ptrs += BLOCK_K * stride_bk",
-              ind + "cmask = (offs_m[:, None] < M) & (offs_n[None, :] < N)"]
-        if split:
-            # The partial goes to ws[split, batch, m, n] (contiguous, fp32); c_ptr is the workspace here.
-            k.append(ind + "w_ptrs = c_ptr + (tl.program_id(2) * tl.num_programs(1) + bid) * M * N + "
-                     "offs_m[:, None] * N + offs_n[None, :]")
-            k.append(ind + "tl.store(w_ptrs, acc, mask=cmask)")
-            k += ["", "", "@triton.jit",
-                  f"def _matmul_epilogue(w_ptr, c_ptr, M, N, stride_cb, stride_cm, stride_cn{esig}, "
-                  "SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):",
-                  "    bid = tl.program_id(1)",
-                  "    num_pid_n = tl.cdiv(N, BLOCK_N)",
-                  "    pid_m = tl.program_id(0) // num_pid_n",
-                  "    pid_n = tl.program_id(0) % num_pid_n",
-                  "    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
-                  "    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
-                  "    cmask = (offs_m[:, None] < M) & (offs_n[None, :] < N)",
-                  "    w_ptrs = w_ptr + bid * M * N + offs_m[:, None] * N + offs_n[None, :]",
-                  "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
-                  "    for s in range(SPLIT_K):",
-                  "        acc += tl.load(w_ptrs + s * tl.num_programs(1) * M * N, mask=cmask, other=0.0)"]
-            k += ["    " + ln for ln in epilogue]
-        else:
-            k += [ind + ln for ln in epilogue]
-        kernel = "\n".join(k)
+            kernel = _pointer_kernels(esig, dot, epilogue, split, persistent)
 
         f = [f"a = {view_expr(fm, g, la)}", f"b = {view_expr(fm, g, lb)}"]  # type: ignore[arg-type]
         if not a["batched"]:
@@ -223,13 +162,163 @@ class MatmulTemplate(Template):
                   f"_matmul_partial[(tiles, B, {sk})](a, b, ws, M, N, K, {strides}, SPLIT_K={sk}, {launch})",
                   f"_matmul_epilogue[(tiles, B)](ws, c, M, N, c.stride(0), c.stride(1), c.stride(2){eargs}, "
                   f"SPLIT_K={sk}, BLOCK_M={bm}, BLOCK_N={bn}, num_warps={min(4, int(params['num_warps']))})"]
+        elif variant == "tma":
+            lead, pick = ("1, ", "") if a["batched"] else ("", "[0]")
+            f += ["a_t, b_t = a.stride(2) != 1, b.stride(2) != 1",
+                  f"a_desc = TensorDescriptor.from_tensor((a.transpose(1, 2) if a_t else a){pick}, "
+                  f"[{lead}{bk}, {bm}] if a_t else [{lead}{bm}, {bk}])",
+                  f"b_desc = TensorDescriptor.from_tensor((b.transpose(1, 2) if b_t else b){pick}, "
+                  f"[{lead}{bn}, {bk}] if b_t else [{lead}{bk}, {bn}])",
+                  f"grid = (max(1, min(tiles, _sm_count(a) * {int(params['WAVES'])})), B)",
+                  f"_matmul_kernel[grid](a_desc, b_desc, c, M, N, K, c.stride(0), c.stride(1), c.stride(2){eargs}, "
+                  f"BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={bk}, GROUP_M={int(params['GROUP_M'])}, A_T=a_t, B_T=b_t, "
+                  f"WS={bool(params['WS'])}, num_warps={int(params['num_warps'])}, "
+                  f"num_stages={int(params['num_stages'])})"]
         else:
             grid = (f"(max(1, min(tiles, _sm_count(a) * {int(params['WAVES'])})), B)" if persistent
                     else "(tiles, B)")
             f.append(f"_matmul_kernel[{grid}](a, b, c, M, N, K, {strides}{eargs}, {launch})")
         f.append(f"return c.view({list(out_t.shape)!r})")
+        helpers = "\n".join(
+            ([TMA_IMPORT] if variant == "tma" else []) + ([SM_COUNT_HELPER] if variant in ("persistent", "tma") else []))
         return module_source(fm, f"{mm.op} with fused epilogue ({variant}), rendered by kernelsmith.", kernel, f,
-                             SM_COUNT_HELPER if persistent else "")
+                             helpers, params)
+
+
+def _tma_ok(fm: FamilyMatch) -> bool:
+    """Tensor descriptors need each row of an operand to start 16-byte aligned: K and N elements for the usual
+    layouts (a row-major, b either way). A transposed left operand is checked by the descriptor at run time."""
+    g = fm.graph
+    ta, tb = g.type_of(fm.attrs["a"].name), g.type_of(fm.attrs["b"].name)
+    if ta is None or tb is None:
+        return False
+    return all(d * _ITEMSIZE.get(t.dtype, 4) % 16 == 0 for d in (ta.shape[-1], tb.shape[-1]) for t in (ta, tb))
+
+
+def _tma_kernel(dot: str, n_extras: int, epilogue: list[str], batched: bool) -> str:
+    """The persistent GEMM that reads its operand tiles through tensor descriptors. ``A_T``/``B_T`` say the
+    descriptor covers the operand's transpose (its contiguous layout); batched products use rank-3 descriptors
+    whose leading block dimension is one batch."""
+    esig = "".join(f", e{i}_ptr, e{i}_sb, e{i}_sm, e{i}_sn" for i in range(n_extras))
+
+    def load(desc: str, first: str, second: str, d0: str, d1: str, flip: str) -> list[str]:
+        at = ("[bid, {}, {}]" if batched else "[{}, {}]")
+        shape = ".reshape({}, {})" if batched else ""
+        return [f"        if {flip}:",
+                f"            {desc[0]} = {desc}.load({at.format(second, first)}){shape.format(d1, d0)}.T",
+                "        else:",
+                f"            {desc[0]} = {desc}.load({at.format(first, second)}){shape.format(d0, d1)}"]
+
+    k = ["@triton.jit",
+         f"def _matmul_kernel(a_desc, b_desc, c_ptr, M, N, K, stride_cb, stride_cm, stride_cn{esig}, "
+         "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, "
+         "A_T: tl.constexpr, B_T: tl.constexpr, WS: tl.constexpr):",
+         "    bid = tl.program_id(1)",
+         "    num_pid_m = tl.cdiv(M, BLOCK_M)",
+         "    num_pid_n = tl.cdiv(N, BLOCK_N)",
+         "    num_tiles = num_pid_m * num_pid_n",
+         "    num_pid_in_group = GROUP_M * num_pid_n",
+         "    k_tiles = tl.cdiv(K, BLOCK_K)",
+         "    for pid in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0)):",
+         "        group_id = pid // num_pid_in_group",
+         "        first_pid_m = group_id * GROUP_M",
+         "        group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)",
+         "        pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)",
+         "        pid_n = (pid % num_pid_in_group) // group_size_m",
+         "        off_m = pid_m * BLOCK_M",
+         "        off_n = pid_n * BLOCK_N",
+         "        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+         "        for kk in tl.range(0, k_tiles, warp_specialize=WS):",
+         "            off_k = kk * BLOCK_K"]
+    k += ["    " + ln for ln in load("a_desc", "off_m", "off_k", "BLOCK_M", "BLOCK_K", "A_T")]
+    k += ["    " + ln for ln in load("b_desc", "off_k", "off_n", "BLOCK_K", "BLOCK_N", "B_T")]
+    k += ["            " + dot,
+          "        offs_m = off_m + tl.arange(0, BLOCK_M)",
+          "        offs_n = off_n + tl.arange(0, BLOCK_N)",
+          "        cmask = (offs_m[:, None] < M) & (offs_n[None, :] < N)"]
+    k += ["        " + ln for ln in epilogue]
+    return "\n".join(k)
+
+
+def _pointer_kernels(esig: str, dot: str, epilogue: list[str], split: bool, persistent: bool) -> str:
+    """The pointer-addressed GEMM kernels (tiled, persistent, split-K partial and epilogue)."""
+    sig = ("a_ptr, b_ptr, c_ptr, M, N, K, stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn, "
+           "stride_cb, stride_cm, stride_cn")
+    consts = "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr"
+    k: list[str] = []
+    if split:
+        k += ["@triton.jit",
+              f"def _matmul_partial({sig}, SPLIT_K: tl.constexpr, {consts}, EVEN_K: tl.constexpr):"]
+    else:
+        k += ["@triton.jit", f"def _matmul_kernel({sig}{esig}, {consts}, EVEN_K: tl.constexpr):"]
+    k += ["    bid = tl.program_id(1)",
+          "    num_pid_m = tl.cdiv(M, BLOCK_M)",
+          "    num_pid_n = tl.cdiv(N, BLOCK_N)",
+          "    num_tiles = num_pid_m * num_pid_n",
+          "    num_pid_in_group = GROUP_M * num_pid_n",
+          "    k_tiles = tl.cdiv(K, BLOCK_K)"]
+    if split:
+        k += ["    per_split = tl.cdiv(k_tiles, SPLIT_K)",
+              "    k_first = tl.program_id(2) * per_split",
+              "    k_last = tl.minimum(k_first + per_split, k_tiles)"]
+    else:
+        k += ["    k_first = 0", "    k_last = k_tiles"]
+    ind = "    "
+    if persistent:
+        k.append("    for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):")
+        ind = "        "
+        pid = "tile"
+    else:
+        pid = "tl.program_id(0)"
+    k += [ind + f"pid = {pid}",
+          ind + "group_id = pid // num_pid_in_group",
+          ind + "first_pid_m = group_id * GROUP_M",
+          ind + "group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)",
+          ind + "pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)",
+          ind + "pid_n = (pid % num_pid_in_group) // group_size_m",
+          ind + "offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+          ind + "offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+          ind + "offs_am = offs_m % M",
+          ind + "offs_bn = offs_n % N",
+          ind + "offs_k = k_first * BLOCK_K + tl.arange(0, BLOCK_K)",
+          ind + "a_ptrs = a_ptr + bid * stride_ab + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak",
+          ind + "b_ptrs = b_ptr + bid * stride_bb + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn",
+          ind + "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+          ind + "for kk in range(k_first, k_last):",
+          ind + "    if EVEN_K:",
+          ind + "        a = tl.load(a_ptrs)",
+          ind + "        b = tl.load(b_ptrs)",
+          ind + "    else:",
+          ind + "        k_rem = K - kk * BLOCK_K",
+          ind + "        a = tl.load(a_ptrs, mask=offs_k[None, :] - k_first * BLOCK_K < k_rem, other=0.0)",
+          ind + "        b = tl.load(b_ptrs, mask=offs_k[:, None] - k_first * BLOCK_K < k_rem, other=0.0)",
+          ind + "    " + dot,
+          ind + "    a_ptrs += BLOCK_K * stride_ak",
+          ind + "    b_ptrs += BLOCK_K * stride_bk",
+          ind + "cmask = (offs_m[:, None] < M) & (offs_n[None, :] < N)"]
+    if split:
+        # The partial goes to ws[split, batch, m, n] (contiguous, fp32); c_ptr is the workspace here.
+        k.append(ind + "w_ptrs = c_ptr + (tl.program_id(2) * tl.num_programs(1) + bid) * M * N + "
+                 "offs_m[:, None] * N + offs_n[None, :]")
+        k.append(ind + "tl.store(w_ptrs, acc, mask=cmask)")
+        k += ["", "", "@triton.jit",
+              f"def _matmul_epilogue(w_ptr, c_ptr, M, N, stride_cb, stride_cm, stride_cn{esig}, "
+              "SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):",
+              "    bid = tl.program_id(1)",
+              "    num_pid_n = tl.cdiv(N, BLOCK_N)",
+              "    pid_m = tl.program_id(0) // num_pid_n",
+              "    pid_n = tl.program_id(0) % num_pid_n",
+              "    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+              "    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+              "    cmask = (offs_m[:, None] < M) & (offs_n[None, :] < N)",
+              "    w_ptrs = w_ptr + bid * M * N + offs_m[:, None] * N + offs_n[None, :]",
+              "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+              "    for s in range(SPLIT_K):",
+              "        acc += tl.load(w_ptrs + s * tl.num_programs(1) * M * N, mask=cmask, other=0.0)"]
+        k += ["    " + ln for ln in epilogue]
+    else:
+        k += [ind + ln for ln in epilogue]
+    return "\n".join(k)
 
 
 def _epilogue_operands(g: Graph, a: dict[str, Any]) -> tuple[dict[str, tuple[str, list]], dict[str, list[int]]]:
