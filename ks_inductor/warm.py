@@ -202,7 +202,7 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
     from rich.console import Console
 
     from ks_inductor.evolve import EvolveConfig, EvolveError, evolve_problem
-    from ks_inductor.judge import Judge, JudgeConfig
+    from ks_inductor.evolve.evolver import search_judge
     from ks_inductor.judge.backends import current_fingerprint
 
     console = console or Console(stderr=True)
@@ -230,7 +230,7 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
             t1 = time.perf_counter()
             try:
                 if judge is None:
-                    judge = Judge(JudgeConfig.for_search(backend=config.backend))
+                    judge = search_judge(config)
                 res = evolve_problem(problem, config, store, judge=judge, progress=True)
             except KeyboardInterrupt:
                 item.status, item.note = "failed", "interrupted"

@@ -90,9 +90,12 @@ def warmed(tmp_path_factory):
         for inputs in input_sets:
             problems += problems_from_model(model, inputs, db=db)
     store = KernelStore(db)
-    summary = warm(problems, store, EvolveConfig(budget=2, backend="triton-interpret", parallel=2))
+    summary = warm(problems, store, EvolveConfig(budget=2, backend="triton-interpret", parallel=2, judge_trials=2))
+    # warm's own judge follows the run's settings: every stored kernel was checked on the two trials asked for
+    trials = {r.trials for r in store.kernels()}
     store.close()
     assert summary.found >= 5, summary.to_json()
+    assert trials == {2}, trials
     yield db, models, summary
     B.forget_stores()
 

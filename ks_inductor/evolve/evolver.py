@@ -451,17 +451,22 @@ class _Bar:
             self.progress.stop()
 
 
+def search_judge(config: EvolveConfig) -> Any:
+    """The judge an optimizer run makes for itself: the short search protocol, the run's backend and trials."""
+    from ks_inductor.judge import Judge, JudgeConfig
+
+    jc = JudgeConfig.for_search(backend=config.backend)
+    if config.judge_trials:
+        jc.trials = config.judge_trials
+    return Judge(jc)
+
+
 def evolve_problem(problem: Problem, config: EvolveConfig, store: Any, judge: Any | None = None,
                    progress: bool = True) -> EvolveSummary:
     """Evolve a faster verified kernel for ``problem``; the winner goes to ``store``."""
     own = judge is None
     if own:
-        from ks_inductor.judge import Judge, JudgeConfig
-
-        jc = JudgeConfig.for_search(backend=config.backend)
-        if config.judge_trials:
-            jc.trials = config.judge_trials
-        judge = Judge(jc)
+        judge = search_judge(config)
     try:
         return Evolver(problem, config, store, judge, progress).run()
     finally:
