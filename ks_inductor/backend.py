@@ -51,7 +51,7 @@ slower also spares the next compile the swapped graph.
 
 What a compile that hits the cache does not redo in a new process: tracing the graph's nodes and regions to aten
 to find their keys (kept per graph under ``$KERNELSMITH_HOME/analysis``; ``KERNELSMITH_ANALYSIS_CACHE=0`` turns
-that off, see :class:`ks_inductor.regions._AnalysisMemo`), AOTAutograd and Inductor's own work (the swapped graph
+that off, see :class:`ks_inductor.analysis_memo.AnalysisMemo`), AOTAutograd and Inductor's own work (the swapped graph
 calls only what their caches accept), and importing SQLAlchemy (lookups read SQLite through the driver alone, see
 :mod:`kernel_cache.reader`).
 """
@@ -255,6 +255,7 @@ class _Hit:
 def analyze(gm: fx.GraphModule, opts: BackendOptions, act_on_miss: bool = True) -> tuple[CompileReport, list[_Hit], Any]:
     """Regions, problems, lookups and the on-miss policy. Raises only for a failure of the whole analysis."""
     from ks_inductor import regions as rg
+    from ks_inductor.analysis_memo import save_analysis
 
     t0 = time.perf_counter()
     report = CompileReport()
@@ -297,7 +298,7 @@ def analyze(gm: fx.GraphModule, opts: BackendOptions, act_on_miss: bool = True) 
     for op in sorted(set(part.unsupported)):
         report.regions.append(RegionReport(index=-1, kind="-", ops=op, key=None, signature="", status=UNSUPPORTED,
                                            note="no region takes this operation"))
-    rg.save_analysis(part)
+    save_analysis(part)
     report.traced_nodes = part.traced_nodes
     report.traced_regions = sum(r.traced for r in part.regions)
     report.analysis_s = time.perf_counter() - t0

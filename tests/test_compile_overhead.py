@@ -19,6 +19,7 @@ from kernel_cache.store import KernelStore
 from ks_inductor import backend as B
 from ks_inductor import graph_guard as gg
 from ks_inductor import regions as rg
+from ks_inductor.analysis_memo import ANALYSIS_CACHE_ENV
 from ks_inductor.explain import explain
 from tests.norm_residual import NormResidual
 
@@ -150,7 +151,7 @@ def test_a_new_process_reads_region_keys_from_disk_instead_of_tracing(warmed, tm
         assert all(isinstance(p, dict) for p in data["problems"].values()), "the damaged entries were not replaced"
 
     # Turned off, nothing is read.
-    monkeypatch.setenv(rg.ANALYSIS_CACHE_ENV, "0")
+    monkeypatch.setenv(ANALYSIS_CACHE_ENV, "0")
     _new_process()
     assert _analyze(model, inputs, db).traced_regions > 0
 

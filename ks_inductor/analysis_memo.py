@@ -1,0 +1,132 @@
+"""The analysis of a graph (node classifications, region problems) kept on disk, so that a second process compiling
+the same graph reads its regions' keys instead of tracing every node and region to aten again."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from ks_inductor.regions import Partition
+
+log = logging.getLogger(__name__)
+
+ANALYSIS_CACHE_ENV = "KERNELSMITH_ANALYSIS_CACHE"  # "0" turns the on-disk memo off
+_MEMO_FORMAT = 1
+
+
+@functools.lru_cache(maxsize=1)
+def _analysis_salt() -> str:
+    """What the analysis of a graph depends on besides the graph: torch (decompositions, tracing) and the code that
+    classifies nodes and builds keys. Any change to either starts a new memo."""
+    from ks_inductor import canonical_ops, keys, problem, regions
+
+    h = hashlib.sha256(f"{_MEMO_FORMAT}|{torch.__version__}|{keys.KEY_VERSION}".encode())
+    for mod in (sys.modules[__name__], regions, problem, keys, canonical_ops):
+        h.update(Path(str(mod.__file__)).read_bytes())
+    return h.hexdigest()
+
+
+def analysis_cache_dir() -> Path | None:
+    """Where graph analyses are kept (``$KERNELSMITH_HOME/analysis``); None when turned off."""
+    if os.environ.get(ANALYSIS_CACHE_ENV, "1").lower() in ("0", "false", "no", "off"):
+        return None
+    from kernel_cache.db import kernelsmith_home
+
+    return kernelsmith_home() / "analysis"
+
+
+class AnalysisMemo:
+    """The analysis of one graph kept on disk: node classifications and region problems by stable signature.
+
+    A second process compiling the same graph reads its regions' problems (keys) from here instead of tracing
+    every node and region to aten again. Only graphs whose every node has a stable signature get one (functions
+    of torch and ``operator``, aten/prims ops, tensor methods); the file name hashes those signatures with
+    :func:`_analysis_salt`. The entries are keyed by the same signatures as the in-process memos, so an entry can
+    only answer for the computation it was made from. A file that cannot be read or parsed is ignored.
+    """
+
+    def __init__(self, path: Path | None, data: dict[str, Any] | None) -> None:
+        self.path = path
+        data = data or {}
+        nodes, problems = data.get("nodes"), data.get("problems")
+        self._nodes: dict[str, Any] = nodes if isinstance(nodes, dict) else {}
+        self._problems: dict[str, Any] = problems if isinstance(problems, dict) else {}
+        self.dirty = False
+
+    @classmethod
+    def load(cls, graph_text: str) -> AnalysisMemo | None:
+        try:
+            directory = analysis_cache_dir()
+            if directory is None:
+                return None
+            salt = _analysis_salt()
+            name = hashlib.sha256(f"{salt}\n{graph_text}".encode()).hexdigest()[:40]
+            path = directory / f"{name}.json"
+            data = None
+            if path.exists():
+                with open(path) as f:
+                    data = json.load(f)
+                if not isinstance(data, dict) or data.get("salt") != salt:
+                    data = None
+            return cls(path, data)
+        except Exception as e:  # noqa: BLE001 - no memo is only slower
+            log.debug("analysis memo unavailable: %s", e)
+            return None
+
+    def node(self, sig: str) -> tuple[list[str], str, str | None] | None:
+        e = self._nodes.get(sig)
+        if (isinstance(e, list) and len(e) == 3 and isinstance(e[0], list) and isinstance(e[1], str)
+                and (e[2] is None or isinstance(e[2], str))):
+            return list(e[0]), e[1], e[2]
+        return None
+
+    def put_node(self, sig: str, entry: tuple[list[str], str, str | None]) -> None:
+        value = [list(entry[0]), entry[1], entry[2]]
+        if self._nodes.get(sig) != value:
+            self._nodes[sig] = value
+            self.dirty = True
+
+    def problem(self, memo_key: str) -> dict[str, Any] | None:
+        e = self._problems.get(memo_key)
+        return e if isinstance(e, dict) else None
+
+    def put_problem(self, memo_key: str, problem: Any) -> None:
+        if not isinstance(self._problems.get(memo_key), dict):
+            self._problems[memo_key] = problem.to_json()
+            self.dirty = True
+
+    def save(self) -> None:
+        if not self.dirty or self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump({"salt": _analysis_salt(), "nodes": self._nodes, "problems": self._problems}, f)
+            os.replace(tmp, self.path)  # readers see the old file or the new one, never a torn one
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        self.dirty = False
+
+
+def save_analysis(part: Partition) -> None:
+    """Keep what this graph's analysis computed for the next process; failures only cost the next one time."""
+    if part.memo is None:
+        return
+    try:
+        part.memo.save()
+    except Exception as e:  # noqa: BLE001
+        log.debug("could not keep the analysis memo at %s: %s", part.memo.path, e)
