@@ -6,6 +6,11 @@ timed with CUDA events around single calls after an L2 flush (median). Nothing g
 as yardsticks of what the memory system gives at this size: a device copy of the op's main input (the same bytes
 read and written as a norm or softmax), and eager.
 
+Configurations are timed one after another, so for compute-bound kernels (GEMMs) the GPU's clock and power state
+at each one's turn moves the numbers by several percent: on the H200 the board power climbed from 158 to 636 W and
+the SM clock fell from 1848 to 1647 MHz across five GEMMs timed in turn (``timing_context.py``). Rank those with
+the interleaved timing of ``evolve_serving_ops.py`` or ``timing_context.py``, not with this sweep.
+
     python benchmarks/gpu/sweep_templates.py $OUT/sweep.json --ops rmsnorm,softmax --per-variant 48
     python benchmarks/gpu/sweep_templates.py $OUT/sweep.json --ops gemm_gelu --per-variant 0 \
         --configs benchmarks/gpu/configs/gemm-hopper.json --peers inductor,max-autotune
