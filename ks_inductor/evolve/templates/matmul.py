@@ -43,6 +43,14 @@ from ks_inductor.evolve.templates.base import (
 SKINNY_ROWS = 512  # products with at most this many rows also get the split-K variant
 SMEM_BYTES = 200 * 1024  # shared memory the pipelined operand tiles may take (H100/H200 have 227 KiB)
 TMA_IMPORT = "from triton.tools.tensor_descriptor import TensorDescriptor\n"
+# Kernel lines both GEMM kernels share: the tile grid of batch ``bid``, and tile ``pid`` -> (pid_m, pid_n) in groups
+# of GROUP_M row tiles, so programs running together reuse the same columns of b from L2.
+_GRID = ["bid = tl.program_id(1)", "num_pid_m = tl.cdiv(M, BLOCK_M)", "num_pid_n = tl.cdiv(N, BLOCK_N)",
+         "num_tiles = num_pid_m * num_pid_n", "num_pid_in_group = GROUP_M * num_pid_n", "k_tiles = tl.cdiv(K, BLOCK_K)"]
+_GROUPED_TILE = ["group_id = pid // num_pid_in_group", "first_pid_m = group_id * GROUP_M",
+                 "group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)",
+                 "pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)",
+                 "pid_n = (pid % num_pid_in_group) // group_size_m"]
 _ITEMSIZE = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
 
 
@@ -135,7 +143,7 @@ class MatmulTemplate(Template):
 
         esig = "".join(f", e{i}_ptr, e{i}_sb, e{i}_sm, e{i}_sn" for i in range(len(names)))
         if variant == "tma":
-            kernel = _tma_kernel(dot, len(names), epilogue, batched=a["batched"])
+            kernel = _tma_kernel(esig, dot, epilogue, batched=a["batched"])
         else:
             kernel = _pointer_kernels(esig, dot, epilogue, split, persistent)
 
@@ -198,11 +206,10 @@ def _tma_ok(fm: FamilyMatch) -> bool:
     return all(d * _ITEMSIZE.get(t.dtype, 4) % 16 == 0 for d in (ta.shape[-1], tb.shape[-1]) for t in (ta, tb))
 
 
-def _tma_kernel(dot: str, n_extras: int, epilogue: list[str], batched: bool) -> str:
+def _tma_kernel(esig: str, dot: str, epilogue: list[str], batched: bool) -> str:
     """The persistent GEMM that reads its operand tiles through tensor descriptors. ``A_T``/``B_T`` say the
     descriptor covers the operand's transpose (its contiguous layout); batched products use rank-3 descriptors
     whose leading block dimension is one batch."""
-    esig = "".join(f", e{i}_ptr, e{i}_sb, e{i}_sm, e{i}_sn" for i in range(n_extras))
 
     def load(desc: str, first: str, second: str, d0: str, d1: str, flip: str) -> list[str]:
         at = ("[bid, {}, {}]" if batched else "[{}, {}]")
@@ -216,18 +223,9 @@ def _tma_kernel(dot: str, n_extras: int, epilogue: list[str], batched: bool) -> 
          f"def _matmul_kernel(a_desc, b_desc, c_ptr, M, N, K, stride_cb, stride_cm, stride_cn{esig}, "
          "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, "
          "A_T: tl.constexpr, B_T: tl.constexpr, WS: tl.constexpr):",
-         "    bid = tl.program_id(1)",
-         "    num_pid_m = tl.cdiv(M, BLOCK_M)",
-         "    num_pid_n = tl.cdiv(N, BLOCK_N)",
-         "    num_tiles = num_pid_m * num_pid_n",
-         "    num_pid_in_group = GROUP_M * num_pid_n",
-         "    k_tiles = tl.cdiv(K, BLOCK_K)",
+         *["    " + ln for ln in _GRID],
          "    for pid in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0)):",
-         "        group_id = pid // num_pid_in_group",
-         "        first_pid_m = group_id * GROUP_M",
-         "        group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)",
-         "        pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)",
-         "        pid_n = (pid % num_pid_in_group) // group_size_m",
+         *["        " + ln for ln in _GROUPED_TILE],
          "        off_m = pid_m * BLOCK_M",
          "        off_n = pid_n * BLOCK_N",
          "        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
@@ -254,12 +252,7 @@ def _pointer_kernels(esig: str, dot: str, epilogue: list[str], split: bool, pers
               f"def _matmul_partial({sig}, SPLIT_K: tl.constexpr, {consts}, EVEN_K: tl.constexpr):"]
     else:
         k += ["@triton.jit", f"def _matmul_kernel({sig}{esig}, {consts}, EVEN_K: tl.constexpr):"]
-    k += ["    bid = tl.program_id(1)",
-          "    num_pid_m = tl.cdiv(M, BLOCK_M)",
-          "    num_pid_n = tl.cdiv(N, BLOCK_N)",
-          "    num_tiles = num_pid_m * num_pid_n",
-          "    num_pid_in_group = GROUP_M * num_pid_n",
-          "    k_tiles = tl.cdiv(K, BLOCK_K)"]
+    k += ["    " + ln for ln in _GRID]
     if split:
         k += ["    per_split = tl.cdiv(k_tiles, SPLIT_K)",
               "    k_first = tl.program_id(2) * per_split",
@@ -273,12 +266,7 @@ def _pointer_kernels(esig: str, dot: str, epilogue: list[str], split: bool, pers
         pid = "tile"
     else:
         pid = "tl.program_id(0)"
-    k += [ind + f"pid = {pid}",
-          ind + "group_id = pid // num_pid_in_group",
-          ind + "first_pid_m = group_id * GROUP_M",
-          ind + "group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)",
-          ind + "pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)",
-          ind + "pid_n = (pid % num_pid_in_group) // group_size_m",
+    k += [ind + f"pid = {pid}", *[ind + ln for ln in _GROUPED_TILE],
           ind + "offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
           ind + "offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
           ind + "offs_am = offs_m % M",
