@@ -150,10 +150,13 @@ class SqliteReader:
             raise _cache_error(self.where, e) from None
         except sqlite3.DatabaseError as e:
             raise _cache_error(self.where, e) from None
-        if row is None:
-            return None
-        data = json.loads(row[0]) if isinstance(row[0], str) else row[0]
-        return data if isinstance(data, dict) else None
+        return decode_guard_result(row[0]) if row is not None else None
+
+
+def decode_guard_result(value: Any) -> dict[str, Any] | None:
+    """A stored graph guard result column as a dict; None for anything else."""
+    data = json.loads(value) if isinstance(value, str) else value
+    return data if isinstance(data, dict) else None
 
 
 def _cache_error(where: str, e: sqlite3.Error) -> CacheError:

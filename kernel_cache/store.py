@@ -31,7 +31,7 @@ from kernel_cache.migrations import ensure_schema, rank_of
 from kernel_cache.models import EvaluationRow, KernelRow, MissRow, ProblemRow, RunRow, StepRow
 from kernel_cache.reader import GUARD_TABLE as _GUARD_TABLE
 from kernel_cache.reader import KERNEL_FIELDS as _KERNEL_FIELDS
-from kernel_cache.reader import SqliteReader
+from kernel_cache.reader import SqliteReader, decode_guard_result
 from kernel_cache.reader import servable as _servable
 from kernel_cache.record import QUARANTINED, REJECTED, VERIFIED, KernelRecord, StepRecord, source_sha256
 from ks_inductor.fingerprint import MATCH_EXACT, MATCH_NONE, EnvFingerprint, minor_version
@@ -503,10 +503,7 @@ class KernelStore:
             if not inspect(conn).has_table(_GUARD_TABLE):
                 return None
             row = conn.execute(text(f"SELECT result FROM {_GUARD_TABLE} WHERE key = :k"), {"k": key}).first()
-        if row is None:
-            return None
-        data = json.loads(row[0]) if isinstance(row[0], str) else row[0]
-        return data if isinstance(data, dict) else None
+        return decode_guard_result(row[0]) if row is not None else None
 
     @_db_errors
     def put_guard_decision(self, key: str, fingerprint_id: str, result: dict[str, Any]) -> None:

@@ -32,3 +32,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def judge():
+    """The interpreter judge the template tests share, one per test module (a module may define its own)."""
+    from ks_inductor.judge import Judge, JudgeConfig
+
+    with Judge(JudgeConfig(backend="triton-interpret", trials=3)) as j:
+        yield j

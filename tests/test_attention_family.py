@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from ks_inductor.evolve.families import classify
-from ks_inductor.judge import Judge, JudgeConfig
 from ks_inductor.problem import exec_problem_source, problem_from_source
 from tests.test_templates_judge import _judge_all
 
@@ -72,12 +71,6 @@ def get_init_inputs():
 def decode_problem(dtype="float32", B=2, T=1, P=40, NH=4, KV=2, D=16, extra=""):
     src = DECODE.format(B=B, T=T, P=P, NH=NH, KV=KV, D=D, dtype=dtype, extra=extra)
     return problem_from_source(src, name=f"decode_attn_{dtype}_T{T}")
-
-
-@pytest.fixture(scope="module")
-def judge():
-    with Judge(JudgeConfig(backend="triton-interpret", trials=3)) as j:
-        yield j
 
 
 def test_attention_key_is_one_op_whatever_the_spelling():

@@ -2,17 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
-from ks_inductor.judge import Judge, JudgeConfig
 from tests.test_evolve_families import small_problem
 from tests.test_templates_judge import SERVING, _judge_all
-
-
-@pytest.fixture(scope="module")
-def judge():
-    with Judge(JudgeConfig(backend="triton-interpret", trials=3)) as j:
-        yield j
 
 
 def test_serving_op_templates_are_accepted_in_every_variant(judge) -> None:
