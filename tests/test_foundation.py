@@ -201,6 +201,16 @@ def test_interpreter_timing_loop_runs_the_rotation():
     assert len(seen) > 12 and len(set(seen)) == len(seen)  # every call gets fresh (rotated) inputs
 
 
+def test_graphed_timing_cycles_through_enough_input_sets_to_miss_the_l2():
+    from ks_inductor.judge.timing import cold_set_count
+
+    l2 = 60 * 2**20
+    for set_bytes in (1, 2**20, 32 * 2**20, 61 * 2**20, 2**30):
+        n = cold_set_count(set_bytes, l2)
+        assert n >= 2 and n * set_bytes >= 4 * l2
+    assert cold_set_count(32 * 2**20, l2) == 8  # and no more than it takes
+
+
 def test_plausibility_gate_quarantines_implausible_speed():
     from ks_inductor.judge import EvalResult, Judge, JudgeConfig
     from ks_inductor.problem import load_problem

@@ -33,3 +33,39 @@ def test_side_stream_is_caught_by_the_wall_clock_even_without_static_rules(probl
     with Judge(JudgeConfig(rounds=3, rep_ms=50, static_rules=False, baselines=("eager",))) as judge:
         r = judge.evaluate(problem, (CANDIDATES / "exploits" / "side_stream.py").read_text())
     assert r.verdict == "rejected" and "side_stream" in r.flags, r.feedback_text()
+
+
+def test_flush_leaves_no_dirty_lines_for_the_timed_call():
+    """The judge's flush reads a second buffer after zeroing the first, so a copy of 32 MiB is not charged for
+    writing back the flush's lines: it runs faster than after the zeroing alone (21.4 against 18.8 us on the H200)."""
+    import torch
+
+    from ks_inductor.judge import timing as T
+
+    a = torch.randint(0, 100, (16 * 2**20,), dtype=torch.int16, device="cuda")
+    b = torch.empty_like(a)
+    fns = {"dirty": lambda: b.copy_(a), "clean": lambda: b.copy_(a)}
+    flushes = {"dirty": T.make_l2_flush("cuda", clean=False), "clean": T.make_l2_flush("cuda")}
+    med = {}
+    for name, fn in fns.items():
+        s = T.benchmark_interleaved({name: fn}, rounds=3, rep_ms=30, flush=flushes[name])
+        med[name] = T.summarize(s[name]).median_ms
+    assert med["clean"] < 0.97 * med["dirty"], med
+
+
+def test_graphed_timing_is_per_call_and_reports_what_cannot_be_captured():
+    import torch
+
+    from ks_inductor.judge import timing as T
+
+    sets = [torch.randn(8 * 2**20, device="cuda") for _ in range(T.cold_set_count(32 * 2**20, 60 * 2**20))]
+    outs = [torch.empty_like(x) for x in sets]
+    calls = {"copy": [(lambda x=x, y=y: y.copy_(x)) for x, y in zip(sets, outs)],
+             "synced": [(lambda x=x: x.sum().item()) for x in sets]}
+    samples, errors = T.benchmark_graphed(calls, rounds=3, replays=4)
+    assert set(samples) == {"copy"} and "synced" in errors
+    assert len(samples["copy"]) == 3 and all(len(r) == 4 for r in samples["copy"])
+    per_call_us = T.summarize(samples["copy"]).median_ms * 1e3
+    assert 2 * 32 * 2**20 / (per_call_us * 1e-6) < 6e12  # no more than HBM3e can move: the calls were not elided
+    assert per_call_us > 1.0
+    assert torch.equal(outs[0], sets[0])

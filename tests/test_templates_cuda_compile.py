@@ -64,6 +64,8 @@ def _compile_all(problem_path: str, which: str) -> list[dict]:
                     renders.append((v, {**d, "EVICT": 1}))
                 if "WS" in d:  # and the K loop with and without warp specialization
                     renders.append((v, {**d, "WS": 1 - d["WS"]}))
+                if "FASTEXP" in d:  # and the flushing exp2 helper (inline PTX)
+                    renders.append((v, {**d, "FASTEXP": 1 - d["FASTEXP"]}))
                 if "RND" in d:  # so is each way of rounding intermediates
                     renders.append((v, {**d, "RND": 1 - d["RND"]}))
             for n_r, (v, params) in enumerate(renders):

@@ -85,6 +85,31 @@ def test_structural_knobs_are_accepted(judge) -> None:
                        for n in ("rope_bf16", "softmax_bf16", "cross_entropy_fp32")])
 
 
+def test_fast_exp_softmax_is_accepted(judge) -> None:
+    """FASTEXP is offered for GPU targets only, where its helper is the flushing hardware exp2. Rendered for the
+    interpreter the helper is the exact exp2, so the judge checks the rewrite exp(x - m) = 2^(x log2 e - m log2 e)
+    in each form the row-wise template emits: softmax, its log-sum-exp form (LOWP), log-softmax."""
+    from ks_inductor.evolve.templates import template_named
+
+    t = template_named("rowwise")
+    jobs = []
+    for problem in (small_problem("softmax_bf16"), problem_from_source(EXTRA["log_softmax"][0], name="log_softmax")):
+        fm = classify(problem)
+        fm.target = "cuda"
+        assert t.default(fm, "prefetch", "cuda")["FASTEXP"] == 1 and t.space(fm, "block")["FASTEXP"] == [0, 1]
+        assert "ex2.approx.ftz.f32" in t.render(fm, t.default(fm, "block", "cuda"), "block")
+        fm.target = "cpu"
+        assert "FASTEXP" not in t.space(fm, "block")
+        for v in t.variants(fm):
+            for lowp in (0, 1):
+                src = t.render(fm, {**t.default(fm, v, "cpu"), "FASTEXP": 1, "LOWP": lowp}, v)
+                assert "_exp2_ftz(" in src and "tl.exp(" not in src and "inline_asm" not in src
+                jobs.append((f"{problem.name} {v} LOWP={lowp}", judge.submit(problem, src)))
+    failures = [f"{label}: {r.verdict} {r.reasons[:2]} {r.error}" for label, fut in jobs
+                if not (r := fut.result()).accepted]
+    assert not failures, "\n".join(failures)
+
+
 def test_template_params_stay_in_their_space() -> None:
     for name in SERVING:
         fm = classify(small_problem(name))

@@ -134,9 +134,10 @@ def rounding_default(fm: FamilyMatch) -> dict[str, int]:
 def module_source(fm: FamilyMatch, doc: str, kernels: str, forward: list[str], helpers: str = "",
                   params: dict[str, Any] | None = None) -> str:
     """The candidate module: imports, kernels, helpers, and ``ModelNew`` holding Model's parameters."""
-    from ks_inductor.evolve.pointwise import bf16_helpers
+    from ks_inductor.evolve.pointwise import bf16_helpers, math_helpers
 
-    helpers_src = bf16_helpers(kernels, fm.target, bool((params or {}).get("RND", 0)))
+    helpers_src = "\n\n\n".join(h for h in (bf16_helpers(kernels, fm.target, bool((params or {}).get("RND", 0))),
+                                           math_helpers(kernels, fm.target)) if h)
     if helpers_src:
         kernels = helpers_src + "\n\n\n" + kernels.strip()
     init = ["super().__init__()"] + _state_lines(fm.state)

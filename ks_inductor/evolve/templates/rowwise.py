@@ -18,6 +18,7 @@ from ks_inductor.evolve.graph import Ref
 from ks_inductor.evolve.pointwise import (
     PointwiseUnsupported,
     Val,
+    exp_shifted,
     is_pointwise,
     literal,
     lower_node,
@@ -47,12 +48,14 @@ def _row_shape(fm: FamilyMatch) -> list[int]:
     return full
 
 
-def _lower(fm: FamilyMatch, lowp: bool = False) -> tuple[list[str], dict[str, str], list[str]]:
+def _lower(fm: FamilyMatch, lowp: bool = False,
+           fastexp: bool = False) -> tuple[list[str], dict[str, str], list[str]]:
     """Kernel body lines, the loads (placeholder -> kind) and the output value names.
 
     ``lowp`` keeps row tiles in their storage dtype and widens them at each use, and writes softmax as
     exp(x - logsumexp): no fp32 copy of the row has to live across the reductions, which frees registers for
-    more rows in flight on long rows."""
+    more rows in flight on long rows. ``fastexp`` computes softmax exponentials with ``pointwise.exp_shifted``'s
+    flushing hardware form."""
     g = fm.graph
     full = _row_shape(fm)
     n = full[-1]
@@ -119,10 +122,11 @@ def _lower(fm: FamilyMatch, lowp: bool = False) -> tuple[list[str], dict[str, st
             lines.append(f"{name}_m = tl.max(tl.where(mask, {src}, -float('inf')), axis=1)[:, None]")
             if node.op == "_softmax" and lowp:
                 # exp recomputed against the log-sum-exp: no fp32 row of exponentials stays live.
-                lines += [f"{name}_s = tl.sum(tl.where(mask, tl.exp({src} - {name}_m), 0.0), axis=1)[:, None]",
-                          f"{name} = {rnd(f'tl.exp({src} - ({name}_m + tl.log({name}_s)))')}"]
+                lines += [f"{name}_s = tl.sum(tl.where(mask, {exp_shifted(src, f'{name}_m', fastexp)}, 0.0), "
+                          "axis=1)[:, None]",
+                          f"{name} = {rnd(exp_shifted(src, f'{name}_m + tl.log({name}_s)', fastexp))}"]
             else:
-                lines += [f"{name}_e = tl.where(mask, tl.exp({src} - {name}_m), 0.0)",
+                lines += [f"{name}_e = tl.where(mask, {exp_shifted(src, f'{name}_m', fastexp)}, 0.0)",
                           f"{name}_s = tl.sum({name}_e, axis=1)[:, None]"]
                 if node.op == "_softmax":
                     # One reciprocal per row instead of a division per element (fp32 division is a long sequence).
@@ -148,6 +152,10 @@ def _lower(fm: FamilyMatch, lowp: bool = False) -> tuple[list[str], dict[str, st
     return lines, loads, [env[o].expr for o in outs]
 
 
+def _has_softmax(fm: FamilyMatch) -> bool:
+    return any(n.op in ("_softmax", "_log_softmax") for n in fm.graph.nodes)
+
+
 class RowwiseTemplate(Template):
     name = "rowwise"
     families = ("rmsnorm", "layernorm", "softmax", "log_softmax", "rowwise")
@@ -164,6 +172,8 @@ class RowwiseTemplate(Template):
             s["num_stages"] = [1, 2, 3]
         if variant == "prefetch":  # the explicit prefetch is the pipelining: no stages
             s["WAVES"] = [1, 2, 4, 8]
+        if _has_softmax(fm) and fm.target != "cpu":
+            s["FASTEXP"] = [0, 1]
         return {**s, **rounding_space(fm)}
 
     def feasible(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> bool:
@@ -186,10 +196,14 @@ class RowwiseTemplate(Template):
             p["num_warps"] = max(1, min(16, next_pow2(n * rows // 1024)))
             p["WAVES"] = 1
             p["EVICT"] = 1
+        if _has_softmax(fm) and fm.target != "cpu":
+            # On the H200 the flushing exp took the whole-row bf16 softmax from 163 to 139 us
+            # (benchmarks/results/l2-state-configs-nvidia-h200-2026-11-22.json).
+            p["FASTEXP"] = 1
         return {**p, **rounding_default(fm)}
 
     def render(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> str:
-        lines, loads, outs = _lower(fm, bool(params.get("LOWP", 0)))
+        lines, loads, outs = _lower(fm, bool(params.get("LOWP", 0)), bool(params.get("FASTEXP", 0)))
         g = fm.graph
         tiles = [p for p, k in loads.items() if k == "tile"]
         vecs = [p for p, k in loads.items() if k == "vec"]
