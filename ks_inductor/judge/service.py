@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -9,6 +10,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -101,37 +103,48 @@ class Judge:
         res = self._new_result(source, "")
         if self._static(res, source):
             return res
-        work = tempfile.mkdtemp(dir=self._root)
-        files = []
-        for i, (inputs, _) in enumerate(vectors):
-            path = os.path.join(work, f"vec_in_{i}.safetensors")
-            save_file({f"in{j}": t.contiguous() for j, t in enumerate(inputs)}, path)
-            files.append(path)
-        state_file = None
-        if state:
-            state_file = os.path.join(work, "state.safetensors")
-            save_file({k: v.contiguous() for k, v in state.items()}, state_file)
-        job = {"kind": "vectors", "device": self.backend.device, "workdir": work, "candidate_source": source,
-               "init_inputs": init_inputs, "input_files": files, "state_file": state_file,
-               "memory_limit_mb": self.config.memory_limit_mb,
-               "device_memory_fraction": self.config.device_memory_fraction}
-        out = self._run(job)
-        if not self._absorb_outcome(res, out):
-            return res
-        res.stage = "correctness"
-        for i, path in enumerate(out.result["cand_files"]):  # type: ignore[index]
-            got = load_file(path)
-            got_list = [got[f"out{j}"] for j in range(len(got))]
-            m, why = compare_outputs(list(vectors[i][1]), got_list, self.config.tolerance, i, "golden")
-            if why:
-                res.mismatch = m
-                res.reject("mismatch", why)
+        with self._workdir("vec-") as work:
+            files = []
+            for i, (inputs, _) in enumerate(vectors):
+                path = os.path.join(work, f"vec_in_{i}.safetensors")
+                save_file({f"in{j}": t.contiguous() for j, t in enumerate(inputs)}, path)
+                files.append(path)
+            state_file = None
+            if state:
+                state_file = os.path.join(work, "state.safetensors")
+                save_file({k: v.contiguous() for k, v in state.items()}, state_file)
+            job = {"kind": "vectors", "device": self.backend.device, "workdir": work, "candidate_source": source,
+                   "init_inputs": init_inputs, "input_files": files, "state_file": state_file,
+                   "memory_limit_mb": self.config.memory_limit_mb,
+                   "device_memory_fraction": self.config.device_memory_fraction}
+            out = self._run(job)
+            if not self._absorb_outcome(res, out):
                 return res
-        res.trials = len(vectors)
-        res.correct, res.verdict, res.stage = True, ACCEPTED, "done"
-        return res
+            res.stage = "correctness"
+            for i, path in enumerate(out.result["cand_files"]):  # type: ignore[index]
+                got = load_file(path)
+                got_list = [got[f"out{j}"] for j in range(len(got))]
+                m, why = compare_outputs(list(vectors[i][1]), got_list, self.config.tolerance, i, "golden")
+                if why:
+                    res.mismatch = m
+                    res.reject("mismatch", why)
+                    return res
+            res.trials = len(vectors)
+            res.correct, res.verdict, res.stage = True, ACCEPTED, "done"
+            return res
 
     # ------------------------------------------------------------------ internals
+    @contextlib.contextmanager
+    def _workdir(self, prefix: str) -> Iterator[str]:
+        """A job's scratch folder, removed once the job is judged: its output files run to hundreds of MB per
+        trial on serving shapes, and a search of a few dozen candidates filled the H200's 64 GiB disk."""
+        work = tempfile.mkdtemp(dir=self._root, prefix=prefix)
+        try:
+            yield work
+        finally:
+            if not self.config.keep_workdir:
+                shutil.rmtree(work, ignore_errors=True)
+
     def _new_result(self, source: str, key: str) -> EvalResult:
         return EvalResult(backend=self.backend.name, problem_key=key, candidate_hash=normalized_source_hash(source),
                           fingerprint=self.fingerprint.to_json(), timing_meaningful=False)
@@ -245,56 +258,56 @@ class Judge:
             return res
         want_timing = self.backend.timed if timing is None else timing
         base = self._problem_seed(problem)
-        work = tempfile.mkdtemp(dir=self._root, prefix="cand-")
-        trials = [(t["seed"], t["dist"]) for t in ref.trials]
-        job = {
-            "kind": "candidate", "device": self.backend.device, "workdir": work, "problem_source": problem.source,
-            "candidate_source": source, "init_seed": base, "trials": trials,
-            "specs": [s.__dict__ for s in problem.input_specs], "output_specs": ref.trials[0]["outputs"],
-            "order_seed": int.from_bytes(os.urandom(4), "little"), "timed": self.backend.timed and want_timing,
-            "timing": {"min_reps": cfg.min_reps, **cfg.protocol(final)},
-            "timing_sets": [(t["seed"], t["dist"]) for t in ref.timing], "l2_bytes": self._l2,
-            "memory_limit_mb": cfg.memory_limit_mb, "device_memory_fraction": cfg.device_memory_fraction,
-        }
-        if not want_timing and self.backend.timed:
-            job["timing"] = None  # on the interpreter the rotation re-check always runs; it costs little
-        out = self._run(job)
-        ok = self._absorb_outcome(res, out)
-        if not ok:
-            return res
-        msg = out.result or {}
-        res.launches = msg.get("launches", {})
-        res.stage = "correctness"
-        for i, path in enumerate(msg["cand_files"]):
-            ref_t = load_file(ref.trials[i]["file"])
-            got = load_file(path)
-            m, why = compare_outputs([ref_t[f"out{j}"] for j in range(len(ref_t))],
-                                     [got[f"out{j}"] for j in range(len(got))], cfg.tolerance, i, trials[i][1])
-            if why:
-                res.mismatch = m
-                res.reject("mismatch", why)
+        with self._workdir("cand-") as work:
+            trials = [(t["seed"], t["dist"]) for t in ref.trials]
+            job = {
+                "kind": "candidate", "device": self.backend.device, "workdir": work, "problem_source": problem.source,
+                "candidate_source": source, "init_seed": base, "trials": trials,
+                "specs": [s.__dict__ for s in problem.input_specs], "output_specs": ref.trials[0]["outputs"],
+                "order_seed": int.from_bytes(os.urandom(4), "little"), "timed": self.backend.timed and want_timing,
+                "timing": {"min_reps": cfg.min_reps, **cfg.protocol(final)},
+                "timing_sets": [(t["seed"], t["dist"]) for t in ref.timing], "l2_bytes": self._l2,
+                "memory_limit_mb": cfg.memory_limit_mb, "device_memory_fraction": cfg.device_memory_fraction,
+            }
+            if not want_timing and self.backend.timed:
+                job["timing"] = None  # on the interpreter the rotation re-check always runs; it costs little
+            out = self._run(job)
+            ok = self._absorb_outcome(res, out)
+            if not ok:
                 return res
-        res.trials = len(msg["cand_files"])
-        if res.verdict == REJECTED and res.reasons:
-            return res
-        if msg.get("post_files"):
-            res.stage = "timing"
-            for k, path in enumerate(msg["post_files"]):
-                ref_t = load_file(ref.timing[k]["file"])
+            msg = out.result or {}
+            res.launches = msg.get("launches", {})
+            res.stage = "correctness"
+            for i, path in enumerate(msg["cand_files"]):
+                ref_t = load_file(ref.trials[i]["file"])
                 got = load_file(path)
                 m, why = compare_outputs([ref_t[f"out{j}"] for j in range(len(ref_t))],
-                                         [got[f"out{j}"] for j in range(len(got))], cfg.tolerance, k, "rotating")
+                                         [got[f"out{j}"] for j in range(len(got))], cfg.tolerance, i, trials[i][1])
                 if why:
                     res.mismatch = m
-                    res.reject("stale_result", "wrong after repeated calls on refreshed inputs (results cached or "
-                               f"state kept across calls): {why}")
+                    res.reject("mismatch", why)
                     return res
-        res.correct, res.verdict = True, ACCEPTED
-        if msg.get("samples") and self.backend.timed:
-            res.final = final
-            self._judge_speed(res, problem, msg)
-        res.stage = "done"
-        return res
+            res.trials = len(msg["cand_files"])
+            if res.verdict == REJECTED and res.reasons:
+                return res
+            if msg.get("post_files"):
+                res.stage = "timing"
+                for k, path in enumerate(msg["post_files"]):
+                    ref_t = load_file(ref.timing[k]["file"])
+                    got = load_file(path)
+                    m, why = compare_outputs([ref_t[f"out{j}"] for j in range(len(ref_t))],
+                                             [got[f"out{j}"] for j in range(len(got))], cfg.tolerance, k, "rotating")
+                    if why:
+                        res.mismatch = m
+                        res.reject("stale_result", "wrong after repeated calls on refreshed inputs (results cached or "
+                                   f"state kept across calls): {why}")
+                        return res
+            res.correct, res.verdict = True, ACCEPTED
+            if msg.get("samples") and self.backend.timed:
+                res.final = final
+                self._judge_speed(res, problem, msg)
+            res.stage = "done"
+            return res
 
     def _judge_speed(self, res: EvalResult, problem: Problem, msg: dict[str, Any]) -> None:
         from ks_inductor.judge import timing as T
