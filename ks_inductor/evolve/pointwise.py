@@ -107,7 +107,7 @@ def exp_shifted(x: str, shift: str, fast: bool) -> str:
     """exp(x - shift) for a per-row ``shift``; with ``fast`` as one FFMA and a flushing hardware exp2."""
     if fast:
         return f"_exp2_ftz({x} * {LOG2E} - ({shift}) * {LOG2E})"
-    return f"tl.exp({x} - {shift})"
+    return f"tl.exp({x} - ({shift}))"
 
 
 def math_helpers(kernels: str, target: str) -> str:
