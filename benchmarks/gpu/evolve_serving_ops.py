@@ -5,7 +5,8 @@ a GEMM with a GELU epilogue; shapes of shared/anchors/measure_peers.py): run ``e
 budget and a wall-time cap, then time the winner, eager, Inductor, Inductor max-autotune and Liger (where it has
 the op) two ways: per call, interleaved, with the L2 flushed before every call (the judge's protocol); and in
 the steady state of CUDA-graph replays over input sets too large for the L2 (``timing.benchmark_graphed``). The
-roofline floor is the op's bytes over the measured 2 GiB copy bandwidth. One JSON file comes out; an exception in one op is recorded and the others still run.
+roofline floor is the op's bytes over the measured 2 GiB copy bandwidth. One JSON file comes out; an exception
+in one op is recorded and the others still run.
 
     python benchmarks/gpu/evolve_serving_ops.py --budget 24 --time-per-op 40 --out $OUT/evolve_serving_ops.json
 """
@@ -84,6 +85,22 @@ def _liger(op: str, model: Any, inputs: list[Any]) -> Any | None:
     return None
 
 
+def input_sets(pm: Any, first_seed: int) -> list[list[Any]]:
+    """The problem's inputs on the GPU, in as many sets (seeds ``first_seed``, +1, ...) as it takes for each
+    call's inputs to have left the L2 when the sets are cycled (``timing.benchmark_graphed``)."""
+    import torch
+
+    from ks_inductor.judge import timing as T
+
+    def one(seed: int) -> list[Any]:
+        torch.manual_seed(seed)
+        return [x.cuda() if torch.is_tensor(x) else x for x in pm.get_inputs()]
+
+    first = one(first_seed)
+    set_bytes = sum(x.numel() * x.element_size() for x in first if torch.is_tensor(x))
+    return [first] + [one(first_seed + i) for i in range(1, T.cold_set_count(set_bytes, T.device_l2_bytes()))]
+
+
 def _measure(op: str, problem: Any, source: str | None, args: argparse.Namespace, bandwidth: float,
              mm_peak: float | None) -> dict[str, Any]:
     import torch
@@ -95,15 +112,8 @@ def _measure(op: str, problem: Any, source: str | None, args: argparse.Namespace
     pm = exec_problem_source(problem.source)
     torch.manual_seed(0)
     model = pm.Model(*pm.get_init_inputs()).cuda().eval()
-    torch.manual_seed(1)
-    inputs = [x.cuda() if torch.is_tensor(x) else x for x in pm.get_inputs()]
-    # More input sets for the CUDA-graph protocol, so that each call's inputs have left the L2.
-    set_bytes = sum(x.numel() * x.element_size() for x in inputs if torch.is_tensor(x))
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    sets = [inputs]
-    for i in range(1, T.cold_set_count(set_bytes, int(getattr(props, "L2_cache_size", 0) or 64 * 2**20))):
-        torch.manual_seed(1 + i)
-        sets.append([x.cuda() if torch.is_tensor(x) else x for x in pm.get_inputs()])
+    sets = input_sets(pm, 1)  # the first is what the per-call timing uses; the CUDA-graph timing cycles them all
+    inputs = sets[0]
     calls: dict[str, list[Any]] = {"eager": [(lambda s=s: model(*s)) for s in sets]}
     with torch.no_grad():
         ref = model(*inputs)

@@ -31,18 +31,11 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.gpu.evolve_serving_ops import OPS, PROBLEM_DIR, _import_file, _liger  # noqa: E402
+from benchmarks.gpu.evolve_serving_ops import OPS, PROBLEM_DIR, _import_file, _liger, input_sets  # noqa: E402
 from ks_inductor.judge import timing as T  # noqa: E402
 
 MEMORY_OPS = ("rmsnorm", "layernorm", "softmax", "silu_mul", "rope", "cross_entropy")
 PROTOCOLS = ("dirty", "clean", "stream")
-
-
-def _l2_bytes() -> int:
-    import torch
-
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    return int(getattr(props, "L2_cache_size", 0) or 64 * 2**20)
 
 
 def _per_call(tools: dict[str, list[Callable[[], Any]]], flush: Callable[[], None], rounds: int,
@@ -92,7 +85,7 @@ def _copies(sizes_mib: list[int], l2: int, bandwidth: float, args: argparse.Name
     return res
 
 
-def _op(op: str, source: str | None, l2: int, bandwidth: float, args: argparse.Namespace,
+def _op(op: str, source: str | None, bandwidth: float, args: argparse.Namespace,
         flushes: dict[str, Callable[[], None]]) -> dict[str, Any]:
     import torch
 
@@ -102,12 +95,8 @@ def _op(op: str, source: str | None, l2: int, bandwidth: float, args: argparse.N
     pm = exec_problem_source(problem.source)
     torch.manual_seed(0)
     model = pm.Model(*pm.get_init_inputs()).cuda().eval()
-    first = [x.cuda() if torch.is_tensor(x) else x for x in pm.get_inputs()]
-    set_bytes = sum(x.numel() * x.element_size() for x in first if torch.is_tensor(x))
-    sets = [first]
-    for i in range(1, T.cold_set_count(set_bytes, l2)):
-        torch.manual_seed(i)
-        sets.append([x.cuda() if torch.is_tensor(x) else x for x in pm.get_inputs()])
+    sets = input_sets(pm, 0)
+    first = sets[0]
     tools: dict[str, list[Callable[[], Any]]] = {"eager": [(lambda s=s: model(*s)) for s in sets]}
     row: dict[str, Any] = {"bytes_moved": problem.bytes_moved, "floor_ms": problem.bytes_moved / bandwidth * 1e3,
                            "input_sets": len(sets)}
@@ -187,7 +176,7 @@ def main() -> int:
         for op, row in json.loads(Path(f).read_text()).get("ops", {}).items():
             if row.get("best_source"):
                 sources[op] = row["best_source"]
-    l2 = _l2_bytes()
+    l2 = T.device_l2_bytes()
     bandwidth = T.measure_copy_bandwidth("cuda")
     flushes = {"dirty": T.make_l2_flush("cuda", clean=False), "clean": T.make_l2_flush("cuda")}
     res: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
@@ -199,7 +188,7 @@ def main() -> int:
     out.write_text(json.dumps(res, indent=1))
     for op in [o for o in args.ops.split(",") if o]:
         try:
-            res["ops"][op] = _op(op, sources.get(op), l2, bandwidth, args, flushes)
+            res["ops"][op] = _op(op, sources.get(op), bandwidth, args, flushes)
         except Exception as e:  # noqa: BLE001 - one op failing must not lose the others
             res["ops"][op] = {"error": f"{type(e).__name__}: {e}"[:500]}
             print(f"{op}: FAILED {res['ops'][op]['error']}", flush=True)

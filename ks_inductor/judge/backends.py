@@ -162,10 +162,9 @@ class JudgeBackend:
     def l2_bytes(self, index: int = 0) -> int:
         if self.device == "cpu":
             return 0
-        import torch
+        from ks_inductor.judge.timing import device_l2_bytes
 
-        props = torch.cuda.get_device_properties(index)
-        return int(getattr(props, "L2_cache_size", 0) or 64 * 2**20)
+        return device_l2_bytes(index)
 
     def nominal_peaks(self, device_name: str) -> dict[str, float]:
         for k, v in _PEAKS.items():

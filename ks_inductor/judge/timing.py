@@ -5,8 +5,8 @@ one read, so the L2 holds clean lines of neither the call's data nor anything it
 the GPU spin for about 100 us, then a CUDA event pair around the call alone. Without the read, the zeroing leaves
 the L2 full of dirty lines and the timed call pays for writing them back: on the H200 a 32 MiB copy took 21.4 us
 after the zeroing alone and 18.8 us after both (benchmarks/gpu/l2_state.py), a cost that is the flush's, not the
-kernel's, and that squeezes every ratio between small memory-bound kernels. The spin keeps the host ahead of the GPU, so
-an event pair measures the call's GPU time and not the Python that launches it: without it, a busy host (the
+kernel's, and that squeezes every ratio between small memory-bound kernels. The spin keeps the host ahead of the
+GPU, so an event pair measures the call's GPU time and not the Python that launches it: without it, a busy host (the
 judge's other workers compiling) inflated 20-30 us kernels two- to three-fold on the H200, peers included.
 Candidates and baselines run in interleaved rounds whose order is shuffled each
 round, so clock and thermal drift hit all of them alike; the speedup's lower confidence bound comes from a
@@ -32,6 +32,14 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def device_l2_bytes(index: int | None = None) -> int:
+    """The L2 size of a CUDA/MACA device (64 MiB where the driver does not say)."""
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device() if index is None else index)
+    return int(getattr(props, "L2_cache_size", 0) or 64 * 2**20)
+
+
 def make_l2_flush(device: str, l2_bytes: int = 0, clean: bool = True) -> Callable[[], None]:
     """A callable that evicts the L2 by writing a buffer of max(2 x L2, 256 MiB), then (``clean``) reading a
     second one as large, so that the write-backs of the first happen before the timed call rather than in it."""
@@ -39,10 +47,7 @@ def make_l2_flush(device: str, l2_bytes: int = 0, clean: bool = True) -> Callabl
         return lambda: None
     import torch
 
-    if not l2_bytes:
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        l2_bytes = int(getattr(props, "L2_cache_size", 0) or 64 * 2**20)
-    n = max(2 * l2_bytes, 256 * 2**20)
+    n = max(2 * (l2_bytes or device_l2_bytes()), 256 * 2**20)
     buf = torch.empty(n // 4, dtype=torch.int32, device=device)
     if not clean:
         return buf.zero_
