@@ -138,3 +138,27 @@ def test_pointwise_table_refuses_unknown_ops() -> None:
     g = parse_graph(problem_from_source(EXTRA["conv"][0], "conv").graph_text)
     with pytest.raises(PointwiseUnsupported):
         lower_chain(g.compute_nodes(), {p: Val(p) for p, _ in g.placeholders})
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_template_defaults_cover_their_search_space(target: str) -> None:
+    """The mutator moves a parameter from its current value, and a seed's value is the default's: a knob in the
+    space with no default made every parameter mutation of that template fail (LayerNorm's STATS did, on the H200)."""
+    from ks_inductor.evolve.templates import templates_for
+
+    serving = ["rmsnorm_bf16", "layernorm_bf16", "softmax_bf16", "silu_mul_bf16", "rope_bf16", "cross_entropy_fp32",
+               "gemm_gelu_bf16"]
+    problems = [small_problem(n) for n in serving] + [problem_from_source(src, name=n)
+                                                      for n, (src, fam) in EXTRA.items() if fam is not None]
+    checked = 0
+    for problem in problems:
+        fm = classify(problem)
+        fm.target = target
+        for t in templates_for(fm):
+            for v in t.variants(fm):
+                d, space = t.default(fm, v, target), t.space(fm, v)
+                assert set(space) <= set(d), (problem.name, t.name, v, set(space) - set(d))
+                assert all(d[k] in vals for k, vals in space.items()), (problem.name, t.name, v)
+                assert t.coerce(fm, {}, v) == {k: d[k] for k in space}
+                checked += 1
+    assert checked > 20

@@ -60,14 +60,16 @@ def _compile_all(problem_path: str, which: str) -> list[dict]:
             for v in variants:
                 d = t.default(fm, v, "cuda")
                 renders.append((v, d))
-                if "EVICT" in d:  # the eviction hint is a code path of its own
-                    renders.append((v, {**d, "EVICT": 1}))
+                for e in t.space(fm, v).get("EVICT", [])[1:]:  # each cache hint is a code path of its own
+                    renders.append((v, {**d, "EVICT": e}))
                 if "WS" in d:  # and the K loop with and without warp specialization
                     renders.append((v, {**d, "WS": 1 - d["WS"]}))
                 if "FASTEXP" in d:  # and the flushing exp2 helper (inline PTX)
                     renders.append((v, {**d, "FASTEXP": 1 - d["FASTEXP"]}))
                 if "RND" in d:  # so is each way of rounding intermediates
                     renders.append((v, {**d, "RND": 1 - d["RND"]}))
+                if "NATIVE" in d:  # and 16-bit arithmetic against fp32 with emulated roundings
+                    renders.append((v, {**d, "NATIVE": 1 - d["NATIVE"]}))
             for n_r, (v, params) in enumerate(renders):
                 src = t.render(fm, params, v)
                 # Triton reads kernel source back from a file (inspect), so the module must live in one.
@@ -93,7 +95,7 @@ def _compile_all(problem_path: str, which: str) -> list[dict]:
                 assert launches, f"{t.name}/{v} launched nothing"
                 for fn, args, kwargs in launches:
                     sig, consts = {}, {}
-                    opts = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
+                    opts = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "enable_fp_fusion") if k in kwargs}
                     names = fn.arg_names
                     bound = dict(zip(names, args))
                     bound.update(kwargs)
@@ -120,6 +122,7 @@ def _compile_all(problem_path: str, which: str) -> list[dict]:
                     report.append({"template": t.name, "variant": v, "kernel": fn.__name__,
                                    "cubin": len(ck.asm.get("cubin", b"")), "regs": getattr(ck, "n_regs", None),
                                    "spills": getattr(ck, "n_spills", None), "rnd": params.get("RND"),
+                                   "native": params.get("NATIVE"), "bf16_math": "mul.rn.bf16" in ck.asm.get("ptx", ""),
                                    "bf16_fma": "fma.rn.bf16" in ck.asm.get("ptx", "")})
     finally:
         JITFunction.run = original
@@ -145,6 +148,8 @@ def test_template_kernels_compile_for_sm90() -> None:
     # into an add (RoPE's `q * cos + rotate_half(q) * sin` is where that happened).
     assert {k["rnd"] for k in report["rope_bf16"]} == {0, 1}
     assert not [k for ks in report.values() for k in ks if k["bf16_fma"]]
+    # NATIVE RoPE computes with bf16 instructions (the fp32 form never does), still without a fused product.
+    assert {(k["native"], k["bf16_math"]) for k in report["rope_bf16"]} == {(0, False), (1, True)}
 
 
 def test_decode_matmul_variants_compile_for_sm90(tmp_path) -> None:

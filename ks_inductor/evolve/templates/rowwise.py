@@ -48,8 +48,25 @@ def _row_shape(fm: FamilyMatch) -> list[int]:
     return full
 
 
-def _lower(fm: FamilyMatch, lowp: bool = False,
-           fastexp: bool = False) -> tuple[list[str], dict[str, str], list[str]]:
+ADD_PAIR_HELPER = """@triton.jit
+def _add_pair(a0, a1, b0, b1):
+    return a0 + b0, a1 + b1"""
+
+
+def _stats_tile(fm: FamilyMatch) -> str | None:
+    """The row tile a LayerNorm normalizes when it reads one as it is, else None: the one-pass statistics (STATS=1)
+    take their shift from the tile's first column, loaded on its own."""
+    for node in fm.graph.nodes:
+        if node.op == "native_layer_norm":
+            a0 = node.args[0]
+            t = fm.graph.type_of(a0.name) if isinstance(a0, Ref) else None
+            if t is not None and t.shape == _row_shape(fm) and a0.name in dict(fm.graph.placeholders):
+                return a0.name
+    return None
+
+
+def _lower(fm: FamilyMatch, lowp: bool = False, fastexp: bool = False,
+           stats: bool = False) -> tuple[list[str], dict[str, str], list[str]]:
     """Kernel body lines, the loads (placeholder -> kind) and the output value names.
 
     ``lowp`` keeps row tiles in their storage dtype and widens them at each use, and writes softmax as
@@ -107,6 +124,23 @@ def _lower(fm: FamilyMatch, lowp: bool = False,
             lines += [f"{name}_m = tl.sum(tl.where(mask, {src}, 0.0), axis=1)[:, None] / n_cols",
                       f"{name}_c = tl.where(mask, {src} - {name}_m, 0.0)",
                       f"{name} = {rnd(f'tl.sum({name}_c * {name}_c, axis=1)[:, None] / (n_cols - {literal(corr)})')}"]
+        elif node.op == "native_layer_norm" and stats and a0.name == _stats_tile(fm):
+            # One pass: the sums of d = x - k and d * d in one reduction, k the row's first value. E[d^2] - E[d]^2
+            # loses at most log2(n + 1) bits to cancellation, since (k - mean)^2 <= n * var for any k of the row;
+            # a two-pass form pays a second block-wide reduction, after the first.
+            w, b, eps = node.args[2], node.args[3], node.args[4]
+            lines += [f"{name}_k = tl.load({a0.name}_ptr + r64 * {a0.name}_s0, mask=rmask[:, None], other=0.0)"
+                      ".to(tl.float32)",
+                      f"{name}_d = tl.where(mask, {src} - {name}_k, 0.0)",
+                      f"{name}_s1, {name}_s2 = tl.reduce(({name}_d, {name}_d * {name}_d), 1, _add_pair)",
+                      f"{name}_m = {name}_s1[:, None] / n_cols",
+                      f"{name}_r = tl.rsqrt({name}_s2[:, None] / n_cols - {name}_m * {name}_m + {literal(eps)})",
+                      f"{name} = ({name}_d - {name}_m) * {name}_r"]
+            if isinstance(w, Ref):
+                lines.append(f"{name} = {name} * {env[w.name].expr}")
+            if isinstance(b, Ref):
+                lines.append(f"{name} = {name} + {env[b.name].expr}")
+            lines.append(f"{name} = {rnd(name)}")
         elif node.op == "native_layer_norm":
             w, b, eps = node.args[2], node.args[3], node.args[4]
             lines += [f"{name}_m = tl.sum(tl.where(mask, {src}, 0.0), axis=1)[:, None] / n_cols",
@@ -167,7 +201,7 @@ class RowwiseTemplate(Template):
 
     def space(self, fm: FamilyMatch, variant: str) -> dict[str, list[Any]]:
         # Stages only pipeline loops; the one-block variant has none, so they are not a knob there.
-        s: dict[str, list[Any]] = {"ROWS": [1, 2, 4, 8, 16], "num_warps": [1, 2, 4, 8, 16, 32], "EVICT": [0, 1],
+        s: dict[str, list[Any]] = {"ROWS": [1, 2, 4, 8, 16], "num_warps": [1, 2, 4, 8, 16, 32], "EVICT": [0, 1, 2],
                                    "LOWP": [0, 1]}
         if variant == "persistent":
             s["WAVES"] = [1, 2, 4, 8]
@@ -176,6 +210,8 @@ class RowwiseTemplate(Template):
             s["WAVES"] = [1, 2, 4, 8]
         if _fastexp_offered(fm):
             s["FASTEXP"] = [0, 1]
+        if _stats_tile(fm) is not None:
+            s["STATS"] = [0, 1]
         return {**s, **rounding_space(fm)}
 
     def feasible(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> bool:
@@ -203,10 +239,14 @@ class RowwiseTemplate(Template):
             # On the H200 the flushing exp took the whole-row bf16 softmax from 163 to 139 us
             # (benchmarks/results/l2-state-configs-nvidia-h200-2026-11-22.json).
             p["FASTEXP"] = 1
+        if _stats_tile(fm) is not None:
+            # Not measured faster per call on the H200 (19.5 us either way, l2-state-configs-...-session8.json).
+            p["STATS"] = 0
         return {**p, **rounding_default(fm)}
 
     def render(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> str:
-        lines, loads, outs = _lower(fm, bool(params.get("LOWP", 0)), bool(params.get("FASTEXP", 0)))
+        lines, loads, outs = _lower(fm, bool(params.get("LOWP", 0)), bool(params.get("FASTEXP", 0)),
+                                    bool(params.get("STATS", 0)))
         g = fm.graph
         tiles = [p for p, k in loads.items() if k == "tile"]
         vecs = [p for p, k in loads.items() if k == "vec"]
@@ -219,14 +259,20 @@ class RowwiseTemplate(Template):
                + ", ".join(f"{o}_s0" for o in out_names))
         persistent = variant in ("persistent", "prefetch")
         pipelined = variant == "prefetch"
-        k: list[str] = ["@triton.jit", f"def _row_kernel({sig}, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):",
-                        "    cols = tl.arange(0, BLOCK_N)", "    cmask = cols < n_cols"]
+        # EVEN (the launch found no ragged row block or column tail): all-true masks, which the compiler folds
+        # away with the selects of the masked reductions; that was a tenth of a LayerNorm's instructions.
+        k: list[str] = ["@triton.jit",
+                        f"def _row_kernel({sig}, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr):",
+                        "    cols = tl.arange(0, BLOCK_N)",
+                        "    cmask = tl.full([BLOCK_N], 1, tl.int1) if EVEN else cols < n_cols"]
         for p in vecs:
             k.append(f"    v_{p} = tl.load({p}_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]")
         for p in scalars:
             k.append(f"    v_{p} = tl.load({p}_ptr).to(tl.float32)")
-        # Row tiles are read once: evict_first keeps L2 for the broadcast vectors.
+        # Row tiles are read once: evict_first keeps L2 for the broadcast vectors. EVICT=2 also streams the
+        # stores (.cs), which are not read again by this kernel either.
         evict = ', eviction_policy="evict_first"' if params.get("EVICT") else ""
+        st_hint = ', cache_modifier=".cs"' if params.get("EVICT") == 2 else ""
         widen = "" if params.get("LOWP") else ".to(tl.float32)"
 
         def prefetch(ind: str, rows: str) -> list[str]:
@@ -249,7 +295,8 @@ class RowwiseTemplate(Template):
             k.append(ind + "rows = blk * ROWS + tl.arange(0, ROWS)")
         else:
             k.append(ind + "rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)")
-        k += [ind + "rmask = rows < n_rows", ind + "mask = rmask[:, None] & cmask[None, :]",
+        k += [ind + "rmask = tl.full([ROWS], 1, tl.int1) if EVEN else rows < n_rows",
+              ind + "mask = rmask[:, None] & cmask[None, :]",
               ind + "r64 = rows.to(tl.int64)[:, None]"]
         if pipelined:
             k += [ind + f"v_{p} = n_{p}{widen}" for p in tiles]
@@ -261,8 +308,10 @@ class RowwiseTemplate(Template):
         k += [ind + ln for ln in lines]
         for o, v, ref in zip(out_names, outs, output_refs(g)):
             k.append(ind + f"tl.store({o}_ptr + r64 * {o}_s0 + cols[None, :], {store_expr(v, g.type_of(ref).dtype)}, "
-                     "mask=mask)")
+                     f"mask=mask{st_hint})")
         kernel = "\n".join(k)
+        if "_add_pair)" in kernel:
+            kernel = ADD_PAIR_HELPER + "\n\n\n" + kernel
 
         f: list[str] = []
         main = fm.operand(tiles[0])
@@ -288,7 +337,8 @@ class RowwiseTemplate(Template):
         call = (", ".join(f"t_{p}" for p in loads) + ", " + ", ".join(out_names) + ", n_rows, n_cols, "
                 + ", ".join(f"t_{p}.stride(0), t_{p}.stride(1)" for p in tiles) + ", "
                 + ", ".join(f"{o}.stride(0)" for o in out_names))
-        f.append(f"_row_kernel[grid]({call}, ROWS=ROWS, BLOCK_N=BLOCK_N, num_warps={int(params['num_warps'])}, "
+        f.append(f"_row_kernel[grid]({call}, ROWS=ROWS, BLOCK_N=BLOCK_N, EVEN=n_cols == BLOCK_N and n_rows % ROWS == 0, "
+                 f"num_warps={int(params['num_warps'])}, "
                  f"num_stages={int(params.get('num_stages', 1))})")
         rets = [f"{o}.view(*lead, n_cols)" for o in out_names]
         f.append("return " + (rets[0] if len(rets) == 1 else "(" + ", ".join(rets) + ")"))
