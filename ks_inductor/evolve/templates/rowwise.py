@@ -124,29 +124,24 @@ def _lower(fm: FamilyMatch, lowp: bool = False, fastexp: bool = False,
             lines += [f"{name}_m = tl.sum(tl.where(mask, {src}, 0.0), axis=1)[:, None] / n_cols",
                       f"{name}_c = tl.where(mask, {src} - {name}_m, 0.0)",
                       f"{name} = {rnd(f'tl.sum({name}_c * {name}_c, axis=1)[:, None] / (n_cols - {literal(corr)})')}"]
-        elif node.op == "native_layer_norm" and stats and a0.name == _stats_tile(fm):
-            # One pass: the sums of d = x - k and d * d in one reduction, k the row's first value. E[d^2] - E[d]^2
-            # loses at most log2(n + 1) bits to cancellation, since (k - mean)^2 <= n * var for any k of the row;
-            # a two-pass form pays a second block-wide reduction, after the first.
-            w, b, eps = node.args[2], node.args[3], node.args[4]
-            lines += [f"{name}_k = tl.load({a0.name}_ptr + r64 * {a0.name}_s0, mask=rmask[:, None], other=0.0)"
-                      ".to(tl.float32)",
-                      f"{name}_d = tl.where(mask, {src} - {name}_k, 0.0)",
-                      f"{name}_s1, {name}_s2 = tl.reduce(({name}_d, {name}_d * {name}_d), 1, _add_pair)",
-                      f"{name}_m = {name}_s1[:, None] / n_cols",
-                      f"{name}_r = tl.rsqrt({name}_s2[:, None] / n_cols - {name}_m * {name}_m + {literal(eps)})",
-                      f"{name} = ({name}_d - {name}_m) * {name}_r"]
-            if isinstance(w, Ref):
-                lines.append(f"{name} = {name} * {env[w.name].expr}")
-            if isinstance(b, Ref):
-                lines.append(f"{name} = {name} + {env[b.name].expr}")
-            lines.append(f"{name} = {rnd(name)}")
         elif node.op == "native_layer_norm":
             w, b, eps = node.args[2], node.args[3], node.args[4]
-            lines += [f"{name}_m = tl.sum(tl.where(mask, {src}, 0.0), axis=1)[:, None] / n_cols",
-                      f"{name}_c = tl.where(mask, {src} - {name}_m, 0.0)",
-                      f"{name}_r = tl.rsqrt(tl.sum({name}_c * {name}_c, axis=1)[:, None] / n_cols + {literal(eps)})",
-                      f"{name} = {name}_c * {name}_r"]
+            if stats and a0.name == _stats_tile(fm):
+                # One pass: the sums of d = x - k and d * d in one reduction, k the row's first value.
+                # E[d^2] - E[d]^2 loses at most log2(n + 1) bits to cancellation, since (k - mean)^2 <= n * var for
+                # any k of the row; the two-pass form pays a second block-wide reduction, after the first.
+                lines += [f"{name}_k = tl.load({a0.name}_ptr + r64 * {a0.name}_s0, mask=rmask[:, None], other=0.0)"
+                          ".to(tl.float32)",
+                          f"{name}_d = tl.where(mask, {src} - {name}_k, 0.0)",
+                          f"{name}_s1, {name}_s2 = tl.reduce(({name}_d, {name}_d * {name}_d), 1, _add_pair)",
+                          f"{name}_m = {name}_s1[:, None] / n_cols",
+                          f"{name}_r = tl.rsqrt({name}_s2[:, None] / n_cols - {name}_m * {name}_m + {literal(eps)})",
+                          f"{name} = ({name}_d - {name}_m) * {name}_r"]
+            else:
+                lines += [f"{name}_m = tl.sum(tl.where(mask, {src}, 0.0), axis=1)[:, None] / n_cols",
+                          f"{name}_c = tl.where(mask, {src} - {name}_m, 0.0)",
+                          f"{name}_r = tl.rsqrt(tl.sum({name}_c * {name}_c, axis=1)[:, None] / n_cols + {literal(eps)})",
+                          f"{name} = {name}_c * {name}_r"]
             if isinstance(w, Ref):
                 lines.append(f"{name} = {name} * {env[w.name].expr}")
             if isinstance(b, Ref):
