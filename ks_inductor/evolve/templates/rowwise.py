@@ -217,8 +217,11 @@ class RowwiseTemplate(Template):
 
     def default(self, fm: FamilyMatch, variant: str, device: str) -> dict[str, Any]:
         n = next_pow2(_row_shape(fm)[-1])
-        rows = max(1, min(16, 2048 // n))
-        warps = max(1, min(32, next_pow2(n * rows // 512)))
+        # 8192 values per program, 32 per thread: on the H200, 4 of 6 searches over the 4096-wide norms ended on 2
+        # rows and 8 warps (evolve-serving-ops-nvidia-h200-2026-11-22-{fastexp,session8-native,
+        # session8-layernorm64}.json); the other two ended on 1 row.
+        rows = max(1, min(16, 8192 // n))
+        warps = max(1, min(32, next_pow2(n * rows // 1024)))
         p: dict[str, Any] = {"ROWS": rows, "num_warps": warps, "EVICT": 0, "LOWP": 0}
         if variant == "persistent":
             p["WAVES"] = 2
