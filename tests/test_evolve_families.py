@@ -19,9 +19,10 @@ SMALL = {"batch_size": 4, "dim": 48, "num_classes": 40, "q_heads": 2, "k_heads":
          "head_dim": 16, "M": 24, "K": 20, "N": 28}
 
 
-def shrink(src: str) -> str:
-    """The benchmark problems at test shapes: their module-level size constants replaced."""
-    return re.sub(r"^([A-Za-z_]+) = \d+$", lambda m: f"{m.group(1)} = {SMALL.get(m.group(1), m.group(0).split()[-1])}",
+def shrink(src: str, **sizes: int) -> str:
+    """The benchmark problems at test shapes: their module-level size constants replaced (``sizes`` over SMALL)."""
+    table = {**SMALL, **sizes}
+    return re.sub(r"^([A-Za-z_]+) = \d+$", lambda m: f"{m.group(1)} = {table.get(m.group(1), m.group(0).split()[-1])}",
                   src, flags=re.M)
 
 

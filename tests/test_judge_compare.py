@@ -61,3 +61,26 @@ def test_shape_dtype_and_integer_outputs() -> None:
     assert "dtype" in C.compare_outputs([r.float()], [r.double()], tol, 0, "t")[1]
     m, why = C.compare_outputs([r.float()], [r.float().index_fill_(1, torch.tensor([2]), 99.0)], tol, 0, "t")
     assert why and m.first_bad_index == [0, 2] and m.fraction_mismatched == 3 / 12
+
+
+def test_a_cancelling_element_is_judged_at_the_output_scale() -> None:
+    """A product of 100x inputs: outputs of order 1e4, one of them cancelling to near 0. Another summation
+    order moves that element by about eps times the terms, far above atol, and that is still a correct answer;
+    an error of a thousandth of the output's scale is not."""
+    def fp32(_dtype: str) -> tuple[float, float]:
+        return (1e-4, 1e-4)
+
+    g = torch.Generator().manual_seed(0)
+    r = torch.randn(1024, generator=g) * 1e4
+    r[5] = 0.01
+    reordered = r.clone()
+    reordered[5] += 0.05
+    assert C.compare_outputs([r], [reordered], fp32, 3, "large")[1] is None
+    wrong = r.clone()
+    wrong[5] += 10.0
+    assert "1 of 1024 elements" in C.compare_outputs([r], [wrong], fp32, 3, "large")[1]
+    # At unit scale the bound is atol itself.
+    small = torch.randn(1024, generator=g) * 0.5
+    nudged = small.clone()
+    nudged[5] += 5e-4 + 1e-4 * abs(float(small[5]))  # under rtol in relative L2, so the element bound decides
+    assert C.compare_outputs([small], [nudged], fp32, 0, "normal")[1] is not None
