@@ -95,11 +95,10 @@ def test_one_pass_layernorm_statistics_survive_a_large_common_offset(tmp_path) -
 
     from ks_inductor.evolve.templates import template_named
     from ks_inductor.problem import exec_problem_source
-    from tests.test_evolve_families import PROBLEMS
+    from tests.test_evolve_families import PROBLEMS, shrink
 
     # Rows of 4096: long enough that the sums of squares round (bf16 squares summed over short rows are exact).
-    problem = problem_from_source((PROBLEMS / "layernorm_bf16.py").read_text().replace("batch_size = 4096",
-                                                                                        "batch_size = 4"))
+    problem = problem_from_source(shrink((PROBLEMS / "layernorm_bf16.py").read_text(), batch_size=4, dim=4096))
     fm = classify(problem)
     fm.target = "cpu"
     t = template_named("rowwise")

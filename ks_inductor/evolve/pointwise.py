@@ -110,11 +110,22 @@ def exp_shifted(x: str, shift: str, fast: bool) -> str:
     return f"tl.exp({x} - ({shift}))"
 
 
+# The combine function of a reduction of two sums at once (``tl.reduce((a, b), axis, _add_pair)``).
+ADD_PAIR_HELPER = """
+@triton.jit
+def _add_pair(a0, a1, b0, b1):
+    return a0 + b0, a1 + b1
+"""
+
+
 def math_helpers(kernels: str, target: str) -> str:
     """The math helpers ``kernels`` calls, in the form for ``target``."""
-    if "_exp2_ftz(" not in kernels:
-        return ""
-    return (EXP2_FTZ_HELPER if target == "cpu" else EXP2_FTZ_HELPER_HW).strip()
+    out = []
+    if "_exp2_ftz(" in kernels:
+        out.append((EXP2_FTZ_HELPER if target == "cpu" else EXP2_FTZ_HELPER_HW).strip())
+    if "_add_pair)" in kernels:
+        out.append(ADD_PAIR_HELPER.strip())
+    return "\n\n\n".join(out)
 
 
 def round_expr(expr: str, dtype: str) -> str:

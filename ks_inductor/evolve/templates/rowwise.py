@@ -48,11 +48,6 @@ def _row_shape(fm: FamilyMatch) -> list[int]:
     return full
 
 
-ADD_PAIR_HELPER = """@triton.jit
-def _add_pair(a0, a1, b0, b1):
-    return a0 + b0, a1 + b1"""
-
-
 def _stats_tile(fm: FamilyMatch) -> str | None:
     """The row tile a LayerNorm normalizes when it reads one as it is, else None: the one-pass statistics (STATS=1)
     take their shift from the tile's first column, loaded on its own."""
@@ -308,8 +303,6 @@ class RowwiseTemplate(Template):
             k.append(ind + f"tl.store({o}_ptr + r64 * {o}_s0 + cols[None, :], {store_expr(v, g.type_of(ref).dtype)}, "
                      f"mask=mask{st_hint})")
         kernel = "\n".join(k)
-        if "_add_pair)" in kernel:
-            kernel = ADD_PAIR_HELPER + "\n\n\n" + kernel
 
         f: list[str] = []
         main = fm.operand(tiles[0])
