@@ -250,6 +250,40 @@ def test_plausibility_gate_quarantines_implausible_speed():
         assert r.verdict == "accepted" and not r.faster  # 2% is inside the 3% margin
 
 
+def test_cuda_graph_timing_enters_the_score_and_the_serving_decision():
+    from ks_inductor.judge import EvalResult, Judge, JudgeConfig
+    from ks_inductor.problem import load_problem
+
+    problem = load_problem(PROBLEMS / "rmsnorm.py")
+    per_call = {"eager": [[1.0] * 5] * 5, "inductor": [[0.6] * 5] * 5, "candidate": [[0.3] * 5] * 5}
+    with Judge(JudgeConfig(backend="triton-interpret"), spares=False) as judge:
+        judge.backend.timed = True  # synthetic GPU samples
+        r = EvalResult(correct=True, verdict="accepted")
+        judge._judge_speed(r, problem, {"samples": per_call, "wall": None})
+        assert r.faster and r.score == r.speedup_best == pytest.approx(2.0) and not r.steady_timings
+        # 2x per call, but slower than Inductor inside a CUDA graph: never served, and ranked by both.
+        steady = {"eager": [[0.8] * 5] * 5, "inductor": [[0.4] * 5] * 5, "candidate": [[0.5] * 5] * 5}
+        r = EvalResult(correct=True, verdict="accepted")
+        judge._judge_speed(r, problem, {"samples": per_call, "steady_samples": steady, "wall": None})
+        assert r.steady_speedups == pytest.approx({"eager": 1.6, "inductor": 0.8})
+        assert not r.faster and r.verdict == "accepted"
+        assert r.score == pytest.approx((2.0 * 0.8) ** 0.5) and r.score_lcb <= r.score
+        steady["candidate"] = [[0.35] * 5] * 5
+        r = EvalResult(correct=True, verdict="accepted")
+        judge._judge_speed(r, problem, {"samples": per_call, "steady_samples": steady, "wall": None})
+        assert r.faster and r.score == pytest.approx((2.0 * 0.4 / 0.35) ** 0.5)
+        back = EvalResult.from_json(json.loads(r.dumps()))
+        assert back.steady_timings["candidate"].median_ms == pytest.approx(0.35) and back.score == r.score
+        assert "Inside a CUDA graph" in r.feedback_text()
+        # The roofline gate holds for the graph's time too.
+        r = EvalResult(correct=True, verdict="accepted")
+        judge._judge_speed(r, problem, {"samples": {"eager": [[1.0] * 5] * 5, "candidate": [[0.3] * 5] * 5},
+                                        "steady_samples": {"eager": [[1.0] * 5] * 5,
+                                                           "candidate": [[0.01] * 5] * 5},
+                                        "wall": None, "bandwidth": problem.bytes_moved / 0.05e-3})
+        assert r.verdict == "quarantined" and "faster_than_roofline" in r.flags
+
+
 def test_eval_cli_json_and_exit_codes():
     cmd = [sys.executable, "-m", "ks_inductor.cli", "eval", str(PROBLEMS / "rmsnorm.py")]
     ok = subprocess.run(cmd + [str(ROOT / "tests/candidates/rmsnorm_ok.py"), "--backend", "triton-interpret",
@@ -287,10 +321,11 @@ def test_search_and_final_protocols():
 
     search = JudgeConfig.for_search(backend="triton-cuda")
     assert search.protocol(False) == {"rounds": 5, "rep_ms": 60.0, "max_reps": 100, "warmup_ms": 10.0,
-                                      "baselines": ["eager"]}
+                                      "baselines": ["eager"], "steady": True}
     # Whatever a search uses, the final judgment (what serving needs) times against Inductor too.
     assert search.protocol(True) == {"rounds": 7, "rep_ms": 200.0, "max_reps": 2000, "warmup_ms": 25.0,
-                                     "baselines": ["eager", "inductor"]}
+                                     "baselines": ["eager", "inductor"], "steady": True}
+    assert JudgeConfig(steady_state=False).protocol(True)["steady"] is False
     assert JudgeConfig().protocol(False)["baselines"] == ["eager", "inductor"]
 
 

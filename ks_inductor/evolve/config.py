@@ -58,7 +58,7 @@ class EvolveConfig:
     migration_interval: int = 6
     judge_trials: int | None = None
     # Leading elites judged again at the end with the judge's final protocol; the winner is chosen by that.
-    final_candidates: int = 2
+    final_candidates: int = 3
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:

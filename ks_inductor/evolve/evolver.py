@@ -79,8 +79,8 @@ def hardware_facts(judge: Any) -> dict[str, Any]:
 
 def _program_from(cand: Candidate, res: EvalResult, descriptor: dict[str, Any], island: int) -> Program:
     timed = bool(res.timing_meaningful)
-    speed = res.speedup_best
-    lcb = res.speedup_best_lcb
+    speed = res.score
+    lcb = res.score_lcb
     ms = res.candidate_ms
     if timed and speed is None and ms:
         speed = lcb = 1.0 / ms  # no baseline measured: rank by time alone
@@ -90,7 +90,8 @@ def _program_from(cand: Candidate, res: EvalResult, descriptor: dict[str, Any], 
         speedups=[speed] if timed and speed is not None else [], lcbs=[lcb] if timed and lcb is not None else [],
         median_ms=[ms] if ms is not None else [],
         metrics={"speedup_eager": res.speedup_eager, "speedup_inductor": res.speedup_inductor,
-                 "roofline_fraction": res.roofline_fraction, "verdict": res.verdict},
+                 "steady_speedups": res.steady_speedups, "roofline_fraction": res.roofline_fraction,
+                 "verdict": res.verdict},
         feedback=res.feedback_text()[-3000:], generation=cand.generation,
     )
 
@@ -299,7 +300,7 @@ class Evolver:
         if info["kind"] == "retime":
             pid = info["program"]
             if res.verdict == ACCEPTED and res.correct:
-                archive.update_measurement(pid, res.speedup_best, res.speedup_best_lcb, res.candidate_ms)
+                archive.update_measurement(pid, res.score, res.score_lcb, res.candidate_ms)
                 self.results[pid] = res
             else:
                 log.warning("elite %s failed its re-check (%s); demoted", pid, res.verdict)
@@ -366,8 +367,8 @@ class Evolver:
                 archive.demote(prog.id)
         if not finals:
             return None, None
-        # Served or not is decided by ``faster``; among those, the larger speedup over the best baseline wins.
-        return max(finals, key=lambda pr: (pr[1].verdict == ACCEPTED and pr[1].faster, pr[1].speedup_best or 0.0))
+        # Served or not is decided by ``faster``; among those, the larger score (per call and in a CUDA graph) wins.
+        return max(finals, key=lambda pr: (pr[1].verdict == ACCEPTED and pr[1].faster, pr[1].score or 0.0))
 
     def _finish(self, run_id: str, archive: Archive, wall: float, stop_reason: str) -> EvolveSummary:
         best = archive.best()
@@ -397,7 +398,7 @@ class Evolver:
                            (min(best.median_ms) if best.median_ms else None)) if self.timed else None,
                 eager_ms=eager.median_ms if eager else None, inductor_ms=ind.median_ms if ind else None,
                 speedup_eager=best_res.speedup_eager, speedup_inductor=best_res.speedup_inductor,
-                speedup_lcb=(best_res.speedup_best_lcb if final is not None else best.lcb) if self.timed else None,
+                speedup_lcb=best_res.speedup_best_lcb if self.timed else None,
                 trials=best_res.trials, timed=self.timed,
                 run_id=run_id, parent_id=cand.parent_id, candidate_id=cand.id)
             record.id = self.store.add_kernel(record)

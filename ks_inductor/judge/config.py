@@ -42,6 +42,8 @@ class JudgeConfig:
     final_max_reps: int = 2000
     final_warmup_ms: float = 25.0
     final_baselines: tuple[str, ...] = ("eager", "inductor")
+    # Also time candidate and baselines inside a CUDA graph over cold inputs (GPU only): how serving runs them.
+    steady_state: bool = True
     margin: float = 0.03
     max_plausible_speedup: float = 10.0
     # Plausibility against the roofline floor: faster than this fraction of the floor is quarantined.
@@ -65,9 +67,10 @@ class JudgeConfig:
     def protocol(self, final: bool) -> dict[str, Any]:
         if final:
             return {"rounds": self.final_rounds, "rep_ms": self.final_rep_ms, "max_reps": self.final_max_reps,
-                    "warmup_ms": self.final_warmup_ms, "baselines": list(self.final_baselines)}
+                    "warmup_ms": self.final_warmup_ms, "baselines": list(self.final_baselines),
+                    "steady": self.steady_state}
         return {"rounds": self.rounds, "rep_ms": self.rep_ms, "max_reps": self.max_reps, "warmup_ms": self.warmup_ms,
-                "baselines": list(self.baselines)}
+                "baselines": list(self.baselines), "steady": self.steady_state}
 
     def tolerance(self, dtype: str) -> tuple[float, float]:
         return self.tolerances.get(dtype, (1e-2, 1e-2))

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 # Runtime findings that make a candidate wrong or untrustworthy, whatever its outputs.
 _REJECTING_FLAGS = frozenset({
     "torch_compute", "no_triton_launch", "monkeypatch", "global_config_change", "thread_injection", "side_stream",
-    "inputs_modified", "lazy_evaluation", "wrong_device", "stale_result",
+    "inputs_modified", "lazy_evaluation", "wrong_device", "stale_result", "graph_capture",
 })
 
 
@@ -267,6 +267,7 @@ class Judge:
                 "order_seed": int.from_bytes(os.urandom(4), "little"), "timed": self.backend.timed and want_timing,
                 "timing": {"min_reps": cfg.min_reps, **cfg.protocol(final)},
                 "timing_sets": [(t["seed"], t["dist"]) for t in ref.timing], "l2_bytes": self._l2,
+                "tolerances": cfg.tolerances,
                 "memory_limit_mb": cfg.memory_limit_mb, "device_memory_fraction": cfg.device_memory_fraction,
             }
             if not want_timing and self.backend.timed:
@@ -290,18 +291,22 @@ class Judge:
             res.trials = len(msg["cand_files"])
             if res.verdict == REJECTED and res.reasons:
                 return res
-            if msg.get("post_files"):
+            checks = [(k, path, "repeated calls on refreshed inputs") for k, path in
+                      enumerate(msg.get("post_files") or [])]
+            checks += [(g["set"], g["file"], "CUDA-graph replays on new input contents") for g in
+                       msg.get("graph_files") or []]
+            if checks:
                 res.stage = "timing"
-                for k, path in enumerate(msg["post_files"]):
-                    ref_t = load_file(ref.timing[k]["file"])
-                    got = load_file(path)
-                    m, why = compare_outputs([ref_t[f"out{j}"] for j in range(len(ref_t))],
-                                             [got[f"out{j}"] for j in range(len(got))], cfg.tolerance, k, "rotating")
-                    if why:
-                        res.mismatch = m
-                        res.reject("stale_result", "wrong after repeated calls on refreshed inputs (results cached or "
-                                   f"state kept across calls): {why}")
-                        return res
+            for k, path, when in checks:
+                ref_t = load_file(ref.timing[k]["file"])
+                got = load_file(path)
+                m, why = compare_outputs([ref_t[f"out{j}"] for j in range(len(ref_t))],
+                                         [got[f"out{j}"] for j in range(len(got))], cfg.tolerance, k, "rotating")
+                if why:
+                    res.mismatch = m
+                    res.reject("stale_result", f"wrong after {when} (results cached or state kept across calls): "
+                               f"{why}")
+                    return res
             res.correct, res.verdict = True, ACCEPTED
             if msg.get("samples") and self.backend.timed:
                 res.final = final
@@ -324,7 +329,16 @@ class Judge:
         if "inductor" in samples:
             res.speedup_inductor, res.speedup_inductor_lcb = T.ratio_with_lcb(samples["inductor"], cand)
             lcbs.append(res.speedup_inductor_lcb)
-        res.faster = bool(lcbs) and min(lcbs) >= 1 + cfg.margin
+        steady = msg.get("steady_samples") or {}
+        if "candidate" in steady:
+            res.steady_timings = {name: T.summarize(rounds) for name, rounds in steady.items()}
+            for name in samples:
+                if name != "candidate" and name in steady:
+                    res.steady_speedups[name], res.steady_speedup_lcbs[name] = T.ratio_with_lcb(
+                        steady[name], steady["candidate"])
+        # Served only when faster per call by the margin, and not slower inside a CUDA graph.
+        res.faster = (bool(lcbs) and min(lcbs) >= 1 + cfg.margin
+                      and min(res.steady_speedups.values(), default=1.0) >= 1.0)
         cand_ms = res.timings["candidate"].median_ms
         wall = msg.get("wall")
         if wall:
@@ -349,10 +363,12 @@ class Judge:
             res.verdict = QUARANTINED
             res.flags.append("implausible_speedup")
             res.reasons.append(f"{best:.1f}x faster than the best baseline ({res.best_baseline}): held for review")
-        if floor and cand_ms < cfg.floor_slack * floor:
+        steady_ms = res.steady_timings["candidate"].median_ms if res.steady_timings else cand_ms
+        if floor and min(cand_ms, steady_ms) < cfg.floor_slack * floor:
             res.verdict = QUARANTINED
             res.flags.append("faster_than_roofline")
-            res.reasons.append(f"{cand_ms:.4f} ms is below the roofline floor {floor:.4f} ms: held for review")
+            res.reasons.append(f"{min(cand_ms, steady_ms):.4f} ms is below the roofline floor {floor:.4f} ms: held "
+                               "for review")
 
     def _floor_ms(self, problem: Problem, bandwidth: float | None, nominal: bool) -> float | None:
         peaks = self.backend.nominal_peaks(self.fingerprint.device_name)

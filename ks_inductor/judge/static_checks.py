@@ -236,6 +236,9 @@ class _Checker(ast.NodeVisitor):
         if dotted and not self._in_jit:
             full = self._resolve(dotted)
             root = full.split(".")[0]
+            if full.split(".")[-1] == "is_current_stream_capturing":
+                self.flag("capture_aware", f"calls {full}: a kernel must compute the same way inside a CUDA graph "
+                          "as outside it", node)
             if root == "torch":
                 allowed = full in TORCH_ALLOWED_CALLS or full.startswith("torch.nn.init.") or (
                     full.startswith("torch.nn.") and full.split(".")[2][:1].isupper() and len(full.split(".")) == 3

@@ -60,6 +60,11 @@ class EvalResult:
     speedup_inductor: float | None = None
     speedup_eager_lcb: float | None = None
     speedup_inductor_lcb: float | None = None
+    # The same tools timed inside a CUDA graph over cold inputs (GPU judgments): per baseline, its time over the
+    # candidate's, and that ratio's lower confidence bound.
+    steady_timings: dict[str, Timing] = field(default_factory=dict)
+    steady_speedups: dict[str, float] = field(default_factory=dict)
+    steady_speedup_lcbs: dict[str, float] = field(default_factory=dict)
     faster: bool = False  # the lower confidence bound clears 1 + margin against the best baseline
     final: bool = False  # timed with the final protocol (what serving requires), not a search's short one
     roofline_floor_ms: float | None = None
@@ -89,6 +94,17 @@ class EvalResult:
         return min(vals) if vals else None
 
     @property
+    def score(self) -> float | None:
+        """What a search maximizes: the speedup against the best baseline per call, and where the judge also timed
+        the CUDA-graph steady state, the geometric mean of the two, so a kernel must be fast both launched on its
+        own and inside a served model's graph."""
+        return _combined(self.speedup_best, min(self.steady_speedups.values(), default=None))
+
+    @property
+    def score_lcb(self) -> float | None:
+        return _combined(self.speedup_best_lcb, min(self.steady_speedup_lcbs.values(), default=None))
+
+    @property
     def candidate_ms(self) -> float | None:
         t = self.timings.get("candidate")
         return t.median_ms if t else None
@@ -115,6 +131,7 @@ class EvalResult:
         if data.get("mismatch"):
             data["mismatch"] = Mismatch(**data["mismatch"])
         data["timings"] = {k: Timing(**v) for k, v in (data.get("timings") or {}).items()}
+        data["steady_timings"] = {k: Timing(**v) for k, v in (data.get("steady_timings") or {}).items()}
         return cls(**data)
 
     def feedback_text(self) -> str:
@@ -146,6 +163,10 @@ class EvalResult:
                     f"Speedup vs torch.compile {self.speedup_inductor:.3f}x "
                     f"(lower bound {self.speedup_inductor_lcb:.3f}x)."
                 )
+            if "candidate" in self.steady_timings:
+                parts = [f"{name} {t.median_ms:.4f} ms" for name, t in self.steady_timings.items()]
+                lines.append("Inside a CUDA graph, calls back to back on cold inputs (how serving runs it): "
+                             + ", ".join(parts) + ".")
             if self.roofline_fraction is not None:
                 lines.append(
                     f"Reaches {100 * self.roofline_fraction:.1f}% of the roofline floor "
@@ -158,3 +179,9 @@ class EvalResult:
         if self.log_tail:
             lines.append("Worker output (tail):\n" + self.log_tail[-2000:])
         return "\n".join(lines)
+
+
+def _combined(per_call: float | None, steady: float | None) -> float | None:
+    if per_call is None or steady is None:
+        return per_call
+    return (per_call * steady) ** 0.5
