@@ -65,7 +65,9 @@ class EvalResult:
     steady_timings: dict[str, Timing] = field(default_factory=dict)
     steady_speedups: dict[str, float] = field(default_factory=dict)
     steady_speedup_lcbs: dict[str, float] = field(default_factory=dict)
-    faster: bool = False  # the lower confidence bound clears 1 + margin against the best baseline
+    # Served: the per-call lower confidence bound clears 1 + margin against every baseline, and inside a CUDA
+    # graph the candidate is not slower than any.
+    faster: bool = False
     final: bool = False  # timed with the final protocol (what serving requires), not a search's short one
     roofline_floor_ms: float | None = None
     roofline_fraction: float | None = None
