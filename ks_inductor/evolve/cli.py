@@ -106,8 +106,9 @@ def _print_summary(console: Console, problem: Any, s: Any) -> None:
     t.add_row("wall time", f"{s.wall_s:.1f} s")
     t.add_row("stopped by", s.stop_reason)
     if s.timed:
-        t.add_row("seed speedup", f"{s.seed_speedup:.3f}x" if s.seed_speedup else "-")
-        t.add_row("best speedup", f"{s.best_speedup:.3f}x" if s.best_speedup else "-")
+        # Scores: speedup over the best baseline, per call and inside a CUDA graph (geometric mean) on GPUs.
+        t.add_row("seed score", f"{s.seed_speedup:.3f}x" if s.seed_speedup else "-")
+        t.add_row("best score", f"{s.best_speedup:.3f}x" if s.best_speedup else "-")
     if s.best is not None:
         b = s.best
         t.add_row("winner", f"kernel #{b.id} ({b.status}, {'timed' if b.timed else 'untimed: interpreter only'})")

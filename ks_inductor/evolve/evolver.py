@@ -39,6 +39,8 @@ class EvolveSummary:
     accepted: int
     wall_s: float
     run_id: str
+    # The search's score of the best seed and of the winner (EvalResult.score: the speedup over the best baseline,
+    # per call and, where the judge timed it, inside a CUDA graph, as a geometric mean).
     seed_speedup: float | None
     best_speedup: float | None
     family: str | None = None
@@ -421,7 +423,7 @@ def _transient(res: EvalResult) -> bool:
 
 
 class _Bar:
-    """A rich progress bar showing judgments spent and the best verified speedup so far."""
+    """A rich progress bar showing judgments spent and the best verified score (speedup) so far."""
 
     def __init__(self, enabled: bool, name: str, total: int, done: int) -> None:
         self.enabled = enabled
