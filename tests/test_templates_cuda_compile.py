@@ -62,8 +62,12 @@ def _compile_all(problem_path: str, which: str) -> list[dict]:
                 renders.append((v, d))
                 for e in t.space(fm, v).get("EVICT", [])[1:]:  # each cache hint is a code path of its own
                     renders.append((v, {**d, "EVICT": e}))
-                if "WS" in d:  # and the K loop with and without warp specialization
-                    renders.append((v, {**d, "WS": 1 - d["WS"]}))
+                if "WS" in d:  # and the K loop with and without warp specialization (which needs it nested)
+                    renders.append((v, {**d, "WS": 1 - d["WS"], "FLAT": 0}))
+                if "LATEVEC" in d:  # and broadcast vectors loaded first or after the reductions
+                    renders.append((v, {**d, "LATEVEC": 1 - d["LATEVEC"]}))
+                if "FLAT" in d:  # and the tile loop flattened into the K loop or not
+                    renders.append((v, {**d, "FLAT": 1 - d["FLAT"]}))
                 if "FASTEXP" in d:  # and the flushing exp2 helper (inline PTX)
                     renders.append((v, {**d, "FASTEXP": 1 - d["FASTEXP"]}))
                 if "RND" in d:  # so is each way of rounding intermediates
@@ -122,7 +126,7 @@ def _compile_all(problem_path: str, which: str) -> list[dict]:
                     report.append({"template": t.name, "variant": v, "kernel": fn.__name__,
                                    "cubin": len(ck.asm.get("cubin", b"")), "regs": getattr(ck, "n_regs", None),
                                    "spills": getattr(ck, "n_spills", None), "rnd": params.get("RND"),
-                                   "native": params.get("NATIVE"), "bf16_math": "mul.rn.bf16" in ck.asm.get("ptx", ""),
+                                   "native": params.get("NATIVE"), "flat": params.get("FLAT"), "bf16_math": "mul.rn.bf16" in ck.asm.get("ptx", ""),
                                    "bf16_fma": "fma.rn.bf16" in ck.asm.get("ptx", "")})
     finally:
         JITFunction.run = original
@@ -154,7 +158,7 @@ def test_template_kernels_compile_for_sm90() -> None:
 
 def test_decode_matmul_variants_compile_for_sm90(tmp_path) -> None:
     """The skinny (decode) GEMM in every variant, split-K's two kernels and the tensor-descriptor (TMA) kernel,
-    warp-specialized or not, included."""
+    warp-specialized or not and flattened or not, included."""
     pytest.importorskip("triton.backends.nvidia")
     from benchmarks.workloads import llm_ops_workloads
 
@@ -164,6 +168,7 @@ def test_decode_matmul_variants_compile_for_sm90(tmp_path) -> None:
     (kernels,) = _run([path], "all").values()
     assert {k["variant"] for k in kernels} == {"tiled", "persistent", "tma", "splitk"}
     assert {"_matmul_partial", "_matmul_epilogue"} <= {k["kernel"] for k in kernels}
+    assert {k["flat"] for k in kernels if k["variant"] == "tma"} == {0, 1}
     assert all(k["cubin"] > 0 for k in kernels), kernels
 
 

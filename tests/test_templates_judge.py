@@ -5,7 +5,7 @@ every variant: test_templates_judge_serving.py (a file of its own, so that paral
 from __future__ import annotations
 
 from ks_inductor.evolve.families import classify
-from ks_inductor.evolve.templates import templates_for
+from ks_inductor.evolve.templates import template_named, templates_for
 from ks_inductor.judge.static_checks import static_check
 from ks_inductor.problem import problem_from_source
 from tests.test_evolve_families import EXTRA, module, small_problem
@@ -65,6 +65,24 @@ def test_decode_matmul_regions_are_accepted_in_every_variant(judge) -> None:
                        for n in DECODE_MATMULS])
 
 
+def test_flattened_tma_gemm_walks_several_tiles_per_program(judge) -> None:
+    """FLAT=1 finds each tile's epilogue from a counter of its own. 12 tiles with ragged edges over 4 programs (the
+    interpreter's SM count): an epilogue on the wrong tile writes the wrong block, which the judge catches."""
+    problem = problem_from_source(module("        return F.gelu(self.lin(xs[0]), approximate='tanh')",
+                                         "[torch.randn(40, 24)]", "        self.lin = nn.Linear(24, 56)"),
+                                  name="linear_gelu")
+    fm = classify(problem)
+    fm.target = "cpu"
+    t = template_named("matmul")
+    assert "tma" in t.variants(fm)
+    for flat in (0, 1):
+        params = {**t.default(fm, "tma", "cpu"), "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "FLAT": flat}
+        src = t.render(fm, params, "tma")
+        assert ("flatten=True" in src) == bool(flat)
+        r = judge.evaluate(problem, src)
+        assert r.accepted, (flat, r.verdict, r.reasons[:2], r.error)
+
+
 def test_split_k_is_offered_for_skinny_products_only() -> None:
     skinny = classify(problem_from_source(EXTRA["linear3d_residual"][0], name="r"))
     tall = classify(problem_from_source(module("        return xs[0] @ xs[1]", "[torch.randn(600, 8), torch.randn(8, 8)]"),
@@ -83,7 +101,22 @@ def test_structural_knobs_are_accepted(judge) -> None:
     # softmax covers the row-wise template (norms share it), and exercises the logsumexp form of LOWP.
     _judge_all(judge, [(n, small_problem(n), True, {**STRUCTURAL, **extra})
                        for n, extra in (("rope_bf16", {}), ("softmax_bf16", {"EVICT": 2}), ("cross_entropy_fp32", {}),
-                                        ("layernorm_bf16", {"STATS": 1, "EVICT": 2}))])
+                                        ("layernorm_bf16", {"STATS": 1, "EVICT": 2, "LATEVEC": 1}))])
+
+
+def test_late_vector_loads_come_after_the_reductions() -> None:
+    """LATEVEC=1 loads a norm's weight and bias after the row statistics, so they do not hold registers through
+    the reductions; LATEVEC=0 loads them first. (Both forms are judged in the structural-knob test above.)"""
+    fm = classify(small_problem("layernorm_bf16"))
+    fm.target = "cuda"
+    t = template_named("rowwise")
+    for late in (0, 1):
+        src = t.render(fm, {**t.default(fm, "block", "cuda"), "LATEVEC": late}, "block")
+        body = src[src.index("def _row_kernel"):src.index("class ModelNew")]
+        vec_loads = [i for i, ln in enumerate(body.splitlines()) if "_ptr + cols, mask=cmask" in ln]
+        first_sum = next(i for i, ln in enumerate(body.splitlines()) if "tl.sum(" in ln)
+        assert len(vec_loads) == 2
+        assert all((i > first_sum) == bool(late) for i in vec_loads), (late, body)
 
 
 def test_one_pass_layernorm_statistics_survive_a_large_common_offset(tmp_path) -> None:
@@ -93,7 +126,6 @@ def test_one_pass_layernorm_statistics_survive_a_large_common_offset(tmp_path) -
 
     import torch
 
-    from ks_inductor.evolve.templates import template_named
     from ks_inductor.problem import exec_problem_source
     from tests.test_evolve_families import PROBLEMS, shrink
 
@@ -131,7 +163,6 @@ def test_fast_exp_softmax_is_accepted(judge) -> None:
     """FASTEXP is offered for GPU targets only, where its helper is the flushing hardware exp2. Rendered for the
     interpreter the helper is the exact exp2, so the judge checks the rewrite exp(x - m) = 2^(x log2 e - m log2 e)
     in each form the row-wise template emits: softmax, its log-sum-exp form (LOWP), log-softmax."""
-    from ks_inductor.evolve.templates import template_named
 
     t = template_named("rowwise")
     jobs = []
@@ -171,7 +202,6 @@ def test_embedded_mutator_only_proposes_feasible_children() -> None:
 
     from ks_inductor.evolve.archive import Program
     from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
-    from ks_inductor.evolve.templates import template_named
     from ks_inductor.problem import load_problem
 
     # Full size (4096 x 32000): most rows-per-program and warp choices would spill there.
@@ -218,7 +248,6 @@ def test_online_softmax_ignores_minus_infinity_before_the_first_finite_value(tmp
     not poison the sum in either max-tracking mode."""
     import torch
 
-    from ks_inductor.evolve.templates import template_named
     from ks_inductor.source_module import load_source_module
 
     problem = small_problem("softmax_bf16")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import json
 import os
 import platform
@@ -101,6 +102,12 @@ def input_sets(pm: Any, first_seed: int) -> list[list[Any]]:
     return [first] + [one(first_seed + i) for i in range(1, T.cold_set_count(set_bytes, T.device_l2_bytes()))]
 
 
+def _cycled(calls: list[Any]) -> Any:
+    """One callable that makes the next of ``calls`` each time it is called."""
+    it = itertools.cycle(calls)
+    return lambda: next(it)()
+
+
 def _measure(op: str, problem: Any, source: str | None, args: argparse.Namespace, bandwidth: float,
              mm_peak: float | None) -> dict[str, Any]:
     import torch
@@ -112,7 +119,9 @@ def _measure(op: str, problem: Any, source: str | None, args: argparse.Namespace
     pm = exec_problem_source(problem.source)
     torch.manual_seed(0)
     model = pm.Model(*pm.get_init_inputs()).cuda().eval()
-    sets = input_sets(pm, 1)  # the first is what the per-call timing uses; the CUDA-graph timing cycles them all
+    # Both timings cycle through the sets: the CUDA-graph timing so that every call's inputs are cold, the per-call
+    # timing (L2 flushed anyway) so that no tool's figure rests on one placement of its buffers in memory.
+    sets = input_sets(pm, 1)
     inputs = sets[0]
     calls: dict[str, list[Any]] = {"eager": [(lambda s=s: model(*s)) for s in sets]}
     with torch.no_grad():
@@ -154,7 +163,7 @@ def _measure(op: str, problem: Any, source: str | None, args: argparse.Namespace
             gots = got if isinstance(got, (tuple, list)) else [got]
             out["best_max_abs_err"] = max(float((a.float() - b.float()).abs().max()) for a, b in zip(refs, gots))
             calls["best"] = [(lambda s=s: best(*s)) for s in sets]
-        samples = T.benchmark_interleaved({k: v[0] for k, v in calls.items()}, rounds=args.rounds, warmup_ms=25.0,
+        samples = T.benchmark_interleaved({k: _cycled(v) for k, v in calls.items()}, rounds=args.rounds, warmup_ms=25.0,
                                           rep_ms=args.rep_ms, flush=T.make_l2_flush("cuda"))
         streamed, errors = T.benchmark_graphed(calls, rounds=args.rounds)
     for name, rounds in samples.items():

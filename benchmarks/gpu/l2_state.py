@@ -10,8 +10,9 @@
   calls in it. That is how a model's CUDA graph runs them.
 
 Subjects: device copies from 8 MiB to 1 GiB, and the serving ops of ``evolve_serving_ops.py`` with eager,
-Inductor, Liger and the kernelsmith winners whose sources the given result files hold. All tools of a subject and
-protocol are timed interleaved in shuffled rounds. The floor is the op's bytes over the 2 GiB copy's bandwidth.
+Inductor (and its max-autotune build, with ``--max-autotune``), Liger and the kernelsmith winners whose sources the
+given result files hold. All tools of a subject and protocol are timed interleaved in shuffled rounds. The floor is
+the op's bytes over the 2 GiB copy's bandwidth.
 
     python benchmarks/gpu/l2_state.py $OUT/l2.json --sources benchmarks/results/evolve-serving-ops-X.json
 """
@@ -19,7 +20,6 @@ protocol are timed interleaved in shuffled rounds. The floor is the op's bytes o
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import sys
 import time
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.gpu.evolve_serving_ops import OPS, PROBLEM_DIR, _import_file, _liger, input_sets  # noqa: E402
+from benchmarks.gpu.evolve_serving_ops import OPS, PROBLEM_DIR, _cycled, _import_file, _liger, input_sets  # noqa: E402
 from ks_inductor.judge import timing as T  # noqa: E402
 
 MEMORY_OPS = ("rmsnorm", "layernorm", "softmax", "silu_mul", "rope", "cross_entropy")
@@ -40,10 +40,7 @@ PROTOCOLS = ("dirty", "clean", "stream")
 
 def _per_call(tools: dict[str, list[Callable[[], Any]]], flush: Callable[[], None], rounds: int,
               rep_ms: float) -> dict[str, float]:
-    fns = {}
-    for name, calls in tools.items():
-        cyc = itertools.cycle(calls)
-        fns[name] = (lambda c=cyc: next(c)())
+    fns = {name: _cycled(calls) for name, calls in tools.items()}
     samples = T.benchmark_interleaved(fns, rounds=rounds, rep_ms=rep_ms, flush=flush)
     return {name: T.summarize(s).median_ms for name, s in samples.items()}
 
@@ -104,6 +101,10 @@ def _op(op: str, source: str | None, bandwidth: float, args: argparse.Namespace,
         ind = torch.compile(model)
         ind(*first)
         tools["inductor"] = [(lambda s=s: ind(*s)) for s in sets]
+        if args.max_autotune:
+            mx = torch.compile(model, mode="max-autotune-no-cudagraphs")
+            mx(*first)
+            tools["inductor_max_autotune"] = [(lambda s=s: mx(*s)) for s in sets]
         ligs = [_liger(op, model, s) for s in sets]
         if all(callable(f) for f in ligs):
             tools["liger"] = ligs
@@ -160,6 +161,7 @@ def main() -> int:
     ap.add_argument("--config", action="append", default=[],
                     help='OP:{"variant": "template/variant", "params": {...}}, timed with the op; repeatable')
     ap.add_argument("--protocols", default=",".join(PROTOCOLS))
+    ap.add_argument("--max-autotune", action="store_true", help="also time Inductor's max-autotune build")
     args = ap.parse_args()
     configs: dict[str, list[str]] = {}
     for c in args.config:

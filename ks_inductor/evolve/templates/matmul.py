@@ -8,7 +8,8 @@ Variants:
 - ``tma``: a persistent grid whose operand tiles come through host-built tensor descriptors (TMA on Hopper), so
   the copy engine, not the threads, moves them, with an optional warp-specialized K loop (``WS``). The
   descriptors read either layout of each operand (a Linear's transposed weight included); rows past the edge and
-  the K tail come back as zeros.
+  the K tail come back as zeros. ``FLAT`` flattens the tile and K loops into one for the software pipeliner, so
+  the next tile's operand loads are in flight while this tile's epilogue runs.
 - ``splitk`` (skinny products only, as in decode): the K loop is cut into ``SPLIT_K`` slices run by separate
   programs, each writing an fp32 partial; a second kernel sums the partials and applies the epilogue. With 16
   rows and 4096 columns a tiled grid has 64 programs for 132 SMs, too few to keep the weight stream at full
@@ -22,6 +23,7 @@ batch is run as a single GEMM of ``batch x M`` rows, so the matrix is read once 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ks_inductor.evolve.families import FamilyMatch, leaf_of
@@ -79,6 +81,7 @@ class MatmulTemplate(Template):
             s["WAVES"] = [1, 2]
         if variant == "tma":
             s["WS"] = [0, 1]
+            s["FLAT"] = [0, 1]
         if variant == "splitk":
             s["SPLIT_K"] = [2, 3, 4, 6, 8, 12, 16]
         return {**s, **rounding_space(fm)}
@@ -100,6 +103,11 @@ class MatmulTemplate(Template):
             # 4096x4096x14336 GEMM + GELU took 706.7 us with it and 709.2 without, and it compiled about three
             # times slower (benchmarks/results/timing-context-gemm-gelu-nvidia-h200-2026-11-22.json).
             p["WS"] = 0
+            # On the H200, timed interleaved with the peers (per call, L2 flushed), the 4096x4096x14336 GEMM + GELU
+            # took 675.6 us flattened and 694.3 us nested; Inductor took 691.7. Splitting the epilogue into column
+            # halves (704.3) or storing through a descriptor (727.8) lost
+            # (benchmarks/results/l2-state-nvidia-h200-2026-11-22-session10-gemm-epilogue.json).
+            p["FLAT"] = 1
         if variant == "splitk":
             tiles = -(-m // p["BLOCK_M"]) * -(-n // p["BLOCK_N"])
             want = -(-264 // max(tiles, 1))  # about two programs per SM of an H100/H200
@@ -112,6 +120,8 @@ class MatmulTemplate(Template):
         bm, bn, bk = params["BLOCK_M"], params["BLOCK_N"], params["BLOCK_K"]
         if (bm + bn) * bk * item * max(1, params["num_stages"] - 1) > SMEM_BYTES:
             return False
+        if params.get("FLAT") and params.get("WS"):
+            return False  # the warp-specialized K loop is nested; flattening it away leaves nothing to specialize
         return bm * bn // (32 * params["num_warps"]) <= 128  # fp32 accumulator registers per thread
 
     def descriptor(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> dict[str, Any]:
@@ -143,7 +153,7 @@ class MatmulTemplate(Template):
 
         esig = "".join(f", e{i}_ptr, e{i}_sb, e{i}_sm, e{i}_sn" for i in range(len(names)))
         if variant == "tma":
-            kernel = _tma_kernel(esig, dot, epilogue, batched=a["batched"])
+            kernel = _tma_kernel(esig, dot, epilogue, batched=a["batched"], flat=bool(params.get("FLAT")))
         else:
             kernel = _pointer_kernels(esig, dot, epilogue, split, persistent)
 
@@ -206,10 +216,10 @@ def _tma_ok(fm: FamilyMatch) -> bool:
     return all(d * _ITEMSIZE.get(t.dtype, 4) % 16 == 0 for d in (ta.shape[-1], tb.shape[-1]) for t in (ta, tb))
 
 
-def _tma_kernel(esig: str, dot: str, epilogue: list[str], batched: bool) -> str:
+def _tma_kernel(esig: str, dot: str, epilogue: list[str], batched: bool, flat: bool = False) -> str:
     """The persistent GEMM that reads its operand tiles through tensor descriptors. ``A_T``/``B_T`` say the
     descriptor covers the operand's transpose (its contiguous layout); batched products use rank-3 descriptors
-    whose leading block dimension is one batch."""
+    whose leading block dimension is one batch. ``flat`` is the template's FLAT."""
 
     def load(desc: str, first: str, second: str, d0: str, d1: str, flip: str) -> list[str]:
         at = ("[bid, {}, {}]" if batched else "[{}, {}]")
@@ -219,22 +229,31 @@ def _tma_kernel(esig: str, dot: str, epilogue: list[str], batched: bool) -> str:
                 "        else:",
                 f"            {desc[0]} = {desc}.load({at.format(first, second)}){shape.format(d0, d1)}"]
 
+    flatten = ", flatten=True" if flat else ""
     k = ["@triton.jit",
          f"def _matmul_kernel(a_desc, b_desc, c_ptr, M, N, K, stride_cb, stride_cm, stride_cn{esig}, "
-         "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, "
-         "A_T: tl.constexpr, B_T: tl.constexpr, WS: tl.constexpr):",
-         *["    " + ln for ln in _GRID],
-         "    for pid in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0)):",
-         *["        " + ln for ln in _GROUPED_TILE],
-         "        off_m = pid_m * BLOCK_M",
-         "        off_n = pid_n * BLOCK_N",
-         "        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
-         "        for kk in tl.range(0, k_tiles, warp_specialize=WS):",
-         "            off_k = kk * BLOCK_K"]
+         "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, "
+         "GROUP_M: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr, WS: tl.constexpr):",
+         *["    " + ln for ln in _GRID]]
+    if flat:
+        # The epilogue finds its tile from a counter of its own: with the loops flattened, the pipeliner hoists the
+        # next tile's index math above this tile's epilogue, which must not see it.
+        k.append("    tile_c = tl.program_id(0) - tl.num_programs(0)")
+    k += [f"    for pid in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0){flatten}):",
+          *["        " + ln for ln in _GROUPED_TILE],
+          "        off_m = pid_m * BLOCK_M",
+          "        off_n = pid_n * BLOCK_N",
+          "        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+          "        for kk in tl.range(0, k_tiles, warp_specialize=WS):",
+          "            off_k = kk * BLOCK_K"]
     k += ["    " + ln for ln in load("a_desc", "off_m", "off_k", "BLOCK_M", "BLOCK_K", "A_T")]
     k += ["    " + ln for ln in load("b_desc", "off_k", "off_n", "BLOCK_K", "BLOCK_N", "B_T")]
-    k += ["            " + dot,
-          "        offs_m = off_m + tl.arange(0, BLOCK_M)",
+    k.append("            " + dot)
+    if flat:
+        k.append("        tile_c += tl.num_programs(0)")
+        k += ["        " + re.sub(r"\bpid\b", "tile_c", ln) for ln in _GROUPED_TILE]
+        k += ["        off_m = pid_m * BLOCK_M", "        off_n = pid_n * BLOCK_N"]
+    k += ["        offs_m = off_m + tl.arange(0, BLOCK_M)",
           "        offs_n = off_n + tl.arange(0, BLOCK_N)",
           "        cmask = (offs_m[:, None] < M) & (offs_n[None, :] < N)"]
     k += ["        " + ln for ln in epilogue]

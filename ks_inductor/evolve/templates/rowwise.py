@@ -11,6 +11,7 @@ is reduced and stored, so one resident program keeps memory busy while it comput
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ks_inductor.evolve.families import FamilyMatch
@@ -182,6 +183,23 @@ def _fastexp_offered(fm: FamilyMatch) -> bool:
     return fm.target != "cpu" and any(n.op in ("_softmax", "_log_softmax") for n in fm.graph.nodes)
 
 
+def _has_vectors(fm: FamilyMatch) -> bool:
+    """Whether the op reads a broadcast [N] vector (a norm's weight or bias)."""
+    n = _row_shape(fm)[-1]
+    return any(t is not None and t.numel == n and t.shape != _row_shape(fm) for _, t in fm.graph.placeholders)
+
+
+def _load_before_first_use(lines: list[str], loads: dict[str, str]) -> list[str]:
+    """``lines`` with each ``loads[p]`` inserted before the first line that reads ``v_p``."""
+    out: list[str] = []
+    pending = dict(loads)
+    for ln in lines:
+        for p in [p for p in pending if re.search(rf"\bv_{p}\b", ln)]:
+            out.append(pending.pop(p))
+        out.append(ln)
+    return out + list(pending.values())
+
+
 class RowwiseTemplate(Template):
     name = "rowwise"
     families = ("rmsnorm", "layernorm", "softmax", "log_softmax", "rowwise")
@@ -202,6 +220,8 @@ class RowwiseTemplate(Template):
             s["FASTEXP"] = [0, 1]
         if _stats_tile(fm) is not None:
             s["STATS"] = [0, 1]
+        if variant == "block" and _has_vectors(fm):
+            s["LATEVEC"] = [0, 1]
         return {**s, **rounding_space(fm)}
 
     def feasible(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> bool:
@@ -235,6 +255,8 @@ class RowwiseTemplate(Template):
         if _stats_tile(fm) is not None:
             # Not measured faster per call on the H200 (19.5 us either way, l2-state-configs-...-session8.json).
             p["STATS"] = 0
+        if variant == "block" and _has_vectors(fm):
+            p["LATEVEC"] = 0
         return {**p, **rounding_default(fm)}
 
     def render(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> str:
@@ -258,8 +280,18 @@ class RowwiseTemplate(Template):
                         f"def _row_kernel({sig}, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr):",
                         "    cols = tl.arange(0, BLOCK_N)",
                         "    cmask = tl.full([BLOCK_N], 1, tl.int1) if EVEN else cols < n_cols"]
-        for p in vecs:
-            k.append(f"    v_{p} = tl.load({p}_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]")
+        vec_loads = {p: f"v_{p} = tl.load({p}_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]"
+                     for p in vecs}
+        late = bool(params.get("LATEVEC")) and not persistent
+        if late:
+            # Each broadcast vector is loaded (from L2: every program reads it) right before its first use, after
+            # the reductions, instead of living in registers through them. On a 4096-wide LayerNorm of 16 warps
+            # that took the kernel from 40 to 32 registers, so four programs of 512 threads fit an SM, not three:
+            # 20.3 -> 19.2 us per call on the H200. The 8-warp form, already at four programs, gained nothing
+            # (19.0 -> 19.1; benchmarks/results/l2-state-nvidia-h200-2026-11-22-session10-latevec.json).
+            lines = _load_before_first_use(lines, vec_loads)
+        else:
+            k += ["    " + ln for ln in vec_loads.values()]
         for p in scalars:
             k.append(f"    v_{p} = tl.load({p}_ptr).to(tl.float32)")
         # Row tiles are read once: evict_first keeps L2 for the broadcast vectors. EVICT=2 also streams the
