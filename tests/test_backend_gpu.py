@@ -91,7 +91,13 @@ def test_decode_attention_hit_as_triton_op(tmp_path):
     problems = [p for p in problems_from_model(model, inputs, db=db) if p.name.startswith("attention")]
     assert len(problems) == 1
     store = KernelStore(db)
-    summary = warm(problems, store, EvolveConfig(budget=4, time_limit_s=60, final_candidates=0))
+    # A kernel is stored only when the judge times it faster than Inductor by the margin. At this size the region
+    # takes microseconds, and one search of 4 judgments has come back without one (1 of 18 gpu tests, session 10),
+    # so a second search may run; what this test checks is the serving path below, not the speed.
+    for _ in range(2):
+        summary = warm(problems, store, EvolveConfig(budget=4, time_limit_s=60, final_candidates=0))
+        if summary.found == 1:
+            break
     store.close()
     assert summary.found == 1, summary.to_json()
     torch._dynamo.reset()
