@@ -126,7 +126,8 @@ def _compile_all(problem_path: str, which: str) -> list[dict]:
                     report.append({"template": t.name, "variant": v, "kernel": fn.__name__,
                                    "cubin": len(ck.asm.get("cubin", b"")), "regs": getattr(ck, "n_regs", None),
                                    "spills": getattr(ck, "n_spills", None), "rnd": params.get("RND"),
-                                   "native": params.get("NATIVE"), "flat": params.get("FLAT"), "bf16_math": "mul.rn.bf16" in ck.asm.get("ptx", ""),
+                                   "native": params.get("NATIVE"), "flat": params.get("FLAT"),
+                                   "bf16_math": "mul.rn.bf16" in ck.asm.get("ptx", ""),
                                    "bf16_fma": "fma.rn.bf16" in ck.asm.get("ptx", "")})
     finally:
         JITFunction.run = original

@@ -232,12 +232,12 @@ def _tma_kernel(esig: str, dot: str, epilogue: list[str], batched: bool, flat: b
     flatten = ", flatten=True" if flat else ""
     k = ["@triton.jit",
          f"def _matmul_kernel(a_desc, b_desc, c_ptr, M, N, K, stride_cb, stride_cm, stride_cn{esig}, "
-         "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, "
-         "GROUP_M: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr, WS: tl.constexpr):",
+         "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, "
+         "A_T: tl.constexpr, B_T: tl.constexpr, WS: tl.constexpr):",
          *["    " + ln for ln in _GRID]]
     if flat:
-        # The epilogue finds its tile from a counter of its own: with the loops flattened, the pipeliner hoists the
-        # next tile's index math above this tile's epilogue, which must not see it.
+        # The epilogue finds its tile from a counter of its own, as Triton's persistent-matmul tutorial does: the
+        # flattening pipeliner cannot carry one value into both the next tile's loads and this tile's epilogue.
         k.append("    tile_c = tl.program_id(0) - tl.num_programs(0)")
     k += [f"    for pid in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0){flatten}):",
           *["        " + ln for ln in _GROUPED_TILE],

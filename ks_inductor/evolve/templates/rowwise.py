@@ -49,6 +49,11 @@ def _row_shape(fm: FamilyMatch) -> list[int]:
     return full
 
 
+def _is_vector(t: Any, full: list[int]) -> bool:
+    """A value of N elements along the row, broadcast over the rows (the template loads it once per program)."""
+    return t.numel == full[-1] and bool(t.shape) and t.shape[-1] == full[-1]
+
+
 def _stats_tile(fm: FamilyMatch) -> str | None:
     """The row tile a LayerNorm normalizes when it reads one as it is, else None: the one-pass statistics (STATS=1)
     take their shift from the tile's first column, loaded on its own."""
@@ -71,7 +76,6 @@ def _lower(fm: FamilyMatch, lowp: bool = False, fastexp: bool = False,
     flushing hardware form."""
     g = fm.graph
     full = _row_shape(fm)
-    n = full[-1]
     env: dict[str, Val] = {}
     loads: dict[str, str] = {}
     lines: list[str] = []
@@ -80,7 +84,7 @@ def _lower(fm: FamilyMatch, lowp: bool = False, fastexp: bool = False,
             continue
         if t.shape == full:
             loads[p] = "tile"
-        elif t.numel == n and t.shape and t.shape[-1] == n:
+        elif _is_vector(t, full):
             loads[p] = "vec"
         elif t.numel == 1:
             loads[p] = "scalar"
@@ -185,8 +189,8 @@ def _fastexp_offered(fm: FamilyMatch) -> bool:
 
 def _has_vectors(fm: FamilyMatch) -> bool:
     """Whether the op reads a broadcast [N] vector (a norm's weight or bias)."""
-    n = _row_shape(fm)[-1]
-    return any(t is not None and t.numel == n and t.shape != _row_shape(fm) for _, t in fm.graph.placeholders)
+    full = _row_shape(fm)
+    return any(t is not None and t.shape != full and _is_vector(t, full) for _, t in fm.graph.placeholders)
 
 
 def _load_before_first_use(lines: list[str], loads: dict[str, str]) -> list[str]:
