@@ -364,11 +364,11 @@ class Judge:
             res.flags.append("implausible_speedup")
             res.reasons.append(f"{best:.1f}x faster than the best baseline ({res.best_baseline}): held for review")
         steady_ms = res.steady_timings["candidate"].median_ms if res.steady_timings else cand_ms
-        if floor and min(cand_ms, steady_ms) < cfg.floor_slack * floor:
+        fastest_ms = min(cand_ms, steady_ms)
+        if floor and fastest_ms < cfg.floor_slack * floor:
             res.verdict = QUARANTINED
             res.flags.append("faster_than_roofline")
-            res.reasons.append(f"{min(cand_ms, steady_ms):.4f} ms is below the roofline floor {floor:.4f} ms: held "
-                               "for review")
+            res.reasons.append(f"{fastest_ms:.4f} ms is below the roofline floor {floor:.4f} ms: held for review")
 
     def _floor_ms(self, problem: Problem, bandwidth: float | None, nominal: bool) -> float | None:
         peaks = self.backend.nominal_peaks(self.fingerprint.device_name)
