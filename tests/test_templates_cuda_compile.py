@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -127,7 +128,7 @@ def _compile_all(problem_path: str, which: str) -> list[dict]:
                                    "cubin": len(ck.asm.get("cubin", b"")), "regs": getattr(ck, "n_regs", None),
                                    "spills": getattr(ck, "n_spills", None), "rnd": params.get("RND"),
                                    "native": params.get("NATIVE"), "flat": params.get("FLAT"),
-                                   "bf16_math": "mul.rn.bf16" in ck.asm.get("ptx", ""),
+                                   "bf16_math": bool(re.search(r"\bmul(\.rn)?\.bf16", ck.asm.get("ptx", ""))),
                                    "bf16_fma": "fma.rn.bf16" in ck.asm.get("ptx", "")})
     finally:
         JITFunction.run = original
@@ -155,6 +156,40 @@ def test_template_kernels_compile_for_sm90() -> None:
     assert not [k for ks in report.values() for k in ks if k["bf16_fma"]]
     # NATIVE RoPE computes with bf16 instructions (the fp32 form never does), still without a fused product.
     assert {(k["native"], k["bf16_math"]) for k in report["rope_bf16"]} == {(0, False), (1, True)}
+    # RMSNorm's rounded values only feed products and the store, so they go unfenced and the compiler narrows
+    # `rounded * weight` to a bf16 multiply: with the hardware rounding only.
+    assert {(k["rnd"], k["bf16_math"]) for k in report["rmsnorm_bf16"] if k["template"] == "rowwise"} == {
+        (0, False), (1, True)}
+
+
+HAZARD = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b, c, d):
+        p = (a.float() * b.float()).to(torch.bfloat16)  # rounded product into an add: must stay fenced
+        q = (p.float() * d.float()).to(torch.bfloat16)  # rounded product into a product: may go unfenced
+        return (p.float() + c.float()).to(torch.bfloat16) * q
+
+
+def get_inputs():
+    return [torch.randn(1024, 1024, dtype=torch.bfloat16) for _ in range(4)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_unfenced_roundings_never_let_a_product_fuse_into_an_add(tmp_path) -> None:
+    pytest.importorskip("triton.backends.nvidia")
+    path = tmp_path / "round_hazard.py"
+    path.write_text(HAZARD)
+    (kernels,) = _run([path], "all").values()
+    assert {k["rnd"] for k in kernels} == {0, 1} and all(k["cubin"] > 0 for k in kernels)
+    assert not [k for k in kernels if k["bf16_fma"]], kernels
+    assert any(k["bf16_math"] for k in kernels if k["rnd"] == 1), kernels
 
 
 def test_decode_matmul_variants_compile_for_sm90(tmp_path) -> None:

@@ -30,18 +30,21 @@ class EmbeddedMutator:
 
     # ------------------------------------------------------------------ seeds
     def seeds(self, ctx: Any = None) -> list[Candidate]:
-        """Each template's variants at their default parameters, the best-guess variant first."""
+        """Each template's variants at their default parameters, the best-guess variant first; then the
+        alternate launch shapes that templates offer."""
         out: list[Candidate] = []
         if self.fm is None:
             return out
-        for t in self.templates:
-            for v in t.variants(self.fm):
-                params = t.default(self.fm, v, self.fm.target)
-                try:
-                    src = t.render(self.fm, params, v)
-                except TemplateError:
-                    continue
-                out.append(Candidate(src, params=params, mutation="seed", template=t.name, variant=v))
+        fm = self.fm
+        pairs = [(t, v) for t in self.templates for v in t.variants(fm)]
+        plan = ([(t, v, t.default(fm, v, fm.target)) for t, v in pairs]
+                + [(t, v, p) for t, v in pairs for p in t.alternates(fm, v, fm.target)])
+        for t, v, params in plan:
+            try:
+                src = t.render(fm, params, v)
+            except TemplateError:
+                continue
+            out.append(Candidate(src, params=params, mutation="seed", template=t.name, variant=v))
         return out
 
     def descriptor(self, cand: Candidate) -> dict[str, Any]:

@@ -39,6 +39,11 @@ class Template(ABC):
     @abstractmethod
     def render(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> str: ...
 
+    def alternates(self, fm: FamilyMatch, variant: str, device: str) -> list[dict[str, Any]]:
+        """Further seeds of a variant: launch shapes next to the default that one parameter move cannot reach, or
+        that the search's noise keeps it from settling between. Empty unless a template knows of such shapes."""
+        return []
+
     def feasible(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> bool:
         """False for corners of the space that cannot run well (a tile that spills every register): the mutator
         does not spend judgments, and compile minutes, on them."""

@@ -8,7 +8,14 @@ from typing import Any
 
 from ks_inductor.evolve.families import FamilyMatch, leaf_of
 from ks_inductor.evolve.graph import Ref
-from ks_inductor.evolve.pointwise import PointwiseUnsupported, Val, is_pointwise, lower_chain, store_expr
+from ks_inductor.evolve.pointwise import (
+    PointwiseUnsupported,
+    Val,
+    is_pointwise,
+    lower_chain,
+    store_expr,
+    unfenced,
+)
 from ks_inductor.evolve.templates.base import (
     SM_COUNT_HELPER,
     Template,
@@ -117,7 +124,8 @@ class PointwiseTemplate(Template):
             elif t is not None and t.dtype == "bool":
                 env[r] = Val(f"v{i}", "b")
         try:
-            lines = lower_chain([n for n in g.compute_nodes()], env)
+            nodes = list(g.compute_nodes())
+            lines = lower_chain(nodes, env, unfenced(nodes))
         except PointwiseUnsupported as e:
             raise TemplateError(str(e)) from None
         strided = [r for r in names if not flat[r]]
