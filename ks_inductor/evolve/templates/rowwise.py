@@ -105,7 +105,9 @@ def _lower(fm: FamilyMatch, lowp: bool = False, fastexp: bool = False,
         t = node.type
         out_dtype = t.dtype if t is not None else "float32"
 
-        def rnd(e: str, dt: str = out_dtype, fence: bool = node.name not in free) -> str:
+        fence = node.name not in free
+
+        def rnd(e: str, dt: str = out_dtype, fence: bool = fence) -> str:
             return round_expr(e, dt, fence)
 
         if node.op == "getitem":
@@ -166,7 +168,7 @@ def _lower(fm: FamilyMatch, lowp: bool = False, fastexp: bool = False,
                     lines.append(f"{name} = {rnd(f'{src} - {name}_m - tl.log({name}_s)')}")
         elif is_pointwise(node):
             try:
-                line, val = lower_node(node, env, node.name not in free)
+                line, val = lower_node(node, env, fence)
             except PointwiseUnsupported as e:
                 raise TemplateError(str(e)) from None
             lines.append(line)
