@@ -67,6 +67,8 @@ def _compile_all(problem_path: str, which: str) -> list[dict]:
                     renders.append((v, {**d, "WS": 1 - d["WS"], "FLAT": 0}))
                 if "LATEVEC" in d:  # and broadcast vectors loaded first or after the reductions
                     renders.append((v, {**d, "LATEVEC": 1 - d["LATEVEC"]}))
+                if "VEVICT" in d:  # and broadcast vectors with or without the keep-in-cache hint
+                    renders.append((v, {**d, "VEVICT": 1 - d["VEVICT"]}))
                 if "FLAT" in d:  # and the tile loop flattened into the K loop or not
                     renders.append((v, {**d, "FLAT": 1 - d["FLAT"]}))
                 if "FASTEXP" in d:  # and the flushing exp2 helper (inline PTX)

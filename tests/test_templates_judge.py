@@ -101,7 +101,7 @@ def test_structural_knobs_are_accepted(judge) -> None:
     # softmax covers the row-wise template (norms share it), and exercises the logsumexp form of LOWP.
     _judge_all(judge, [(n, small_problem(n), True, {**STRUCTURAL, **extra})
                        for n, extra in (("rope_bf16", {}), ("softmax_bf16", {"EVICT": 2}), ("cross_entropy_fp32", {}),
-                                        ("layernorm_bf16", {"STATS": 1, "EVICT": 2, "LATEVEC": 1}))])
+                                        ("layernorm_bf16", {"STATS": 1, "EVICT": 2, "LATEVEC": 1, "VEVICT": 1}))])
 
 
 def test_late_vector_loads_come_after_the_reductions() -> None:
@@ -117,6 +117,24 @@ def test_late_vector_loads_come_after_the_reductions() -> None:
         first_sum = next(i for i, ln in enumerate(body.splitlines()) if "tl.sum(" in ln)
         assert len(vec_loads) == 2
         assert all((i > first_sum) == bool(late) for i in vec_loads), (late, body)
+
+
+def test_vector_cache_hint_marks_the_broadcast_loads_only() -> None:
+    """VEVICT=1 asks the caches to keep a norm's weight and bias (evict_last) and leaves the row loads alone;
+    softmax, with no broadcast vector, is not offered the knob."""
+    t = template_named("rowwise")
+    fm = classify(small_problem("layernorm_bf16"))
+    fm.target = "cuda"
+    for keep in (0, 1):
+        src = t.render(fm, {**t.default(fm, "block", "cuda"), "EVICT": 1, "VEVICT": keep}, "block")
+        loads = [ln for ln in src.splitlines() if "tl.load(" in ln]
+        vec = [ln for ln in loads if "_ptr + cols, mask=cmask" in ln]
+        assert len(vec) == 2
+        assert all(("evict_last" in ln) == bool(keep) for ln in vec), src
+        assert all("evict_last" not in ln for ln in loads if ln not in vec)
+    sm = classify(small_problem("softmax_bf16"))
+    sm.target = "cuda"
+    assert "VEVICT" not in t.space(sm, "block") and "VEVICT" not in t.default(sm, "block", "cuda")
 
 
 def test_one_pass_layernorm_statistics_survive_a_large_common_offset(tmp_path) -> None:

@@ -1,0 +1,183 @@
+"""Probe (not a template, never cached or served): what LayerNorm's weight and bias loads cost per call on a GPU.
+
+Row-block LayerNorm kernels written for this measurement only, with and without the broadcast vectors, loaded
+before or after the row statistics, with evict_last on them, with the rows read through L2 only (.cg), plus a
+persistent form holding the vectors in registers; against a copy of the same bytes. One process, interleaved,
+L2 flushed per call, and again back to back in a CUDA graph. It is what the rowwise template's VEVICT knob and
+the README's account of LayerNorm's per-call gap rest on (benchmarks/results/ln-vector-probe-*.json).
+
+    python benchmarks/gpu/probes/ln_vectors.py   # writes $OUT/ln-vector-probe.json
+"""
+
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+sys.path.insert(0, os.getcwd())
+from ks_inductor.judge import timing as T  # noqa: E402
+
+OUT = os.environ.get("OUT", "/tmp")
+M = N = 4096
+
+
+@triton.jit
+def ln_blk2(X, W, B, Y, eps, N: tl.constexpr, ROWS: tl.constexpr, VMODE: tl.constexpr, VEL: tl.constexpr,
+            XCG: tl.constexpr):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]
+    cols = tl.arange(0, N)[None, :]
+    vpol: tl.constexpr = "evict_last" if VEL else ""
+    if VMODE >= 2:
+        wr = tl.load(W + cols, eviction_policy=vpol)
+        br = tl.load(B + cols, eviction_policy=vpol)
+    if XCG:
+        x = tl.load(X + rows.to(tl.int64) * N + cols, cache_modifier=".cg")
+    else:
+        x = tl.load(X + rows.to(tl.int64) * N + cols, eviction_policy="evict_first")
+    x = x.to(tl.float32)
+    m = tl.sum(x, axis=1)[:, None] / N
+    d = x - m
+    r = tl.rsqrt(tl.sum(d * d, axis=1)[:, None] / N + eps)
+    y = d * r
+    if VMODE == 1:
+        wr = tl.load(W + cols, eviction_policy=vpol)
+        br = tl.load(B + cols, eviction_policy=vpol)
+    if VMODE >= 1:
+        y = y * wr.to(tl.float32) + br.to(tl.float32)
+    tl.store(Y + rows.to(tl.int64) * N + cols, y.to(tl.bfloat16))
+
+
+@triton.jit
+def ln_pers2(X, W, B, Y, eps, n_blk, N: tl.constexpr, ROWS: tl.constexpr, XCG: tl.constexpr):
+    """Persistent, strided row blocks; w, b raw (bf16) in registers once per program; next block prefetched."""
+    pid = tl.program_id(0)
+    npg = tl.num_programs(0)
+    cols = tl.arange(0, N)[None, :]
+    r0 = tl.arange(0, ROWS)[:, None]
+    wr = tl.load(W + cols)
+    br = tl.load(B + cols)
+    xn = tl.load(X + (pid * ROWS + r0).to(tl.int64) * N + cols, mask=(pid * ROWS + r0) < n_blk * ROWS,
+                 eviction_policy="evict_first")
+    for blk in range(pid, n_blk, npg):
+        off = (blk * ROWS + r0).to(tl.int64) * N + cols
+        x = xn.to(tl.float32)
+        nb = blk + npg
+        if XCG:
+            xn = tl.load(X + (nb * ROWS + r0).to(tl.int64) * N + cols, mask=(nb * ROWS + r0) < n_blk * ROWS,
+                         cache_modifier=".cg")
+        else:
+            xn = tl.load(X + (nb * ROWS + r0).to(tl.int64) * N + cols, mask=(nb * ROWS + r0) < n_blk * ROWS,
+                         eviction_policy="evict_first")
+        m = tl.sum(x, axis=1)[:, None] / N
+        d = x - m
+        r = tl.rsqrt(tl.sum(d * d, axis=1)[:, None] / N + eps)
+        tl.store(Y + off, (d * r * wr.to(tl.float32) + br.to(tl.float32)).to(tl.bfloat16))
+
+
+@triton.jit
+def _f32a(x):
+    return x.to(tl.float32)
+
+
+@triton.jit
+def _f32b(x):
+    # bf16 -> fp32 by its bits: a different expression, so the compiler keeps x packed instead of one wide copy
+    return (x.to(tl.int16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _f32c(x):
+    return (x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def ln_pk(X, W, B, Y, eps, N: tl.constexpr, ROWS: tl.constexpr, VEARLY: tl.constexpr, ONEP: tl.constexpr):
+    """x kept packed (bf16) in registers, widened at each use."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]
+    cols = tl.arange(0, N)[None, :]
+    x = tl.load(X + rows.to(tl.int64) * N + cols, eviction_policy="evict_first")
+    if VEARLY:
+        wr = tl.load(W + cols)
+        br = tl.load(B + cols)
+    if ONEP:
+        xa = _f32a(x)
+        m = tl.sum(xa, axis=1)[:, None] / N
+        v = tl.sum(xa * xa, axis=1)[:, None] / N - m * m
+    else:
+        m = tl.sum(_f32a(x), axis=1)[:, None] / N
+        d = _f32b(x) - m
+        v = tl.sum(d * d, axis=1)[:, None] / N
+    r = tl.rsqrt(v + eps)
+    if not VEARLY:
+        wr = tl.load(W + cols)
+        br = tl.load(B + cols)
+    y = (_f32c(x) - m) * r * wr.to(tl.float32) + br.to(tl.float32)
+    tl.store(Y + rows.to(tl.int64) * N + cols, y.to(tl.bfloat16))
+
+
+def main():
+    l2 = T.device_l2_bytes()
+    nsets = T.cold_set_count(2 * M * N * 2, l2)
+    torch.manual_seed(0)
+    xs = [torch.randn(M, N, dtype=torch.bfloat16, device="cuda") for _ in range(nsets)]
+    ys = [torch.empty_like(x) for x in xs]
+    w = torch.randn(N, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(N, dtype=torch.bfloat16, device="cuda")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    tools = {"torch_copy": [(lambda a=a, o=o: o.copy_(a)) for a, o in zip(xs, ys)]}
+    cfg = []
+    for rows, warps in [(2, 8), (2, 16), (1, 4), (1, 8)]:
+        cfg += [(rows, warps, 0, 0, 0), (rows, warps, 1, 0, 0), (rows, warps, 1, 1, 0), (rows, warps, 1, 0, 1),
+                (rows, warps, 1, 1, 1), (rows, warps, 3, 0, 0), (rows, warps, 3, 1, 1)]
+    cfg += [(4, 16, 1, 1, 1), (4, 8, 1, 1, 1)]
+    for rows, warps, vm, vel, xcg in cfg:
+        tools[f"blk_R{rows}w{warps}V{vm}L{vel}C{xcg}"] = [
+            (lambda a=a, o=o, r=rows, wa=warps, vm=vm, vel=vel, xcg=xcg: ln_blk2[(M // r,)](
+                a, w, b, o, 1e-5, N=N, ROWS=r, VMODE=vm, VEL=vel, XCG=xcg, num_warps=wa))
+            for a, o in zip(xs, ys)]
+    for rows, warps, ve in [(2, 8, 0), (2, 8, 1), (2, 16, 0)]:
+        tools[f"pk_R{rows}w{warps}E{ve}"] = [
+            (lambda a=a, o=o, r=rows, wa=warps, ve=ve: ln_pk[(M // r,)](
+                a, w, b, o, 1e-5, N=N, ROWS=r, VEARLY=ve, ONEP=0, num_warps=wa)) for a, o in zip(xs, ys)]
+    for rows, warps, waves, xcg in [(1, 8, 3, 0), (1, 8, 3, 1), (1, 4, 4, 0), (1, 4, 4, 1), (1, 16, 2, 0),
+                                    (2, 16, 2, 0), (2, 8, 2, 1), (1, 8, 2, 0)]:
+        g = sms * waves
+        tools[f"pers_R{rows}w{warps}W{waves}C{xcg}"] = [
+            (lambda a=a, o=o, r=rows, wa=warps, g=g, xcg=xcg: ln_pers2[(g,)](
+                a, w, b, o, 1e-5, M // r, N=N, ROWS=r, XCG=xcg, num_warps=wa)) for a, o in zip(xs, ys)]
+    with torch.no_grad():
+        ref = F.layer_norm(xs[0], (N,), w, b, 1e-5)
+        errs = {}
+        for name, calls in tools.items():
+            if name == "torch_copy" or "V0" in name:
+                continue
+            calls[0]()
+            torch.cuda.synchronize()
+            errs[name] = (ys[0].float() - ref.float()).abs().max().item()
+        bw = T.measure_copy_bandwidth("cuda")
+        floor_ms = (2 * M * N * 2 + 4 * N) / bw * 1e3
+        res = {"bandwidth_GBps": bw / 1e9, "floor_ms": floor_ms, "sets": nsets, "errors_max_abs": errs,
+               "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
+        flush = T.make_l2_flush("cuda")
+        from benchmarks.gpu.evolve_serving_ops import _cycled
+        samples = T.benchmark_interleaved({k: _cycled(v) for k, v in tools.items()}, rounds=7, rep_ms=60,
+                                          flush=flush)
+        res["per_call"] = {k: T.summarize(v).median_ms for k, v in samples.items()}
+        st, err = T.benchmark_graphed(tools, rounds=5)
+        res["stream"] = {k: T.summarize(v).median_ms for k, v in st.items()}
+        res["stream_errors"] = err
+    json.dump(res, open(f"{OUT}/ln-vector-probe.json", "w"), indent=1)
+    print(f"floor {floor_ms * 1e3:.2f} us  bw {bw / 1e9:.0f} GB/s")
+    print("max err", max(errs.values()))
+    for k in sorted(tools, key=lambda k: res["per_call"][k]):
+        pc = res["per_call"][k]
+        s = res["stream"].get(k, float("nan"))
+        print(f"{k:28s} per-call {pc * 1e3:6.2f} us {floor_ms / pc:5.1%}   stream {s * 1e3:6.2f} us {floor_ms / s:5.1%}")
+
+
+if __name__ == "__main__":
+    main()
