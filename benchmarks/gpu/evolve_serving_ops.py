@@ -19,6 +19,7 @@ import itertools
 import json
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -106,6 +107,26 @@ def _cycled(calls: list[Any]) -> Any:
     """One callable that makes the next of ``calls`` each time it is called."""
     it = itertools.cycle(calls)
     return lambda: next(it)()
+
+
+def _search_spend(store: Any, run_id: str) -> dict[str, Any]:
+    """Where the search's judgments went: per structural variant, how many programs and the best score; and
+    after how many programs the search first held one within 2% of its best score."""
+    state = store.load_run_state(run_id) or {}
+    programs = list((state.get("archive") or {}).get("programs", {}).values())
+    per: dict[str, dict[str, Any]] = {}
+    for p in programs:
+        c = p.get("candidate") or {}
+        d = per.setdefault(f"{c.get('template')}/{c.get('variant')}", {"programs": 0, "correct": 0, "best": None})
+        d["programs"] += 1
+        if p.get("correct") and p.get("speedups"):
+            d["correct"] += 1
+            score = statistics.median(p["speedups"])
+            d["best"] = max(d["best"] or 0.0, score)
+    top = max((d["best"] or 0.0 for d in per.values()), default=0.0)
+    first = next((i + 1 for i, p in enumerate(programs)
+                  if p.get("correct") and p.get("speedups") and statistics.median(p["speedups"]) >= 0.98 * top), None)
+    return {"variants": per, "programs_until_within_2pct": first, "programs": len(programs)}
 
 
 def _measure(op: str, problem: Any, source: str | None, args: argparse.Namespace, bandwidth: float,
@@ -274,6 +295,7 @@ def main() -> int:
                 # as a geometric mean (EvalResult.score).
                 row["seed_score"] = summary.seed_speedup
                 row["best_score"] = summary.best_speedup
+                row.update(_search_spend(store, summary.run_id))
                 src = None
                 if summary.best is not None:
                     row["best_status"] = summary.best.status
