@@ -184,6 +184,14 @@ def _measure(op: str, problem: Any, source: str | None, args: argparse.Namespace
             gots = got if isinstance(got, (tuple, list)) else [got]
             out["best_max_abs_err"] = max(float((a.float() - b.float()).abs().max()) for a, b in zip(refs, gots))
             calls["best"] = [(lambda s=s: best(*s)) for s in sets]
+        matmul = bool(problem.flops and {"mm", "addmm", "bmm"} & set(problem.op_summary))
+        if not matmul:
+            # A device copy of the op's bytes (half read, half written), one buffer pair per set: the per-call
+            # ceiling of this process, which moves from one process to the next by more than the tools differ.
+            half = problem.bytes_moved // 2 // 4
+            bufs = [(torch.empty(half, dtype=torch.int32, device="cuda"), torch.empty(half, dtype=torch.int32,
+                                                                                      device="cuda")) for _ in sets]
+            calls["copy"] = [(lambda a=a, o=o: o.copy_(a)) for a, o in bufs]
         samples = T.benchmark_interleaved({k: _cycled(v) for k, v in calls.items()}, rounds=args.rounds, warmup_ms=25.0,
                                           rep_ms=args.rep_ms, flush=T.make_l2_flush("cuda"))
         streamed, errors = T.benchmark_graphed(calls, rounds=args.rounds)
@@ -196,7 +204,7 @@ def _measure(op: str, problem: Any, source: str | None, args: argparse.Namespace
     if errors:
         out["stream_errors"] = errors
     floor = problem.bytes_moved / bandwidth * 1e3
-    if mm_peak and problem.flops and {"mm", "addmm", "bmm"} & set(problem.op_summary):
+    if mm_peak and matmul:
         floor = max(floor, problem.flops / mm_peak * 1e3)
         if "best_ms" in out:
             out["best_tflops"] = problem.flops / (out["best_ms"] * 1e-3) / 1e12
@@ -211,6 +219,8 @@ def _measure(op: str, problem: Any, source: str | None, args: argparse.Namespace
             out[f"best_peer_fraction_of_floor{sfx}"] = floor / peers[best_peer]
         if f"best{sfx}_ms" in out:
             out[f"fraction_of_floor{sfx}"] = floor / out[f"best{sfx}_ms"]
+            if f"copy{sfx}_ms" in out:
+                out[f"fraction_of_copy{sfx}"] = out[f"copy{sfx}_ms"] / out[f"best{sfx}_ms"]
             if peers:
                 out[f"speedup_vs_best_peer{sfx}"] = out[f"best_peer{sfx}_ms"] / out[f"best{sfx}_ms"]
     return out
@@ -315,7 +325,8 @@ def main() -> int:
                     for sfx in ("", "_stream"):
                         print(f"[{op}]{sfx} best {row.get(f'best{sfx}_ms')} ms, peer {row.get(f'best_peer{sfx}')} "
                               f"{row.get(f'best_peer{sfx}_ms')} ms, floor {row.get('floor_ms'):.4f} ms, "
-                              f"{100 * (row.get(f'fraction_of_floor{sfx}') or 0):.1f}% of floor", flush=True)
+                              f"{100 * (row.get(f'fraction_of_floor{sfx}') or 0):.1f}% of floor, copy "
+                              f"{row.get(f'copy{sfx}_ms')} ms", flush=True)
             except Exception as e:  # noqa: BLE001 - one op failing must not lose the others
                 row["error"] = f"{type(e).__name__}: {e}"
                 row["traceback"] = traceback.format_exc(limit=12)
