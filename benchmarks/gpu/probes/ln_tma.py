@@ -21,7 +21,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 sys.path.insert(0, os.getcwd())
-from benchmarks.gpu.probes.ln_vectors import ln_blk2  # noqa: E402
+from benchmarks.gpu.probes.ln_vectors import ln_blk2, print_ranking, probe_data, time_probe  # noqa: E402
 from ks_inductor.judge import timing as T  # noqa: E402
 
 OUT = os.environ.get("OUT", "/tmp")
@@ -85,13 +85,7 @@ def _compiled_has_tma(fn) -> object:
 
 
 def main():
-    l2 = T.device_l2_bytes()
-    nsets = T.cold_set_count(2 * M * N * 2, l2)
-    torch.manual_seed(0)
-    xs = [torch.randn(M, N, dtype=torch.bfloat16, device="cuda") for _ in range(nsets)]
-    ys = [torch.empty_like(x) for x in xs]
-    w = torch.randn(N, dtype=torch.bfloat16, device="cuda")
-    b = torch.randn(N, dtype=torch.bfloat16, device="cuda")
+    nsets, xs, ys, w, b = probe_data()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
 
     def descs(rows):
@@ -140,22 +134,12 @@ def main():
         floor_ms = (2 * M * N * 2 + 4 * N) / bw * 1e3
         res.update({"bandwidth_GBps": bw / 1e9, "floor_ms": floor_ms, "sets": nsets, "errors_max_abs": errs,
                     "failed": failed})
-        flush = T.make_l2_flush("cuda")
-        from benchmarks.gpu.evolve_serving_ops import _cycled
-        samples = T.benchmark_interleaved({k: _cycled(v) for k, v in tools.items()}, rounds=7, rep_ms=60,
-                                          flush=flush)
-        res["per_call"] = {k: T.summarize(v).median_ms for k, v in samples.items()}
-        st, err = T.benchmark_graphed(tools, rounds=5)
-        res["stream"] = {k: T.summarize(v).median_ms for k, v in st.items()}
-        res["stream_errors"] = err
+        res.update(time_probe(tools))
     json.dump(res, open(f"{OUT}/ln-tma-probe.json", "w"), indent=1)
     print(f"floor {floor_ms * 1e3:.2f} us  bw {bw / 1e9:.0f} GB/s  tma {res['tma_in_ttgir']}")
     print("errors", {k: round(v, 4) for k, v in errs.items()})
     print("failed", failed)
-    for k in sorted(tools, key=lambda k: res["per_call"][k]):
-        pc = res["per_call"][k]
-        s = res["stream"].get(k, float("nan"))
-        print(f"{k:28s} per-call {pc * 1e3:6.2f} us {floor_ms / pc:5.1%}   stream {s * 1e3:6.2f} us {floor_ms / s:5.1%}")
+    print_ranking(res, floor_ms)
 
 
 if __name__ == "__main__":

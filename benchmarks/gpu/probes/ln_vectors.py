@@ -119,14 +119,37 @@ def ln_pk(X, W, B, Y, eps, N: tl.constexpr, ROWS: tl.constexpr, VEARLY: tl.const
     tl.store(Y + rows.to(tl.int64) * N + cols, y.to(tl.bfloat16))
 
 
-def main():
-    l2 = T.device_l2_bytes()
-    nsets = T.cold_set_count(2 * M * N * 2, l2)
+def time_probe(tools: dict, rounds: int = 7) -> dict:
+    """Median ms per tool, per call (L2 flushed, interleaved rounds, input sets cycled) and in the steady state
+    (back to back in one CUDA graph)."""
+    from benchmarks.gpu.evolve_serving_ops import _cycled
+    samples = T.benchmark_interleaved({k: _cycled(v) for k, v in tools.items()}, rounds=rounds, rep_ms=60,
+                                      flush=T.make_l2_flush("cuda"))
+    st, err = T.benchmark_graphed(tools, rounds=5)
+    return {"per_call": {k: T.summarize(v).median_ms for k, v in samples.items()},
+            "stream": {k: T.summarize(v).median_ms for k, v in st.items()}, "stream_errors": err}
+
+
+def print_ranking(res: dict, floor_ms: float) -> None:
+    for k in sorted(res["per_call"], key=res["per_call"].get):
+        pc = res["per_call"][k]
+        s = res["stream"].get(k, float("nan"))
+        print(f"{k:28s} per-call {pc * 1e3:6.2f} us {floor_ms / pc:5.1%}   stream {s * 1e3:6.2f} us {floor_ms / s:5.1%}")
+
+
+def probe_data() -> tuple[int, list, list, torch.Tensor, torch.Tensor]:
+    """Input sets that with their outputs exceed four times the L2, their outputs, and one weight and bias."""
+    nsets = T.cold_set_count(2 * M * N * 2, T.device_l2_bytes())
     torch.manual_seed(0)
     xs = [torch.randn(M, N, dtype=torch.bfloat16, device="cuda") for _ in range(nsets)]
     ys = [torch.empty_like(x) for x in xs]
     w = torch.randn(N, dtype=torch.bfloat16, device="cuda")
     b = torch.randn(N, dtype=torch.bfloat16, device="cuda")
+    return nsets, xs, ys, w, b
+
+
+def main():
+    nsets, xs, ys, w, b = probe_data()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     tools = {"torch_copy": [(lambda a=a, o=o: o.copy_(a)) for a, o in zip(xs, ys)]}
     cfg = []
@@ -162,21 +185,11 @@ def main():
         floor_ms = (2 * M * N * 2 + 4 * N) / bw * 1e3
         res = {"bandwidth_GBps": bw / 1e9, "floor_ms": floor_ms, "sets": nsets, "errors_max_abs": errs,
                "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
-        flush = T.make_l2_flush("cuda")
-        from benchmarks.gpu.evolve_serving_ops import _cycled
-        samples = T.benchmark_interleaved({k: _cycled(v) for k, v in tools.items()}, rounds=7, rep_ms=60,
-                                          flush=flush)
-        res["per_call"] = {k: T.summarize(v).median_ms for k, v in samples.items()}
-        st, err = T.benchmark_graphed(tools, rounds=5)
-        res["stream"] = {k: T.summarize(v).median_ms for k, v in st.items()}
-        res["stream_errors"] = err
+        res.update(time_probe(tools))
     json.dump(res, open(f"{OUT}/ln-vector-probe.json", "w"), indent=1)
     print(f"floor {floor_ms * 1e3:.2f} us  bw {bw / 1e9:.0f} GB/s")
     print("max err", max(errs.values()))
-    for k in sorted(tools, key=lambda k: res["per_call"][k]):
-        pc = res["per_call"][k]
-        s = res["stream"].get(k, float("nan"))
-        print(f"{k:28s} per-call {pc * 1e3:6.2f} us {floor_ms / pc:5.1%}   stream {s * 1e3:6.2f} us {floor_ms / s:5.1%}")
+    print_ranking(res, floor_ms)
 
 
 if __name__ == "__main__":
