@@ -168,8 +168,7 @@ def test_template_defaults_cover_their_search_space(target: str) -> None:
 def test_gpu_seeds_add_alternate_row_shapes_within_the_space() -> None:
     """On a GPU the row-wise block variant is also seeded at the launch shapes next to its default (twice the
     threads, half the rows, streamed rows, and the weight kept in cache), each in the search space, feasible and
-    distinct; the interpreter,
-    whose clock tells shapes nothing, gets the defaults only."""
+    distinct; the interpreter, whose clock tells shapes nothing, gets the defaults only."""
     from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
     from ks_inductor.evolve.templates import template_named
     from ks_inductor.problem import load_problem

@@ -19,7 +19,6 @@ import itertools
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -112,20 +111,21 @@ def _cycled(calls: list[Any]) -> Any:
 def _search_spend(store: Any, run_id: str) -> dict[str, Any]:
     """Where the search's judgments went: per structural variant, how many programs and the best score; and
     after how many programs the search first held one within 2% of its best score."""
+    from ks_inductor.evolve.archive import Archive
+
     state = store.load_run_state(run_id) or {}
-    programs = list((state.get("archive") or {}).get("programs", {}).values())
+    programs = list(Archive.from_json(state["archive"]).programs.values()) if state.get("archive") else []
+    scored = [p.correct and p.timed and bool(p.speedups) for p in programs]
     per: dict[str, dict[str, Any]] = {}
-    for p in programs:
-        c = p.get("candidate") or {}
-        d = per.setdefault(f"{c.get('template')}/{c.get('variant')}", {"programs": 0, "correct": 0, "best": None})
+    for p, ok in zip(programs, scored):
+        d = per.setdefault(f"{p.candidate.get('template')}/{p.candidate.get('variant')}",
+                           {"programs": 0, "correct": 0, "best": None})
         d["programs"] += 1
-        if p.get("correct") and p.get("speedups"):
+        if ok:
             d["correct"] += 1
-            score = statistics.median(p["speedups"])
-            d["best"] = max(d["best"] or 0.0, score)
+            d["best"] = max(d["best"] or 0.0, p.score)
     top = max((d["best"] or 0.0 for d in per.values()), default=0.0)
-    first = next((i + 1 for i, p in enumerate(programs)
-                  if p.get("correct") and p.get("speedups") and statistics.median(p["speedups"]) >= 0.98 * top), None)
+    first = next((i + 1 for i, (p, ok) in enumerate(zip(programs, scored)) if ok and p.score >= 0.98 * top), None)
     return {"variants": per, "programs_until_within_2pct": first, "programs": len(programs)}
 
 
