@@ -45,9 +45,11 @@ option                     environment                     meaning
 
 The graph guard (:mod:`ks_inductor.graph_guard`) is what makes "never slower than Inductor" hold for the whole
 graph and not only per region; it costs a second Inductor compile and, on the H200 decoder layer, 0.2-0.6 s of runs.
-Its result is kept in the kernel database (see :func:`_guard_key` for what it is keyed by), so that cost is paid
-once per graph, kernel set, machine and Inductor options, not once per process; a result that says the swaps are
-slower also spares the next compile the swapped graph.
+Its result is kept in the kernel database (see :func:`_guard_key` for what it is keyed by). A stored result is
+reused once a second process has measured the same verdict (``graph_guard.CONFIRMATIONS``), so that cost is paid
+twice per graph, kernel set, machine and Inductor options, not once per process, and one measurement taken under
+load does not decide for good; a confirmed result that says the swaps are slower also spares the next compile the
+swapped graph.
 
 What a compile that hits the cache does not redo in a new process: tracing the graph's nodes and regions to aten
 to find their keys (kept per graph under ``$KERNELSMITH_HOME/analysis``; ``KERNELSMITH_ANALYSIS_CACHE=0`` turns
@@ -65,7 +67,7 @@ import os
 import threading
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -565,6 +567,7 @@ class _GuardPlan:
     fingerprint_id: str
     store: Any
     known: Any = None  # a GuardResult measured before (this process or, through the store, an earlier one)
+    unconfirmed: Any = None  # a stored GuardResult that this process measures again before it is reused
 
     @classmethod
     def make(cls, gm: fx.GraphModule, example_inputs: list[Any], hits: list[_Hit], patches: dict[str, Any],
@@ -601,23 +604,38 @@ class _GuardPlan:
                 return None
             fields = gg.GuardResult.__dataclass_fields__
             result = gg.GuardResult(**{k: v for k, v in data.items() if k in fields})
+            result.measurements = int(result.measurements)
         except Exception as e:  # noqa: BLE001 - an unreadable decision is measured again
             log.debug("graph guard decision %s unreadable: %s", self.key[:12], e)
+            return None
+        if result.measurements < gg.CONFIRMATIONS:
+            self.unconfirmed = result
             return None
         _GUARD_MEMO[self.key] = result
         return result
 
-    def remember(self, result: Any) -> None:
+    def remember(self, result: Any) -> Any:
+        """Keep ``result`` for this process and the store; returns it, counting the stored measurement it
+        confirms."""
         if self.key is None:
-            return
+            return result
+        prior = self.unconfirmed
+        if prior is not None:
+            if prior.kept == result.kept:
+                result = replace(result, measurements=prior.measurements + 1)
+            else:
+                log.info("kernelsmith: graph guard measured %s after a stored %s (%s); it measures again in the "
+                         "next process", "keep" if result.kept else "drop", "keep" if prior.kept else "drop",
+                         prior.note)
         _GUARD_MEMO[self.key] = result
         # A measurement holds for the next process too; a run that failed might not fail again, so it is not kept.
         if self.store is None or (result.speedup is None and not result.kept):
-            return
+            return result
         try:
             self.store.put_guard_decision(self.key, self.fingerprint_id, result.to_json())
         except Exception as e:  # noqa: BLE001 - read-only or busy database: the next process measures again
             log.debug("could not store graph guard decision %s: %s", self.key[:12], e)
+        return result
 
 
 def _drop_swaps(report: CompileReport, hits: list[_Hit], result: Any) -> None:
@@ -645,8 +663,7 @@ def _apply_graph_guard(gm: fx.GraphModule, new_gm: fx.GraphModule, example_input
         timing_patches = {**patches, "triton.cudagraphs": False} if cudagraphs else patches
         plain_t = compile_fx(gm, example_inputs, config_patches=timing_patches)
         swapped_t = compiled if not cudagraphs else compile_fx(new_gm, example_inputs, config_patches=timing_patches)
-        result = gg.compare(swapped_t, plain_t, example_inputs)
-        plan.remember(result)
+        result = plan.remember(gg.compare(swapped_t, plain_t, example_inputs))
         if not cudagraphs:
             plain = plain_t
     report.guard = result

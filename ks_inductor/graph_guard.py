@@ -39,6 +39,9 @@ _INPLACE_OPERATORS = frozenset({
 })
 
 
+CONFIRMATIONS = 2  # agreeing measurements, in separate processes, before a stored decision is reused
+
+
 @dataclass
 class GuardConfig:
     rounds: int = 7
@@ -59,6 +62,10 @@ class GuardResult:
     samples: int = 0  # batch samples taken, both graphs
     seconds: float = 0.0
     note: str = ""
+    # Measurements behind the decision, each taken in its own process, that agreed on ``kept``. A stored decision
+    # is reused only from CONFIRMATIONS on: one measurement can be far off (a host whose cores another job held
+    # made Inductor's CPU graph 2000 times slower in CI), and a wrong one would otherwise stand for good.
+    measurements: int = 1
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

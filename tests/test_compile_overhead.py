@@ -253,16 +253,47 @@ def test_a_stored_negative_decision_skips_compiling_the_swaps(tmp_path, monkeypa
     _warm(model, inputs, db, source=lambda p: p.source + SLOW)
     compares = _quick_compare(monkeypatch)
     first = _compile_and_run(model, inputs, db, **{"kernelsmith.graph_guard": "on"})
-    assert not first.guard.kept and first.swapped == 0, first.to_json()
+    assert not first.guard.kept and first.swapped == 0 and first.guard.measurements == 1, first.to_json()
+
+    # One measurement is not reused: the next process measures again, and the two agree.
+    _new_process()
+    second = _compile_and_run(model, inputs, db, **{"kernelsmith.graph_guard": "on"})
+    assert len(compares) == 2 and not second.guard.kept and second.guard.measurements == 2
 
     _new_process()
     compiles = _count_compiles(monkeypatch)
-    second = _compile_and_run(model, inputs, db, **{"kernelsmith.graph_guard": "on"})
-    assert len(compares) == 1
-    assert second.swapped == 0 and second.guard.to_json() == first.guard.to_json()
-    assert [r.status for r in second.regions if r.index >= 0] == [B.SLOWER]
+    third = _compile_and_run(model, inputs, db, **{"kernelsmith.graph_guard": "on"})
+    assert len(compares) == 2
+    assert third.swapped == 0 and third.guard.to_json() == second.guard.to_json()
+    assert [r.status for r in third.regions if r.index >= 0] == [B.SLOWER]
     assert len(compiles) == 1 and compiles[0].graph is not None
     assert not any("kernelsmith" in str(n.target) for n in compiles[0].graph.nodes), "compiled the swaps"
+
+
+def test_a_stored_decision_that_the_next_process_contradicts_is_measured_again(warmed, monkeypatch):
+    """A decision taken once (here a drop, as a host under load could measure it) is not reused: the next process
+    measures, and its verdict replaces the stored one, again to be confirmed before it decides alone."""
+    model, inputs, db = warmed
+    verdicts = [False, True, True]
+
+    def scripted(swapped, inductor, inputs, cfg=None, seed=0):
+        kept = verdicts.pop(0)
+        return gg.GuardResult(kept=kept, swapped_ms=1.0, inductor_ms=1.5 if kept else 0.5,
+                              speedup=1.5 if kept else 0.5, lcb=1.2 if kept else 0.4, note="scripted")
+
+    monkeypatch.setattr(gg, "compare", scripted)
+    opts = {"kernelsmith.graph_guard": "on"}
+    first = _compile_and_run(model, inputs, db, **opts)
+    assert first.swapped == 0 and (first.guard.kept, first.guard.measurements) == (False, 1)
+    _new_process()
+    second = _compile_and_run(model, inputs, db, **opts)
+    assert second.swapped == 1 and (second.guard.kept, second.guard.measurements) == (True, 1)
+    _new_process()
+    third = _compile_and_run(model, inputs, db, **opts)
+    assert third.swapped == 1 and (third.guard.kept, third.guard.measurements) == (True, 2)
+    _new_process()
+    fourth = _compile_and_run(model, inputs, db, **opts)
+    assert not verdicts and fourth.swapped == 1 and fourth.guard.to_json() == third.guard.to_json()
 
 
 def test_unreadable_decisions_are_measured_again(warmed, monkeypatch):
@@ -271,13 +302,14 @@ def test_unreadable_decisions_are_measured_again(warmed, monkeypatch):
     model, inputs, db = warmed
     compares = _quick_compare(monkeypatch)
     _compile_and_run(model, inputs, db, **{"kernelsmith.graph_guard": "on"})
-    c = sqlite3.connect(db)
-    c.execute("UPDATE graph_guard_decisions SET result = 'not json'")
-    c.commit()
-    c.close()
-    _new_process()
-    report = _compile_and_run(model, inputs, db, **{"kernelsmith.graph_guard": "on"})
-    assert len(compares) == 2 and report.guard.speedup is not None
+    for n, tampered in enumerate(("not json", '{"kept": true, "speedup": 9.0, "measurements": "many"}'), 2):
+        c = sqlite3.connect(db)
+        c.execute("UPDATE graph_guard_decisions SET result = ?", (tampered,))
+        c.commit()
+        c.close()
+        _new_process()
+        report = _compile_and_run(model, inputs, db, **{"kernelsmith.graph_guard": "on"})
+        assert len(compares) == n and report.guard.speedup not in (None, 9.0) and report.guard.measurements == 1
 
 
 def test_guard_key_separates_what_the_decision_depends_on(warmed):
@@ -373,11 +405,15 @@ def test_a_new_process_reuses_the_analysis_the_guard_decision_and_inductors_cach
     model, inputs, db = warmed
     # A decision to keep the swaps, whatever this machine's timings say: the new process must then compile the
     # swapped graph (and only it), so its AOTAutograd cache hit is the swapped graph's.
+    # Measured in two processes, so that the decision is confirmed and the child reuses it.
     measured = gg.GuardResult(kept=True, swapped_ms=1.0, inductor_ms=1.5, speedup=1.5, lcb=1.2, note="test")
     monkeypatch.setattr(gg, "compare", lambda *a, **k: measured)
     opts = {"kernelsmith.db": db, "kernelsmith.graph_guard": "on", **INDUCTOR}
+    _compile_and_run(model, inputs, db, **{"kernelsmith.graph_guard": "on"})
+    _new_process()
     first = _compile_and_run(model, inputs, db, **{"kernelsmith.graph_guard": "on"})
-    assert first.guard == measured and first.swapped == 1, first.to_json()
+    assert first.guard.measurements == 2 and first.swapped == 1, first.to_json()
+    measured = first.guard
     out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(opts)], capture_output=True, text=True,
                          timeout=600, cwd=str(ROOT), env={**os.environ, "TRITON_INTERPRET": "1"})
     assert out.returncode == 0, out.stderr[-3000:]
