@@ -2,13 +2,15 @@
 step and the store run over column chunks of the row, each chunk's weight and bias loaded after the previous
 chunk is stored?
 
-The row stays in registers for the statistics. A store to the output may alias the weight and bias, as far as the
-compiler knows, so the next chunk's vector loads cannot move above it: at most one chunk of the vectors is live
-next to the row, where the one-tile kernel holds all of them. Also timed: the affine step in bf16 (the normalized
-row rounded to bf16 first, ``BF``), which halves the registers the vectors and the normalized row take, at one
-more rounding. Kernels written for this measurement only; against the row-block kernel of ``ln_vectors`` with and
-without vectors and a torch copy of the same bytes. One process, interleaved, L2 flushed per call, and again back
-to back in a CUDA graph. Registers and spills of each kernel are recorded.
+The row stays in registers for the statistics. The hypothesis: a store to the output may alias the weight and bias,
+as far as the compiler knows, so the next chunk's vector loads (behind a barrier with ``BAR``) stay below it and at
+most one chunk of the vectors is live next to the row. On the H200 it did not hold: ptxas gave the fp32 chunked
+kernels as many registers as the one-tile kernel or more (58-63 against 58 at 2 rows and 8 warps), barrier or not.
+Also timed: the affine step in bf16 (the normalized row rounded to bf16 first, ``BF``), which halves the registers
+the vectors and the normalized row take, at one more rounding (the README says why it is not a template option).
+Kernels written for this measurement only; against the row-block kernel of ``ln_vectors`` with and without vectors
+and a torch copy of the same bytes. One process, interleaved, L2 flushed per call, and again back to back in a CUDA
+graph. Registers and spills of each kernel are recorded.
 
     python benchmarks/gpu/probes/ln_chunks.py   # writes $OUT/ln-chunk-probe.json
 """
