@@ -21,8 +21,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 sys.path.insert(0, os.getcwd())
-from benchmarks.gpu.probes.ln_vectors import ln_blk2, print_ranking, probe_data, time_probe  # noqa: E402
-from ks_inductor.judge import timing as T  # noqa: E402
+from benchmarks.gpu.probes.ln_vectors import check_and_time, ln_blk2, print_ranking, probe_data  # noqa: E402
 
 OUT = os.environ.get("OUT", "/tmp")
 M = N = 4096
@@ -85,7 +84,7 @@ def _compiled_has_tma(fn) -> object:
 
 
 def main():
-    nsets, xs, ys, w, b = probe_data()
+    _, xs, ys, w, b = probe_data()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
 
     def descs(rows):
@@ -117,28 +116,13 @@ def main():
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
     with torch.no_grad():
         ref = F.layer_norm(xs[0], (N,), w, b, 1e-5)
-        errs, failed = {}, {}
-        for name in list(tools):
-            try:
-                ys[0].fill_(float("nan"))
-                tools[name][0]()
-                torch.cuda.synchronize()
-            except Exception as e:  # a variant this triton cannot compile is reported, not fatal
-                failed[name] = f"{type(e).__name__}: {str(e)[:300]}"
-                del tools[name]
-                continue
-            want = xs[0] if name.startswith(("torch_copy", "copytma")) else ref
-            errs[name] = (ys[0].float() - want.float()).abs().max().item()
+        fields, floor_ms = check_and_time(tools, xs, ys, ref, ("torch_copy", "copytma"))
         res["tma_in_ttgir"] = {f.__name__: _compiled_has_tma(f) for f in (ln_tma, ln_tma_pers, copy_tma_pers)}
-        bw = T.measure_copy_bandwidth("cuda")
-        floor_ms = (2 * M * N * 2 + 4 * N) / bw * 1e3
-        res.update({"bandwidth_GBps": bw / 1e9, "floor_ms": floor_ms, "sets": nsets, "errors_max_abs": errs,
-                    "failed": failed})
-        res.update(time_probe(tools))
+        res.update(fields)
     json.dump(res, open(f"{OUT}/ln-tma-probe.json", "w"), indent=1)
-    print(f"floor {floor_ms * 1e3:.2f} us  bw {bw / 1e9:.0f} GB/s  tma {res['tma_in_ttgir']}")
-    print("errors", {k: round(v, 4) for k, v in errs.items()})
-    print("failed", failed)
+    print(f"floor {floor_ms * 1e3:.2f} us  bw {res['bandwidth_GBps']:.0f} GB/s  tma {res['tma_in_ttgir']}")
+    print("errors", {k: round(v, 4) for k, v in res["errors_max_abs"].items()})
+    print("failed", res["failed"])
     print_ranking(res, floor_ms)
 
 

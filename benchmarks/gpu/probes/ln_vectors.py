@@ -124,6 +124,34 @@ def time_probe(tools: dict, rounds: int = 7) -> dict:
             "stream": {k: T.summarize(v).median_ms for k, v in st.items()}, "stream_errors": err}
 
 
+def check_and_time(tools: dict, xs: list, ys: list, ref: torch.Tensor, copies: tuple[str, ...],
+                   on_first=None) -> tuple[dict, float]:
+    """Run each tool once on the first set, dropping (and reporting) a variant this triton cannot compile; record its
+    largest error against ``ref``, or against its input for the tools named with a prefix in ``copies``; then
+    measure the copy bandwidth and time the tools left. ``on_first(name, result)`` sees each first call's return
+    value (a launch's compiled kernel). Returns the result fields and the floor in ms."""
+    errs, failed = {}, {}
+    for name in list(tools):
+        try:
+            ys[0].fill_(float("nan"))
+            got = tools[name][0]()
+            torch.cuda.synchronize()
+        except Exception as e:  # a variant this triton cannot compile is reported, not fatal
+            failed[name] = f"{type(e).__name__}: {str(e)[:300]}"
+            del tools[name]
+            continue
+        if on_first is not None:
+            on_first(name, got)
+        want = xs[0] if name.startswith(copies) else ref
+        errs[name] = (ys[0].float() - want.float()).abs().max().item()
+    bw = T.measure_copy_bandwidth("cuda")
+    floor_ms = (2 * M * N * 2 + 4 * N) / bw * 1e3
+    res = {"bandwidth_GBps": bw / 1e9, "floor_ms": floor_ms, "sets": len(xs), "errors_max_abs": errs,
+           "failed": failed}
+    res.update(time_probe(tools))
+    return res, floor_ms
+
+
 def print_ranking(res: dict, floor_ms: float) -> None:
     for k in sorted(res["per_call"], key=res["per_call"].get):
         pc = res["per_call"][k]
