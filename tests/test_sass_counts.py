@@ -1,0 +1,53 @@
+"""The offline SASS counter: a template configuration compiled for sm_90 on a machine with no GPU."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import triton
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+
+pytestmark = pytest.mark.skipif(not ((BIN / "ptxas").exists() and (BIN / "cuobjdump").exists()),
+                                reason="this triton wheel carries no ptxas or cuobjdump")
+
+_SCRIPT = """
+import json
+from dataclasses import asdict
+from benchmarks.sass_counts import counts_for_config
+out = {rows: [asdict(c) for c in counts_for_config("benchmarks/problems/layernorm_bf16.py", "rowwise/block",
+                                                    {"ROWS": rows, "num_warps": 8})] for rows in (1, 2)}
+print(json.dumps(out))
+"""
+
+
+def test_a_layernorm_config_compiles_for_hopper_with_the_launch_specializations() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    proc = subprocess.run([sys.executable, "-c", _SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    one, two = out["1"], out["2"]
+    assert [k["name"] for k in one] == ["_row_kernel"] and [k["name"] for k in two] == ["_row_kernel"]
+    for k in one + two:
+        assert 16 <= k["registers"] <= 255
+        # The rows are 4096 bf16 wide and 16-byte aligned: with the launch's divisibility hints the loads are
+        # vectors; without them ptxas would get one 16-bit load per element.
+        assert k["wide_loads"] > 0 and k["narrow_loads"] == 0
+        assert k["opcodes"].get("SHFL", 0) > 0  # the row reductions cross lanes
+    # Twice the rows over as many threads: more values per thread, more instructions.
+    assert one[0]["instructions"] < two[0]["instructions"]
+
+
+def test_compiling_under_the_interpreter_is_refused_with_a_reason() -> None:
+    from benchmarks.sass_counts import counts_for_source
+
+    if not triton.knobs.runtime.interpret:
+        pytest.skip("this process runs compiled kernels")
+    with pytest.raises(RuntimeError, match="without TRITON_INTERPRET"):
+        counts_for_source("", None, [])
