@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, os.getcwd())
-from benchmarks.gpu.probes.ln_vectors import ln_blk2, print_ranking, probe_data, time_probe  # noqa: E402
+from benchmarks.gpu.probes.ln_vectors import kernel_facts, ln_blk2, print_ranking, probe_data, time_probe  # noqa: E402
 from ks_inductor.judge import timing as T  # noqa: E402
 
 OUT = os.environ.get("OUT", "/tmp")
@@ -97,11 +97,11 @@ def ln_bf1(X, W, B, Y, eps, N: tl.constexpr, ROWS: tl.constexpr):
 
 
 def _regs(fn, *args, **kw) -> dict:
-    """Compile-and-run once; the kernel's registers per thread and spilled values."""
+    """Compile-and-run once; the kernel's facts (``kernel_facts``) and counts of its PTX."""
     h = fn(*args, **kw)
     ptx = h.asm.get("ptx", "")
     body = [ln.strip() for ln in ptx.splitlines() if ln.strip() and ln.startswith("\t") and ln.strip()[0].isalpha()]
-    return {"regs": getattr(h, "n_regs", None), "spills": getattr(h, "n_spills", None), "ptx_instructions": len(body),
+    return {**(kernel_facts(h) or {}), "ptx_instructions": len(body),
             "fma_bf16x2": sum("fma.rn.bf16x2" in ln for ln in body), "bar_sync": sum(ln.startswith("bar.") for ln in body)}
 
 

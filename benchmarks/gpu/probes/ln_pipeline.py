@@ -29,7 +29,13 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, os.getcwd())
-from benchmarks.gpu.probes.ln_vectors import check_and_time, ln_blk2, print_ranking, probe_data  # noqa: E402
+from benchmarks.gpu.probes.ln_vectors import (  # noqa: E402
+    check_and_time,
+    kernel_facts,
+    ln_blk2,
+    print_ranking,
+    probe_data,
+)
 
 OUT = os.environ.get("OUT", "/tmp")
 M = N = 4096
@@ -68,14 +74,6 @@ def copy_pipe(X, Y, n_blk, N: tl.constexpr, ROWS: tl.constexpr, STAGES: tl.const
         tl.store(Y + off, tl.load(X + off, eviction_policy="evict_first"))
 
 
-def _facts(handle) -> dict | None:
-    """Registers, shared memory and async copies of the kernel a launch returned (None for a torch call)."""
-    if not hasattr(handle, "n_regs"):
-        return None
-    return {"regs": handle.n_regs, "spills": handle.n_spills, "shared": handle.metadata.shared,
-            "async_copies": handle.asm.get("ttgir", "").count("async_copy_global_to_local")}
-
-
 def main():
     _, xs, ys, w, b = probe_data()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -103,7 +101,7 @@ def main():
         compiled = {}
 
         def record(name, got):
-            facts = _facts(got)
+            facts = kernel_facts(got)
             if facts is not None:
                 compiled[name] = facts
 

@@ -124,6 +124,15 @@ def time_probe(tools: dict, rounds: int = 7) -> dict:
             "stream": {k: T.summarize(v).median_ms for k, v in st.items()}, "stream_errors": err}
 
 
+def kernel_facts(handle) -> dict | None:
+    """Registers, spills, shared memory and async copies of the kernel a Triton launch returned (None for
+    anything else, a torch call's result say)."""
+    if not hasattr(handle, "n_regs"):
+        return None
+    return {"regs": handle.n_regs, "spills": handle.n_spills, "shared": handle.metadata.shared,
+            "async_copies": handle.asm.get("ttgir", "").count("async_copy_global_to_local")}
+
+
 def check_and_time(tools: dict, xs: list, ys: list, ref: torch.Tensor, copies: tuple[str, ...],
                    on_first=None) -> tuple[dict, float]:
     """Run each tool once on the first set, dropping (and reporting) a variant this triton cannot compile; record its
