@@ -51,3 +51,25 @@ def test_compiling_under_the_interpreter_is_refused_with_a_reason() -> None:
         pytest.skip("this process runs compiled kernels")
     with pytest.raises(RuntimeError, match="without TRITON_INTERPRET"):
         counts_for_source("", None, [])
+
+
+_STAGED = """
+import json
+from benchmarks.sass_counts import counts_for_config
+out = {s: counts_for_config("benchmarks/problems/softmax_bf16.py", "rowwise/persistent",
+                            {"num_stages": s})[0].shared_bytes for s in (1, 3)}
+print(json.dumps(out))
+"""
+
+
+def test_persistent_row_loop_stages_long_rows_through_shared_memory() -> None:
+    """The persistent row-wise variant gives its stages to the row loop, so the compiler copies the next rows
+    asynchronously into shared memory: at 3 stages, two 32,768-value bf16 rows of the 32,000-wide softmax. Given
+    only to the launch, the stages left the loads in registers (128 bytes of shared memory, the reductions')."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    proc = subprocess.run([sys.executable, "-c", _STAGED], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    shared = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert shared["3"] >= 2 * 32768 * 2 > 1024 >= shared["1"], shared

@@ -261,6 +261,20 @@ def test_prefetching_row_grid_walks_several_ragged_blocks(judge) -> None:
     assert r.accepted, (r.reasons, r.error)
 
 
+def test_staged_row_loop_walks_several_ragged_blocks(judge) -> None:
+    """The persistent variant with its loads staged by the pipeliner (3 stages on the row loop): 11 rows in blocks
+    of 2 over 4 programs, so each program takes several blocks and the last one is half empty."""
+    problem = problem_from_source(ROWS11, name="rows11")
+    fm = classify(problem)
+    fm.target = "cpu"
+    t = templates_for(fm)[0]
+    params = {**t.default(fm, "persistent", "cpu"), "ROWS": 2, "WAVES": 1, "num_stages": 3, "EVICT": 1}
+    src = t.render(fm, params, "persistent")
+    assert "tl.range(tl.program_id(0), n_blocks, tl.num_programs(0), num_stages=3)" in src
+    r = judge.evaluate(problem, src)
+    assert r.accepted, (r.reasons, r.error)
+
+
 def test_online_softmax_ignores_minus_infinity_before_the_first_finite_value(tmp_path) -> None:
     """A row whose first chunk is all -inf (masked logits): the running max stays -inf for a chunk, which must
     not poison the sum in either max-tracking mode."""

@@ -22,6 +22,7 @@ from typing import Any
 from ks_inductor.evolve.families import FamilyMatch
 from ks_inductor.evolve.pointwise import round_expr, store_expr, tl_dtype
 from ks_inductor.evolve.templates.base import (
+    SMEM_BYTES,
     Template,
     TemplateError,
     block_class,
@@ -32,7 +33,6 @@ from ks_inductor.evolve.templates.base import (
 )
 
 MAX_QUERY_ROWS = 128  # group heads x query positions held by one program; beyond that this is not decode
-SMEM_LIMIT = 200 * 1024
 LOG2E = 1.4426950408889634
 
 
@@ -67,7 +67,7 @@ class AttentionTemplate(Template):
         a = fm.attrs
         elt = 4 if self._dtype(fm) == "float32" else 2
         # K and V tiles per pipeline stage
-        if max(1, params["num_stages"] - 1) * 2 * params["BLOCK_N"] * a["D"] * elt > SMEM_LIMIT:
+        if max(1, params["num_stages"] - 1) * 2 * params["BLOCK_N"] * a["D"] * elt > SMEM_BYTES:
             return False
         if variant == "split" and params["SPLIT"] < params["BLOCK_N"]:
             return False

@@ -75,6 +75,10 @@ class Template(ABC):
 
 
 MAX_ELEMS_PER_THREAD = 128
+# Shared memory a program's pipelined (staged) tiles may take: H100/H200 have 227 KiB per block; the rest is left
+# for the reductions' scratch. A part with less gets a compile failure from the judge, reported like any other.
+SMEM_BYTES = 200 * 1024
+ITEMSIZE = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
 
 
 def elems_per_thread(tile: int, num_warps: int) -> float:

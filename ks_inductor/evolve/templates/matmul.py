@@ -30,7 +30,9 @@ from ks_inductor.evolve.families import FamilyMatch, leaf_of
 from ks_inductor.evolve.graph import Graph, Ref
 from ks_inductor.evolve.pointwise import PointwiseUnsupported, Val, lower_chain, round_expr, store_expr
 from ks_inductor.evolve.templates.base import (
+    ITEMSIZE,
     SM_COUNT_HELPER,
+    SMEM_BYTES,
     Template,
     TemplateError,
     block_class,
@@ -43,7 +45,6 @@ from ks_inductor.evolve.templates.base import (
 )
 
 SKINNY_ROWS = 512  # products with at most this many rows also get the split-K variant
-SMEM_BYTES = 200 * 1024  # shared memory the pipelined operand tiles may take (H100/H200 have 227 KiB)
 TMA_IMPORT = "from triton.tools.tensor_descriptor import TensorDescriptor\n"
 # Kernel lines both GEMM kernels share: the tile grid of batch ``bid``, and tile ``pid`` -> (pid_m, pid_n) in groups
 # of GROUP_M row tiles, so programs running together reuse the same columns of b from L2.
@@ -53,7 +54,6 @@ _GROUPED_TILE = ["group_id = pid // num_pid_in_group", "first_pid_m = group_id *
                  "group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)",
                  "pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)",
                  "pid_n = (pid % num_pid_in_group) // group_size_m"]
-_ITEMSIZE = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
 
 
 def _rows_cols(fm: FamilyMatch) -> tuple[int, int]:
@@ -116,7 +116,7 @@ class MatmulTemplate(Template):
 
     def feasible(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> bool:
         la = leaf_of(fm.graph, fm.attrs["a"])
-        item = _ITEMSIZE.get(fm.graph.type_of(la[0]).dtype, 4) if la else 4  # type: ignore[union-attr]
+        item = ITEMSIZE.get(fm.graph.type_of(la[0]).dtype, 4) if la else 4  # type: ignore[union-attr]
         bm, bn, bk = params["BLOCK_M"], params["BLOCK_N"], params["BLOCK_K"]
         if (bm + bn) * bk * item * max(1, params["num_stages"] - 1) > SMEM_BYTES:
             return False
@@ -213,7 +213,7 @@ def _tma_ok(fm: FamilyMatch) -> bool:
     ta, tb = g.type_of(fm.attrs["a"].name), g.type_of(fm.attrs["b"].name)
     if ta is None or tb is None:
         return False
-    return all(d * _ITEMSIZE.get(t.dtype, 4) % 16 == 0 for d in (ta.shape[-1], tb.shape[-1]) for t in (ta, tb))
+    return all(d * ITEMSIZE.get(t.dtype, 4) % 16 == 0 for d in (ta.shape[-1], tb.shape[-1]) for t in (ta, tb))
 
 
 def _tma_kernel(esig: str, dot: str, epilogue: list[str], batched: bool, flat: bool = False) -> str:

@@ -28,8 +28,10 @@ from ks_inductor.evolve.pointwise import (
     unfenced,
 )
 from ks_inductor.evolve.templates.base import (
+    ITEMSIZE,
     MAX_ELEMS_PER_THREAD,
     SM_COUNT_HELPER,
+    SMEM_BYTES,
     Template,
     TemplateError,
     elems_per_thread,
@@ -185,6 +187,13 @@ def _lower(fm: FamilyMatch, lowp: bool = False, fastexp: bool = False,
     return lines, loads, [env[o].expr for o in outs]
 
 
+def _staged_bytes(fm: FamilyMatch, params: dict[str, Any]) -> int:
+    """Shared memory the persistent variant's pipelined row loads take: num_stages - 1 blocks of every row tile."""
+    full = _row_shape(fm)
+    per_row = sum(ITEMSIZE.get(t.dtype, 4) for _, t in fm.graph.placeholders if t is not None and t.shape == full)
+    return max(0, params.get("num_stages", 1) - 1) * params["ROWS"] * next_pow2(full[-1]) * per_row
+
+
 def _fastexp_offered(fm: FamilyMatch) -> bool:
     """FASTEXP (``pointwise.exp_shifted``) is a choice where a softmax has exponentials and the target has the
     hardware exp2 (the interpreter renders the exact one, so offering it there would only widen the search)."""
@@ -221,7 +230,7 @@ class RowwiseTemplate(Template):
                                    "LOWP": [0, 1]}
         if variant == "persistent":
             s["WAVES"] = [1, 2, 4, 8]
-            s["num_stages"] = [1, 2, 3]
+            s["num_stages"] = [1, 2, 3, 4]
         if variant == "prefetch":  # the explicit prefetch is the pipelining: no stages
             s["WAVES"] = [1, 2, 4, 8]
         if _fastexp_offered(fm):
@@ -237,7 +246,8 @@ class RowwiseTemplate(Template):
         tile = params["ROWS"] * next_pow2(_row_shape(fm)[-1])
         # The prefetched block is held, in its storage dtype, next to the one being computed.
         per_thread = elems_per_thread(tile, params["num_warps"]) * (1.5 if variant == "prefetch" else 1)
-        return per_thread <= MAX_ELEMS_PER_THREAD
+        staged_ok = variant != "persistent" or _staged_bytes(fm, params) <= SMEM_BYTES
+        return per_thread <= MAX_ELEMS_PER_THREAD and staged_ok
 
     def default(self, fm: FamilyMatch, variant: str, device: str) -> dict[str, Any]:
         n = next_pow2(_row_shape(fm)[-1])
@@ -250,6 +260,13 @@ class RowwiseTemplate(Template):
         if variant == "persistent":
             p["WAVES"] = 2
             p["num_stages"] = 1
+            if n >= 16384:
+                # A row too long to hold twice in registers: one program per SM with 3 stages, so the next two rows
+                # are in flight (cp.async into shared memory) while one is reduced. On the H200 a 4096 x 32000 bf16
+                # softmax of that shape took 134.8 us per call against 140.6 for the row prefetched in registers
+                # and 143.3 for the session-15 winner (softmax-depth-probe-nvidia-h200-2026-11-23.json); rendered
+                # by this template, 137.9 against 144.9 (l2-state-nvidia-h200-2026-11-23-session16-softmax-staged).
+                p.update(num_warps=max(1, min(32, next_pow2(n * rows // 1024))), WAVES=1, num_stages=3, EVICT=1)
         if variant == "prefetch":
             # One resident program per SM, with the row and the next one in registers: at most 32 of the row's
             # values per thread. On the H200 the 4096 x 32000 softmax took 139 us with 32 warps and 151 with 16
@@ -353,7 +370,13 @@ class RowwiseTemplate(Template):
             if pipelined:
                 # Loop-carried raw tiles: block i+1's loads are in flight while block i is computed.
                 k += prefetch(ind, "tl.program_id(0) * ROWS + tl.arange(0, ROWS)")
-            k.append("    for blk in range(tl.program_id(0), n_blocks, tl.num_programs(0)):")
+            if pipelined:
+                k.append("    for blk in range(tl.program_id(0), n_blocks, tl.num_programs(0)):")
+            else:
+                # The stages go on the loop itself: given only to the launch, they leave loads that feed no dot
+                # unpipelined (sm_90: 128 B of shared memory against 131,200 with them on the loop, 4096 x 32000).
+                k.append("    for blk in tl.range(tl.program_id(0), n_blocks, tl.num_programs(0), "
+                         f"num_stages={int(params.get('num_stages', 1))}):")
             ind = "        "
             k.append(ind + "rows = blk * ROWS + tl.arange(0, ROWS)")
         else:
