@@ -26,7 +26,7 @@ from ks_inductor.evolve.templates.base import (
 _KERNEL = '''
 @triton.jit
 def _softmax_online(x_ptr, out_ptr, n_cols, sx, so, BLOCK: tl.constexpr, LOG: tl.constexpr,
-                    CHUNK_MAX: tl.constexpr, KEEP: tl.constexpr, DROP: tl.constexpr):
+                    CHUNK_MAX: tl.constexpr, KEEP: tl.constexpr, DROP: tl.constexpr, STAGES: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     if CHUNK_MAX:
@@ -35,7 +35,7 @@ def _softmax_online(x_ptr, out_ptr, n_cols, sx, so, BLOCK: tl.constexpr, LOG: tl
     else:
         m = tl.full([BLOCK], -float('inf'), tl.float32)
         s = tl.zeros([BLOCK], dtype=tl.float32)
-    for off in range(0, n_cols, BLOCK):
+    for off in tl.range(0, n_cols, BLOCK, num_stages=STAGES):
         c = off + cols
         cm = c < n_cols
         x = tl.load(x_ptr + row * sx + c, mask=cm, other=-float('inf'), eviction_policy=KEEP).to(tl.float32)
@@ -56,7 +56,7 @@ def _softmax_online(x_ptr, out_ptr, n_cols, sx, so, BLOCK: tl.constexpr, LOG: tl
     else:
         mx = tl.max(m, axis=0)
         total = tl.sum(tl.where(m == -float('inf'), 0.0, s * tl.exp(m - mx)), axis=0)
-    for off in range(0, n_cols, BLOCK):
+    for off in tl.range(0, n_cols, BLOCK, num_stages=STAGES):
         c = off + cols
         cm = c < n_cols
         x = tl.load(x_ptr + row * sx + c, mask=cm, other=0.0, eviction_policy=DROP).to(tl.float32)
@@ -118,7 +118,8 @@ class SoftmaxLoopTemplate(Template):
             f"out = torch.empty(x2.shape, dtype={torch_dtype(out_dtype)}, device=x.device)",
             f"_softmax_online[(x2.shape[0],)](x2, out, n_cols, x2.stride(0), out.stride(0), "
             f"BLOCK={int(params['BLOCK'])}, LOG={log}, CHUNK_MAX={int(params.get('CHUNK_MAX', 0))}, "
-            f"KEEP={'evict_last' if hint else ''!r}, DROP={'evict_first' if hint else ''!r}, num_warps={int(params['num_warps'])}, "
+            f"KEEP={'evict_last' if hint else ''!r}, DROP={'evict_first' if hint else ''!r}, "
+            f"STAGES={int(params['num_stages'])}, num_warps={int(params['num_warps'])}, "
             f"num_stages={int(params['num_stages'])})",
             "return out.view(x.shape)",
         ]
