@@ -25,13 +25,18 @@ print(json.dumps(out))
 """
 
 
-def test_a_layernorm_config_compiles_for_hopper_with_the_launch_specializations() -> None:
+def _compiled(script: str) -> dict:
+    """What ``script`` prints last, as JSON, run in a process that compiles kernels (no TRITON_INTERPRET)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_layernorm_config_compiles_for_hopper_with_the_launch_specializations() -> None:
+    out = _compiled(_SCRIPT)
     one, two = out["1"], out["2"]
     assert [k["name"] for k in one] == ["_row_kernel"] and [k["name"] for k in two] == ["_row_kernel"]
     for k in one + two:
@@ -66,10 +71,5 @@ def test_persistent_row_loop_stages_long_rows_through_shared_memory() -> None:
     """The persistent row-wise variant gives its stages to the row loop, so the compiler copies the next rows
     asynchronously into shared memory: at 3 stages, two 32,768-value bf16 rows of the 32,000-wide softmax. Given
     only to the launch, the stages left the loads in registers (128 bytes of shared memory, the reductions')."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_DEFAULT_FP_FUSION"] = "1"
-    proc = subprocess.run([sys.executable, "-c", _STAGED], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    shared = json.loads(proc.stdout.strip().splitlines()[-1])
+    shared = _compiled(_STAGED)
     assert shared["3"] >= 2 * 32768 * 2 > 1024 >= shared["1"], shared

@@ -133,26 +133,39 @@ def kernel_facts(handle) -> dict | None:
             "async_copies": handle.asm.get("ttgir", "").count("async_copy_global_to_local")}
 
 
-def check_and_time(tools: dict, xs: list, ys: list, ref: torch.Tensor, copies: tuple[str, ...],
-                   on_first=None) -> tuple[dict, float]:
-    """Run each tool once on the first set, dropping (and reporting) a variant this triton cannot compile; record its
-    largest error against ``ref``, or against its input for the tools named with a prefix in ``copies``; then
-    measure the copy bandwidth and time the tools left. ``on_first(name, result)`` sees each first call's return
-    value (a launch's compiled kernel). Returns the result fields and the floor in ms."""
-    errs, failed = {}, {}
+def first_calls(tools: dict, out: torch.Tensor, on_first) -> dict:
+    """Run each tool once on the first set (``out`` filled with NaN before each), dropping (and reporting) a variant
+    this triton cannot compile. ``on_first(name, result)`` sees each call's return value (a launch's compiled
+    kernel) while ``out`` holds what that call wrote. Returns the failures."""
+    failed = {}
     for name in list(tools):
         try:
-            ys[0].fill_(float("nan"))
+            out.fill_(float("nan"))
             got = tools[name][0]()
             torch.cuda.synchronize()
         except Exception as e:  # a variant this triton cannot compile is reported, not fatal
             failed[name] = f"{type(e).__name__}: {str(e)[:300]}"
             del tools[name]
             continue
+        on_first(name, got)
+    return failed
+
+
+def check_and_time(tools: dict, xs: list, ys: list, ref: torch.Tensor, copies: tuple[str, ...],
+                   on_first=None) -> tuple[dict, float]:
+    """Run each tool once on the first set (``first_calls``); record its largest error against ``ref``, or against
+    its input for the tools named with a prefix in ``copies``; then measure the copy bandwidth and time the tools
+    left. ``on_first(name, result)`` sees each first call's return value. Returns the result fields and the floor
+    in ms."""
+    errs = {}
+
+    def check(name, got):
         if on_first is not None:
             on_first(name, got)
         want = xs[0] if name.startswith(copies) else ref
         errs[name] = (ys[0].float() - want.float()).abs().max().item()
+
+    failed = first_calls(tools, ys[0], check)
     bw = T.measure_copy_bandwidth("cuda")
     floor_ms = (2 * M * N * 2 + 4 * N) / bw * 1e3
     res = {"bandwidth_GBps": bw / 1e9, "floor_ms": floor_ms, "sets": len(xs), "errors_max_abs": errs,
