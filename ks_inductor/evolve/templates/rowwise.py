@@ -264,7 +264,7 @@ class RowwiseTemplate(Template):
                 # A row too long to hold twice in registers: one program per SM with 3 stages, so the next two rows
                 # are in flight (cp.async into shared memory) while one is reduced. On the H200 a 4096 x 32000 bf16
                 # softmax of that shape took 134.8 us per call against 140.6 for the row prefetched in registers
-                # and 143.3 for the session-15 winner (softmax-depth-probe-nvidia-h200-2026-11-23.json); rendered
+                # and 143.3 for the session-15 winner (softmax-depth-probe-nvidia-h200-2026-11-23-run1.json); rendered
                 # by this template, 137.9 against 144.9 (l2-state-nvidia-h200-2026-11-23-session16-softmax-staged).
                 p.update(num_warps=max(1, min(32, next_pow2(n * rows // 1024))), WAVES=1, num_stages=3, EVICT=1)
         if variant == "prefetch":
