@@ -95,8 +95,8 @@ class CrossEntropyTemplate(Template):
         return s
 
     def default(self, fm: FamilyMatch, variant: str, device: str) -> dict[str, Any]:
-        # One stage: the chunk loads as they were before the stages reached the loops (they were only given to the
-        # launch, where they pipeline nothing but loads that feed a dot); more is for the search to try.
+        # One stage: the column loops as they ran before the stages reached them (the launch alone pipelines no load
+        # that feeds no dot); more stages are for the search to try.
         p: dict[str, Any] = {"num_warps": 8 if variant.startswith("online") else 16, "num_stages": 1}
         if variant.startswith("online"):
             p["BLOCK"] = 2048

@@ -370,7 +370,6 @@ class RowwiseTemplate(Template):
             if pipelined:
                 # Loop-carried raw tiles: block i+1's loads are in flight while block i is computed.
                 k += prefetch(ind, "tl.program_id(0) * ROWS + tl.arange(0, ROWS)")
-            if pipelined:
                 k.append("    for blk in range(tl.program_id(0), n_blocks, tl.num_programs(0)):")
             else:
                 # The stages go on the loop itself: given only to the launch, they leave loads that feed no dot
