@@ -31,7 +31,7 @@ PROBLEM_DIR = ROOT / "benchmarks" / "problems"
 _PTR_TYPES = {"torch.bfloat16": "*bf16", "torch.float16": "*fp16", "torch.float32": "*fp32", "torch.float64": "*fp64",
               "torch.int64": "*i64", "torch.int32": "*i32", "torch.int16": "*i16", "torch.int8": "*i8",
               "torch.uint8": "*u8", "torch.bool": "*i1"}
-_LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+_LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion")
 
 
 @dataclass
@@ -45,9 +45,11 @@ class KernelCounts:
     narrow_loads: int = 0
 
 
-def _signature(fn: Any, args: tuple, kwargs: dict) -> tuple[dict, dict, dict, dict]:
-    """Triton's signature, constexprs, attributes and launch options for one recorded call."""
+def launch_signature(fn: Any, args: tuple, kwargs: dict) -> tuple[dict, dict, dict, dict]:
+    """Triton's signature, constexprs, attributes and launch options for one recorded call (``kwargs`` loses the
+    launch options)."""
     import torch
+    from triton.tools.tensor_descriptor import TensorDescriptor
 
     options = {k: kwargs.pop(k) for k in _LAUNCH_OPTIONS if k in kwargs}
     values: dict[str, Any] = dict(zip(fn.arg_names, args))
@@ -65,6 +67,9 @@ def _signature(fn: Any, args: tuple, kwargs: dict) -> tuple[dict, dict, dict, di
             sig[p.name] = _PTR_TYPES[str(v.dtype)]
             if v.data_ptr() % 16 == 0:
                 attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(v, TensorDescriptor):
+            dt = _PTR_TYPES[str(v.base.dtype)][1:]
+            sig[p.name] = f"tensordesc<{dt}[{', '.join(map(str, v.block_shape))}]>"
         elif isinstance(v, bool):
             sig[p.name] = "i1"
         elif isinstance(v, int):
@@ -148,7 +153,7 @@ def counts_for_source(source: str, pm: Any, inputs: list[Any], arch: int = 90) -
         raise ValueError("the module launched no Triton kernel on these inputs")
     out = []
     for fn, args, kwargs in calls:
-        sig, constexprs, attrs, options = _signature(fn, args, dict(kwargs))
+        sig, constexprs, attrs, options = launch_signature(fn, args, dict(kwargs))
         src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
         kernel = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
         out.append(_counts(fn.__name__, kernel))
@@ -159,16 +164,15 @@ def counts_for_config(op_file: str, variant: str, params: dict[str, Any], arch: 
     """Render ``variant`` (``template/variant``) of the problem in ``op_file`` with the template's defaults overlaid
     by ``params``, for the CUDA target, and count what it launches on the problem's own input shapes."""
     from ks_inductor.evolve.families import classify
-    from ks_inductor.evolve.templates import template_named
+    from ks_inductor.evolve.templates import configured
     from ks_inductor.problem import exec_problem_source, load_problem
 
     problem = load_problem(op_file)
     pm = exec_problem_source(problem.source)
     fm = classify(problem)
     fm.target = "cuda"
-    tname, vname = variant.split("/")
-    t = template_named(tname)
-    source = t.render(fm, {**t.default(fm, vname, "cuda"), **params}, vname)
+    t, vname, full = configured(fm, variant, params)
+    source = t.render(fm, full, vname)
     return counts_for_source(source, pm, pm.get_inputs(), arch)
 
 

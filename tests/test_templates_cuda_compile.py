@@ -19,10 +19,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEMS = sorted((ROOT / "benchmarks" / "problems").glob("*.py"))
 
-_DT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64", "int64": "i64",
-       "int32": "i32", "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "i1"}
-
-
 def _compile_all(problem_path: str, which: str) -> list[dict]:
     """Runs in a child process without TRITON_INTERPRET."""
     import importlib.util
@@ -33,9 +29,9 @@ def _compile_all(problem_path: str, which: str) -> list[dict]:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     from triton.runtime.jit import JITFunction
-    from triton.tools.tensor_descriptor import TensorDescriptor
 
     sys.path.insert(0, str(ROOT))
+    from benchmarks.sass_counts import launch_signature
     from ks_inductor.evolve.families import classify
     from ks_inductor.evolve.templates import templates_for
     from ks_inductor.problem import exec_problem_source, load_problem
@@ -101,30 +97,9 @@ def _compile_all(problem_path: str, which: str) -> list[dict]:
                     model(*inputs)
                 assert launches, f"{t.name}/{v} launched nothing"
                 for fn, args, kwargs in launches:
-                    sig, consts = {}, {}
-                    opts = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "enable_fp_fusion") if k in kwargs}
-                    names = fn.arg_names
-                    bound = dict(zip(names, args))
-                    bound.update(kwargs)
-                    for p in fn.params:
-                        val = bound[p.name]
-                        if p.is_constexpr:
-                            sig[p.name] = "constexpr"
-                            consts[p.name] = val
-                        elif isinstance(val, torch.Tensor):
-                            sig[p.name] = "*" + _DT[str(val.dtype).replace("torch.", "")]
-                        elif isinstance(val, TensorDescriptor):
-                            dt = _DT[str(val.base.dtype).replace("torch.", "")]
-                            sig[p.name] = f"tensordesc<{dt}[{', '.join(map(str, val.block_shape))}]>"
-                        elif isinstance(val, bool):
-                            sig[p.name] = "i1"
-                        elif isinstance(val, int):
-                            sig[p.name] = "i32" if -2**31 <= val < 2**31 else "i64"
-                        elif isinstance(val, float):
-                            sig[p.name] = "fp32"
-                        else:
-                            raise TypeError(f"{p.name}: {type(val)}")
-                    ck = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts),
+                    # The launch's own specializations (16-byte alignment, multiples of 16), as the GPU would see.
+                    sig, consts, attrs, opts = launch_signature(fn, args, kwargs)
+                    ck = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
                                         target=GPUTarget("cuda", 90, 32), options=opts)
                     report.append({"template": t.name, "variant": v, "kernel": fn.__name__,
                                    "cubin": len(ck.asm.get("cubin", b"")), "regs": getattr(ck, "n_regs", None),

@@ -5,7 +5,7 @@ every variant: test_templates_judge_serving.py (a file of its own, so that paral
 from __future__ import annotations
 
 from ks_inductor.evolve.families import classify
-from ks_inductor.evolve.templates import template_named, templates_for
+from ks_inductor.evolve.templates import configured, template_named, templates_for
 from ks_inductor.judge.static_checks import static_check
 from ks_inductor.problem import problem_from_source
 from tests.test_evolve_families import EXTRA, module, small_problem
@@ -212,6 +212,20 @@ def test_template_params_stay_in_their_space() -> None:
                 assert t.feasible(fm, d, v), (t.name, v)
                 bad = t.coerce(fm, {k: "nonsense" for k in space}, v)
                 assert all(bad[k] in space[k] for k in space)
+
+
+def test_a_named_configuration_lays_its_params_over_the_variants_defaults() -> None:
+    import pytest
+
+    fm = classify(small_problem("softmax_bf16"))
+    fm.target = "cuda"
+    t, v, params = configured(fm, "rowwise/persistent", {"num_stages": 4})
+    assert (t.name, v) == ("rowwise", "persistent")
+    assert params == {**t.default(fm, "persistent", "cuda"), "num_stages": 4}
+    with pytest.raises(KeyError, match="offers block, persistent, prefetch"):
+        configured(fm, "rowwise/tma")
+    with pytest.raises(KeyError, match="no template named"):
+        configured(fm, "nosuch/block")
 
 
 def test_embedded_mutator_only_proposes_feasible_children() -> None:

@@ -136,14 +136,13 @@ def _configured(problem: Any, pm: Any, ref: Any, spec: dict[str, Any], workdir: 
     import torch
 
     from ks_inductor.evolve.families import classify
-    from ks_inductor.evolve.templates import template_named
+    from ks_inductor.evolve.templates import configured
     from ks_inductor.source_module import load_source_module
 
     fm = classify(problem)
     fm.target = "cuda"
-    tname, variant = spec["variant"].split("/")
-    t = template_named(tname)
-    source = t.render(fm, {**t.default(fm, variant, "cuda"), **spec.get("params", {})}, variant)
+    t, variant, params = configured(fm, spec["variant"], spec.get("params"))
+    source = t.render(fm, params, variant)
     model = load_source_module(source, "ks_l2_cfg", str(workdir)).ModelNew(*pm.get_init_inputs())
     model.load_state_dict(ref.state_dict(), strict=False)
     return model.to(torch.device("cuda")).eval()

@@ -64,14 +64,14 @@ def _configs(fm: Any, per_variant: int, rng: random.Random, variants: set[str] |
 def _listed(fm: Any, path: str) -> list[tuple[str, str, dict[str, Any]]]:
     """Hand-picked configurations from a JSON file, ``[{"variant": "matmul/tma", "params": {...}}, ...]``, each
     over its variant's default."""
-    from ks_inductor.evolve.templates import template_named
+    from ks_inductor.evolve.templates import configured, template_named
 
     out = []
     for row in json.loads(Path(path).read_text()) if path else []:
-        tname, v = row["variant"].split("/")
-        t = template_named(tname)
-        if v in t.variants(fm):
-            out.append((tname, v, {**t.default(fm, v, "cuda"), **row.get("params", {})}))
+        tname, _, v = row["variant"].partition("/")
+        if v in template_named(tname).variants(fm):  # the file may list variants other problems' families offer
+            t, v, params = configured(fm, row["variant"], row.get("params"))
+            out.append((t.name, v, params))
     return out
 
 

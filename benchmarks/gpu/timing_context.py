@@ -73,7 +73,7 @@ def main() -> int:
 
     from benchmarks.gpu.sweep_templates import _candidate, _problem, _render
     from ks_inductor.evolve.families import classify
-    from ks_inductor.evolve.templates import template_named
+    from ks_inductor.evolve.templates import configured
     from ks_inductor.judge import timing as T
     from ks_inductor.problem import load_problem
 
@@ -85,9 +85,8 @@ def main() -> int:
     fns: dict[str, Any] = {"eager": lambda: ref(*inputs), "inductor": lambda: compiled(*inputs)}
     for i, raw in enumerate(args.config):
         row = json.loads(raw)
-        tname, v = row["variant"].split("/")
-        params = {**template_named(tname).default(fm, v, "cuda"), **row.get("params", {})}
-        model = _candidate(path, _render(fm, tname, v, params), f"/tmp/ks-context/{i}")
+        t, v, params = configured(fm, row["variant"], row.get("params"))
+        model = _candidate(path, _render(fm, t.name, v, params), f"/tmp/ks-context/{i}")
         fns[f"ks{i}:{v}:{json.dumps(row.get('params', {}), sort_keys=True)}"] = (lambda m=model: m(*inputs))
     flush = T.make_l2_flush("cuda")
     sampler = _Sampler()

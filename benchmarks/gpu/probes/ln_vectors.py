@@ -133,6 +133,19 @@ def kernel_facts(handle) -> dict | None:
             "async_copies": handle.asm.get("ttgir", "").count("async_copy_global_to_local")}
 
 
+def winner(results: dict, op: str) -> tuple:
+    """The reference model of ``op``'s problem (seeded as the optimizer seeds it) and the winner a results file of
+    ``evolve_serving_ops.py`` holds, with the reference's weights, both on the GPU."""
+    from benchmarks.gpu.evolve_serving_ops import OPS, PROBLEM_DIR
+    from benchmarks.kernelsmith_peer import build_kernel_model
+    from ks_inductor.problem import exec_problem_source, load_problem
+
+    pm = exec_problem_source(load_problem(PROBLEM_DIR / OPS[op]).source)
+    torch.manual_seed(0)
+    ref = pm.Model(*pm.get_init_inputs()).cuda().eval()
+    return ref, build_kernel_model(results["ops"][op]["best_source"], pm.get_init_inputs(), ref, "cuda")
+
+
 def first_calls(tools: dict, out: torch.Tensor, on_first) -> dict:
     """Run each tool once on the first set (``out`` filled with NaN before each), dropping (and reporting) a variant
     this triton cannot compile. ``on_first(name, result)`` sees each call's return value (a launch's compiled

@@ -22,9 +22,9 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, os.getcwd())
-from benchmarks.gpu.evolve_serving_ops import OPS, PROBLEM_DIR, _cycled, _import_file  # noqa: E402
+from benchmarks.gpu.evolve_serving_ops import _cycled  # noqa: E402
+from benchmarks.gpu.probes.ln_vectors import winner  # noqa: E402
 from ks_inductor.judge import timing as T  # noqa: E402
-from ks_inductor.problem import exec_problem_source, load_problem  # noqa: E402
 
 OUT = os.environ.get("OUT", "/tmp")
 M = N = 4096
@@ -55,19 +55,6 @@ def row_copy(X, Y, N: tl.constexpr, ROWS: tl.constexpr):
     tl.store(Y + off, tl.load(X + off, eviction_policy="evict_first"))
 
 
-def _winner(results: dict, op: str):
-    problem = load_problem(PROBLEM_DIR / OPS[op])
-    pm = exec_problem_source(problem.source)
-    torch.manual_seed(0)
-    ref = pm.Model(*pm.get_init_inputs()).cuda().eval()
-    path = Path(f"/tmp/ks-parts-probe/best_{op}.py")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(results["ops"][op]["best_source"])
-    best = _import_file(str(path), f"ks_parts_{op}").ModelNew(*pm.get_init_inputs())
-    best.load_state_dict(ref.state_dict(), strict=False)
-    return ref, best.cuda().eval()
-
-
 def main():
     results = json.loads(Path(sys.argv[1]).read_text())
     tag = sys.argv[2]
@@ -87,7 +74,7 @@ def main():
     errs = {}
     with torch.no_grad():
         for op in ("layernorm", "rmsnorm"):
-            ref, best = _winner(results, op)
+            ref, best = winner(results, op)
             per_set[op] = [(lambda a=a, m=best: m(a)) for a in xs]
             errs[op] = (best(xs[0]).float() - ref(xs[0]).float()).abs().max().item()
         for calls in per_set.values():

@@ -22,8 +22,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, os.getcwd())
-from benchmarks.gpu.evolve_serving_ops import _import_file  # noqa: E402
-from benchmarks.gpu.probes.ln_vectors import first_calls, kernel_facts, time_probe  # noqa: E402
+from benchmarks.gpu.probes.ln_vectors import first_calls, kernel_facts, time_probe, winner  # noqa: E402
 from ks_inductor.judge import timing as T  # noqa: E402
 
 OUT = os.environ.get("OUT", "/tmp")
@@ -93,11 +92,7 @@ def staged(X, Y, n_rows, N: tl.constexpr, BLOCK: tl.constexpr, STAGES: tl.conste
 
 
 def main():
-    src = json.loads(Path(sys.argv[1]).read_text())["ops"]["softmax"]["best_source"]
-    path = Path("/tmp/ks-softmax-probe/best_softmax.py")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(src)
-    win = _import_file(str(path), "ks_probe_softmax").ModelNew().cuda().eval()
+    _, win = winner(json.loads(Path(sys.argv[1]).read_text()), "softmax")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     nsets = T.cold_set_count(2 * M * N * 2, T.device_l2_bytes())
     torch.manual_seed(0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ks_inductor.evolve.families import FamilyMatch
 from ks_inductor.evolve.templates.attention import AttentionTemplate
 from ks_inductor.evolve.templates.base import Template, TemplateError
@@ -30,4 +32,14 @@ def template_named(name: str) -> Template:
     raise KeyError(f"no template named {name!r}")
 
 
-__all__ = ["TEMPLATES", "Template", "TemplateError", "template_named", "templates_for"]
+def configured(fm: FamilyMatch, spec: str, params: dict[str, Any] | None = None) -> tuple[Template, str, dict[str, Any]]:
+    """A configuration named ``template/variant``: the template, the variant, and ``params`` over that variant's
+    defaults for ``fm``'s target."""
+    tname, _, variant = spec.partition("/")
+    t = template_named(tname)
+    if variant not in t.variants(fm):
+        raise KeyError(f"{spec!r}: {tname} offers {', '.join(t.variants(fm))} here")
+    return t, variant, {**t.default(fm, variant, fm.target), **(params or {})}
+
+
+__all__ = ["TEMPLATES", "Template", "TemplateError", "configured", "template_named", "templates_for"]
