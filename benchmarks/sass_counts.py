@@ -43,6 +43,8 @@ class KernelCounts:
     opcodes: dict[str, int] = field(default_factory=dict)
     wide_loads: int = 0
     narrow_loads: int = 0
+    # Each global load's full opcode (cache hints included: .EF evict_first, .EL evict_last), in program order.
+    loads: list[str] = field(default_factory=list)
 
 
 def launch_signature(fn: Any, args: tuple, kwargs: dict) -> tuple[dict, dict, dict, dict]:
@@ -103,6 +105,7 @@ def _counts(name: str, kernel: Any) -> KernelCounts:
         os.unlink(f.name)
     ops: Counter[str] = Counter()
     wide = narrow = 0
+    loads = []
     for ln in sass.splitlines():
         m = re.match(r"\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", ln)
         if not m:
@@ -110,13 +113,14 @@ def _counts(name: str, kernel: Any) -> KernelCounts:
         full = m.group(1)
         ops[full.split(".")[0]] += 1
         if full.startswith("LDG"):
+            loads.append(full)
             if ".128" in full or ".64" in full:
                 wide += 1
             elif ".U16" in full or ".S16" in full or ".U8" in full:
                 narrow += 1
     return KernelCounts(name=name, registers=int(re.findall(r"REG:(\d+)", usage)[0]),
                         shared_bytes=int(kernel.metadata.shared), instructions=sum(ops.values()),
-                        opcodes=dict(ops.most_common()), wide_loads=wide, narrow_loads=narrow)
+                        opcodes=dict(ops.most_common()), wide_loads=wide, narrow_loads=narrow, loads=loads)
 
 
 def counts_for_source(source: str, pm: Any, inputs: list[Any], arch: int = 90) -> list[KernelCounts]:
@@ -160,9 +164,9 @@ def counts_for_source(source: str, pm: Any, inputs: list[Any], arch: int = 90) -
     return out
 
 
-def counts_for_config(op_file: str, variant: str, params: dict[str, Any], arch: int = 90) -> list[KernelCounts]:
-    """Render ``variant`` (``template/variant``) of the problem in ``op_file`` with the template's defaults overlaid
-    by ``params``, for the CUDA target, and count what it launches on the problem's own input shapes."""
+def render_config(op_file: str, variant: str, params: dict[str, Any]) -> tuple[str, Any]:
+    """The source of ``variant`` (``template/variant``) for the problem in ``op_file``, rendered for the CUDA target
+    with the template's defaults overlaid by ``params``, and the problem's module."""
     from ks_inductor.evolve.families import classify
     from ks_inductor.evolve.templates import configured
     from ks_inductor.problem import exec_problem_source, load_problem
@@ -172,7 +176,13 @@ def counts_for_config(op_file: str, variant: str, params: dict[str, Any], arch: 
     fm = classify(problem)
     fm.target = "cuda"
     t, vname, full = configured(fm, variant, params)
-    source = t.render(fm, full, vname)
+    return t.render(fm, full, vname), pm
+
+
+def counts_for_config(op_file: str, variant: str, params: dict[str, Any], arch: int = 90) -> list[KernelCounts]:
+    """Render ``variant`` of the problem in ``op_file`` (``render_config``) and count what it launches on the
+    problem's own input shapes."""
+    source, pm = render_config(op_file, variant, params)
     return counts_for_source(source, pm, pm.get_inputs(), arch)
 
 

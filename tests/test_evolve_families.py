@@ -181,10 +181,11 @@ def test_gpu_seeds_add_alternate_row_shapes_within_the_space() -> None:
     t = template_named("rowwise")
     default = t.default(fm, "block", "cuda")
     extra = [c for c in seeds if c.variant == "block" and c.params != default]
-    assert len(seeds) == len(cpu_seeds) + len(extra) and len(extra) == 4
-    shapes = {(c.params["ROWS"], c.params["num_warps"], c.params["EVICT"], c.params["VEVICT"]) for c in extra}
-    assert (default["ROWS"], default["num_warps"], default["VEVICT"]) == (2, 8, 0)  # 4096 wide
-    assert shapes == {(2, 16, 0, 0), (1, 4, 0, 0), (2, 16, 2, 0), (2, 8, 0, 1)}
+    assert len(seeds) == len(cpu_seeds) + len(extra) and len(extra) == 5
+    shapes = {(c.params["ROWS"], c.params["num_warps"], c.params["EVICT"], c.params["VEVICT"], c.params["VFIRST"])
+              for c in extra}
+    assert (default["ROWS"], default["num_warps"], default["VEVICT"], default["VFIRST"]) == (2, 8, 0, 0)  # 4096 wide
+    assert shapes == {(2, 16, 0, 0, 0), (1, 4, 0, 0, 0), (2, 16, 2, 0, 0), (2, 8, 0, 1, 0), (2, 8, 0, 0, 1)}
     space = t.space(fm, "block")
     for c in extra:
         assert all(c.params[k] in space[k] for k in space) and t.feasible(fm, c.params, "block")

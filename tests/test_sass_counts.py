@@ -73,3 +73,25 @@ def test_persistent_row_loop_stages_long_rows_through_shared_memory() -> None:
     only to the launch, the stages left the loads in registers (128 bytes of shared memory, the reductions')."""
     shared = _compiled(_STAGED)
     assert shared["3"] >= 2 * 32768 * 2 > 1024 >= shared["1"], shared
+
+
+_PINNED = """
+import json
+from benchmarks.sass_counts import counts_for_config
+out = {f: counts_for_config("benchmarks/problems/layernorm_bf16.py", "rowwise/block",
+                            {"ROWS": 2, "num_warps": 8, "EVICT": 1, "VEVICT": 1, "VFIRST": f})[0].loads
+       for f in (0, 1)}
+print(json.dumps(out))
+"""
+
+
+def test_pinned_vector_loads_are_issued_before_the_rows() -> None:
+    """VFIRST=1 keeps a norm's weight and bias loads (evict_last) ahead of the row loads (evict_first) in the
+    compiled kernel; unpinned, the compiler sinks them below the rows, to just before the first reduction."""
+    loads = _compiled(_PINNED)
+    pinned, free = loads["1"], loads["0"]
+    for seq in (pinned, free):
+        assert sorted(seq) == sorted(pinned) and {op.split(".")[2] for op in seq} == {"EL", "EF"}, seq
+    n_vec = sum(".EL" in op for op in pinned)
+    assert all(".EL" in op for op in pinned[:n_vec]), pinned
+    assert ".EF" in free[0], free  # what the pin is for: without it the vectors come after a row load

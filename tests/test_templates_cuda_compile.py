@@ -65,6 +65,8 @@ def _compile_all(problem_path: str, which: str) -> list[dict]:
                     renders.append((v, {**d, "LATEVEC": 1 - d["LATEVEC"]}))
                 if "VEVICT" in d:  # and broadcast vectors with or without the keep-in-cache hint
                     renders.append((v, {**d, "VEVICT": 1 - d["VEVICT"]}))
+                if "VFIRST" in d:  # and broadcast vector loads pinned ahead of the rows by a barrier, or not
+                    renders.append((v, {**d, "VFIRST": 1 - d["VFIRST"]}))
                 if "FLAT" in d:  # and the tile loop flattened into the K loop or not
                     renders.append((v, {**d, "FLAT": 1 - d["FLAT"]}))
                 if "FASTEXP" in d:  # and the flushing exp2 helper (inline PTX)

@@ -119,6 +119,25 @@ def test_late_vector_loads_come_after_the_reductions() -> None:
         assert all((i > first_sum) == bool(late) for i in vec_loads), (late, body)
 
 
+def test_pinned_vector_loads_stand_before_the_rows_behind_a_barrier(judge) -> None:
+    """VFIRST=1 puts a barrier between a norm's vector loads and its row loads (what keeps the compiler from sinking
+    them); the kernel is still the norm, judged on the interpreter. It is never combined with LATEVEC, which loads the
+    vectors after the reductions instead."""
+    t = template_named("rowwise")
+    for name in ("rmsnorm_bf16", "layernorm_bf16"):
+        fm = classify(small_problem(name))
+        fm.target = "cuda"
+        d = t.default(fm, "block", "cuda")
+        body = t.render(fm, {**d, "VFIRST": 1}, "block").split("def _row_kernel")[1].splitlines()
+        bar = body.index("    tl.debug_barrier()")
+        assert max(i for i, ln in enumerate(body) if "_ptr + cols, mask=cmask" in ln) == bar - 1
+        assert bar < min(i for i, ln in enumerate(body) if "r64 * " in ln and "tl.load(" in ln)
+        assert "tl.debug_barrier()" not in t.render(fm, d, "block")
+        assert not t.feasible(fm, {**d, "VFIRST": 1, "LATEVEC": 1}, "block")
+    _judge_all(judge, [(n, small_problem(n), False, {"VFIRST": 1, "VEVICT": 1})
+                       for n in ("rmsnorm_bf16", "layernorm_bf16")])
+
+
 def test_vector_cache_hint_marks_the_broadcast_loads_only() -> None:
     """VEVICT=1 asks the caches to keep a norm's weight and bias (evict_last) and leaves the row loads alone;
     softmax, with no broadcast vector, is not offered the knob."""

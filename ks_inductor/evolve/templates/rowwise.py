@@ -240,6 +240,7 @@ class RowwiseTemplate(Template):
         if variant == "block" and _has_vectors(fm):
             s["LATEVEC"] = [0, 1]
             s["VEVICT"] = [0, 1]
+            s["VFIRST"] = [0, 1]
         return {**s, **rounding_space(fm)}
 
     def feasible(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> bool:
@@ -247,7 +248,8 @@ class RowwiseTemplate(Template):
         # The prefetched block is held, in its storage dtype, next to the one being computed.
         per_thread = elems_per_thread(tile, params["num_warps"]) * (1.5 if variant == "prefetch" else 1)
         staged_ok = variant != "persistent" or _staged_bytes(fm, params) <= SMEM_BYTES
-        return per_thread <= MAX_ELEMS_PER_THREAD and staged_ok
+        pinned_late = bool(params.get("VFIRST")) and bool(params.get("LATEVEC"))  # two places for the same loads
+        return per_thread <= MAX_ELEMS_PER_THREAD and staged_ok and not pinned_late
 
     def default(self, fm: FamilyMatch, variant: str, device: str) -> dict[str, Any]:
         n = next_pow2(_row_shape(fm)[-1])
@@ -284,16 +286,18 @@ class RowwiseTemplate(Template):
         if variant == "block" and _has_vectors(fm):
             p["LATEVEC"] = 0
             p["VEVICT"] = 0
+            p["VFIRST"] = 0
         return {**p, **rounding_default(fm)}
 
     def alternates(self, fm: FamilyMatch, variant: str, device: str) -> list[dict[str, Any]]:
         """For one block of rows per program: the default's tile over twice the threads, half the tile over half
         the threads, the wider one with streamed rows (EVICT=2), and, where there are broadcast vectors, the default
-        asking the caches to keep them (VEVICT=1). Each is one to three moves from the default, and the first three
-        sit within 2% of one another on a 4096-wide RMSNorm on the H200, closer than one judgment
-        separates: per call 19.2, 19.3 and 19.4 us against 19.5 for the default (2 rows, 8 warps), in a CUDA graph
-        18.5, 18.8 and 18.3 against 18.7 (benchmarks/results/l2-state-nvidia-h200-2026-11-22-session11-shapes.json).
-        Seeded, each is judged once at least."""
+        asking the caches to keep them (VEVICT=1) and the default with their loads kept ahead of the rows' (VFIRST=1).
+        Each is one to three moves from the default, and the first three sit within 2% of one another on a 4096-wide
+        RMSNorm on the H200, closer than one judgment separates: per call 19.2, 19.3 and 19.4 us against 19.5 for
+        the default (2 rows, 8 warps), in a CUDA graph 18.5, 18.8 and 18.3 against 18.7
+        (benchmarks/results/l2-state-nvidia-h200-2026-11-22-session11-shapes.json). Seeded, each is judged once at
+        least."""
         if variant != "block" or device == "cpu":  # the interpreter's clock cannot tell launch shapes apart
             return []
         base = self.default(fm, variant, device)
@@ -302,8 +306,9 @@ class RowwiseTemplate(Template):
         narrower = {**base, "ROWS": base["ROWS"] // 2, "num_warps": base["num_warps"] // 2}
         streamed = {**(wider if wider["num_warps"] in space["num_warps"] else base), "EVICT": 2}
         kept = {**base, "VEVICT": 1} if "VEVICT" in space else base
+        pinned = {**base, "VFIRST": 1} if "VFIRST" in space else base
         out: list[dict[str, Any]] = []
-        for p in (wider, narrower, streamed, kept):
+        for p in (wider, narrower, streamed, kept, pinned):
             ok = all(p[k] in space[k] for k in ("ROWS", "num_warps", "EVICT")) and self.feasible(fm, p, variant)
             if ok and p != base and p not in out:
                 out.append(p)
@@ -347,6 +352,13 @@ class RowwiseTemplate(Template):
             lines = _load_before_first_use(lines, vec_loads)
         else:
             k += ["    " + ln for ln in vec_loads.values()]
+            if params.get("VFIRST") and vec_loads:
+                # Compiled for sm_90 the vector loads sink below the row loads, to just before the first block-wide
+                # reduction, whatever their place here; a barrier keeps them first (same registers). On the H200 that
+                # took a 4096-wide RMSNorm from 18.3 to 17.7 us back to back in a CUDA graph (1 row, 8 warps; torch's
+                # copy of its bytes 17.6), level per call, and a LayerNorm of 2 rows and 8 warps from 18.9 to 19.7
+                # per call: a knob for the search (benchmarks/results/vector-order-probe-*-session17-run*.json).
+                k.append("    tl.debug_barrier()")
         for p in scalars:
             k.append(f"    v_{p} = tl.load({p}_ptr).to(tl.float32)")
         # Row tiles are read once: evict_first keeps L2 for the broadcast vectors. EVICT=2 also streams the
