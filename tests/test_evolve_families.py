@@ -167,8 +167,9 @@ def test_template_defaults_cover_their_search_space(target: str) -> None:
 
 def test_gpu_seeds_add_alternate_row_shapes_within_the_space() -> None:
     """On a GPU the row-wise block variant is also seeded at the launch shapes next to its default (twice the
-    threads, half the rows, streamed rows, and the weight kept in cache), each in the search space, feasible and
-    distinct; the interpreter, whose clock tells shapes nothing, gets the defaults only."""
+    threads, half the rows, streamed rows, the weight kept in cache, and half the threads with the weight's loads
+    pinned first), each in the search space, feasible and distinct; the interpreter, whose clock tells shapes
+    nothing, gets the defaults only."""
     from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
     from ks_inductor.evolve.templates import template_named
     from ks_inductor.problem import load_problem
@@ -185,7 +186,7 @@ def test_gpu_seeds_add_alternate_row_shapes_within_the_space() -> None:
     shapes = {(c.params["ROWS"], c.params["num_warps"], c.params["EVICT"], c.params["VEVICT"], c.params["VFIRST"])
               for c in extra}
     assert (default["ROWS"], default["num_warps"], default["VEVICT"], default["VFIRST"]) == (2, 8, 0, 0)  # 4096 wide
-    assert shapes == {(2, 16, 0, 0, 0), (1, 4, 0, 0, 0), (2, 16, 2, 0, 0), (2, 8, 0, 1, 0), (2, 8, 0, 0, 1)}
+    assert shapes == {(2, 16, 0, 0, 0), (1, 4, 0, 0, 0), (2, 16, 2, 0, 0), (2, 8, 0, 1, 0), (2, 4, 0, 0, 1)}
     space = t.space(fm, "block")
     for c in extra:
         assert all(c.params[k] in space[k] for k in space) and t.feasible(fm, c.params, "block")

@@ -13,7 +13,7 @@ RMSNorm's weight took the 1-row 8-warp kernel from 18.3 to 17.7 us back to back 
 from 19.2 to 18.8, with per-call times level. LayerNorm lost with its two vectors pinned, 0.7 us at 2 rows and 8
 warps (18.9 -> 19.7 per call), except at 1 row and 4 warps (-0.15). So the template offers it as a knob (VFIRST).
 
-    python benchmarks/gpu/probes/vector_order.py TAG   # writes $OUT/vector-order-probe-TAG.json
+    python benchmarks/gpu/probes/vector_order.py TAG [base|wide]   # writes $OUT/vector-order-probe-TAG.json
 """
 
 import json
@@ -34,10 +34,23 @@ from ks_inductor.judge import timing as T  # noqa: E402
 OUT = os.environ.get("OUT", "/tmp")
 M = N = 4096
 BASE = {"EVICT": 1, "LOWP": 1, "VEVICT": 1, "RND": 1}
+# Run 1 and 2: the session-16 winners' neighbourhood. "wide" (session 17's run 3 and 4): around the 2-row 4-warp
+# LayerNorm that the search picked with the vectors pinned.
 CONFIGS = {
-    "layernorm": [{"ROWS": 2, "num_warps": 8}, {"ROWS": 1, "num_warps": 8}, {"ROWS": 2, "num_warps": 16},
-                  {"ROWS": 1, "num_warps": 4}, {"ROWS": 4, "num_warps": 16}],
-    "rmsnorm": [{"ROWS": 1, "num_warps": 8, "EVICT": 0}, {"ROWS": 2, "num_warps": 8}],
+    "base": {
+        "layernorm": [{"ROWS": 2, "num_warps": 8}, {"ROWS": 1, "num_warps": 8}, {"ROWS": 2, "num_warps": 16},
+                      {"ROWS": 1, "num_warps": 4}, {"ROWS": 4, "num_warps": 16}],
+        "rmsnorm": [{"ROWS": 1, "num_warps": 8, "EVICT": 0}, {"ROWS": 2, "num_warps": 8}],
+    },
+    "wide": {
+        "layernorm": [{"ROWS": 2, "num_warps": 4, "EVICT": 0, "LOWP": 0, "VEVICT": 0},
+                      {"ROWS": 2, "num_warps": 4}, {"ROWS": 2, "num_warps": 8},
+                      {"ROWS": 4, "num_warps": 8, "EVICT": 0, "VEVICT": 0},
+                      {"ROWS": 1, "num_warps": 2, "EVICT": 0, "VEVICT": 0},
+                      {"ROWS": 2, "num_warps": 2, "EVICT": 0, "VEVICT": 0},
+                      {"ROWS": 4, "num_warps": 4, "EVICT": 0, "VEVICT": 0}],
+        "rmsnorm": [{"ROWS": 2, "num_warps": 8, "EVICT": 0, "LOWP": 0}],
+    },
 }
 
 
@@ -50,6 +63,7 @@ def vectors_first(source: str) -> str:
 
 def main() -> None:
     tag = sys.argv[1]
+    which = sys.argv[2] if len(sys.argv) > 2 else "base"
     nsets = T.cold_set_count(2 * M * N * 2, T.device_l2_bytes())
     torch.manual_seed(0)
     xs = [torch.randn(M, N, dtype=torch.bfloat16, device="cuda") for _ in range(nsets)]
@@ -59,7 +73,7 @@ def main() -> None:
     res["triton"] = triton.__version__
     tools = {"torch_copy": [(lambda a=a, o=o: o.copy_(a)) for a, o in zip(xs, ys)]}
     with torch.no_grad():
-        for op, cfgs in CONFIGS.items():
+        for op, cfgs in CONFIGS[which].items():
             for cfg in cfgs:
                 params = {**BASE, **cfg}
                 src, pm = render_config(str(PROBLEM_DIR / OPS[op]), "rowwise/block", params)
@@ -67,7 +81,8 @@ def main() -> None:
                 ref = pm.Model(*pm.get_init_inputs()).cuda().eval()
                 for order, s in (("plain", src), ("first", vectors_first(src))):
                     m = build_kernel_model(s, pm.get_init_inputs(), ref, "cuda")
-                    name = f"{op}_R{params['ROWS']}w{params['num_warps']}E{params['EVICT']}_{order}"
+                    name = (f"{op}_R{params['ROWS']}w{params['num_warps']}E{params['EVICT']}V{params['VEVICT']}"
+                            f"L{params['LOWP']}_{order}")
                     tools[name] = [(lambda a=a, m=m: m(a)) for a in xs]
                     res["errors"][name] = (m(xs[0]).float() - ref(xs[0]).float()).abs().max().item()
         t0 = time.time()

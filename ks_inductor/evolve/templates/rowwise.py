@@ -292,12 +292,14 @@ class RowwiseTemplate(Template):
     def alternates(self, fm: FamilyMatch, variant: str, device: str) -> list[dict[str, Any]]:
         """For one block of rows per program: the default's tile over twice the threads, half the tile over half
         the threads, the wider one with streamed rows (EVICT=2), and, where there are broadcast vectors, the default
-        asking the caches to keep them (VEVICT=1) and the default with their loads kept ahead of the rows' (VFIRST=1).
-        Each is one to three moves from the default, and the first three sit within 2% of one another on a 4096-wide
-        RMSNorm on the H200, closer than one judgment separates: per call 19.2, 19.3 and 19.4 us against 19.5 for
-        the default (2 rows, 8 warps), in a CUDA graph 18.5, 18.8 and 18.3 against 18.7
-        (benchmarks/results/l2-state-nvidia-h200-2026-11-22-session11-shapes.json). Seeded, each is judged once at
-        least."""
+        asking the caches to keep them (VEVICT=1), and the default's tile over half the threads with those loads kept
+        ahead of the rows' (VFIRST=1). Each is one to three moves from the default, and the first three sit within 2%
+        of one another on a 4096-wide RMSNorm on the H200, closer than one judgment separates: per call 19.2, 19.3 and
+        19.4 us against 19.5 for the default (2 rows, 8 warps), in a CUDA graph 18.5, 18.8 and 18.3 against 18.7
+        (benchmarks/results/l2-state-nvidia-h200-2026-11-22-session11-shapes.json). The last is where a 4096-wide
+        LayerNorm's search ended in session 17: 18.7 and 19.0 us per call in two processes against 18.8 and 19.1 for
+        the default, 18.3 against 19.4 in a CUDA graph (vector-order-probe-nvidia-h200-2026-11-23-session17-run{3,4}).
+        Seeded, each is judged once at least."""
         if variant != "block" or device == "cpu":  # the interpreter's clock cannot tell launch shapes apart
             return []
         base = self.default(fm, variant, device)
@@ -306,7 +308,7 @@ class RowwiseTemplate(Template):
         narrower = {**base, "ROWS": base["ROWS"] // 2, "num_warps": base["num_warps"] // 2}
         streamed = {**(wider if wider["num_warps"] in space["num_warps"] else base), "EVICT": 2}
         kept = {**base, "VEVICT": 1} if "VEVICT" in space else base
-        pinned = {**base, "VFIRST": 1} if "VFIRST" in space else base
+        pinned = {**base, "num_warps": max(1, base["num_warps"] // 2), "VFIRST": 1} if "VFIRST" in space else base
         out: list[dict[str, Any]] = []
         for p in (wider, narrower, streamed, kept, pinned):
             ok = all(p[k] in space[k] for k in ("ROWS", "num_warps", "EVICT")) and self.feasible(fm, p, variant)
@@ -354,10 +356,11 @@ class RowwiseTemplate(Template):
             k += ["    " + ln for ln in vec_loads.values()]
             if params.get("VFIRST") and vec_loads:
                 # Compiled for sm_90 the vector loads sink below the row loads, to just before the first block-wide
-                # reduction, whatever their place here; a barrier keeps them first (same registers). On the H200 that
-                # took a 4096-wide RMSNorm from 18.3 to 17.7 us back to back in a CUDA graph (1 row, 8 warps; torch's
-                # copy of its bytes 17.6), level per call, and a LayerNorm of 2 rows and 8 warps from 18.9 to 19.7
-                # per call: a knob for the search (benchmarks/results/vector-order-probe-*-session17-run*.json).
+                # reduction, whatever their place here; a barrier keeps them first. On the H200, 4096 wide: RMSNorm
+                # of 1 row and 8 warps 18.3 -> 17.7 us back to back in a CUDA graph, level per call; LayerNorm of 2
+                # rows and 4 warps 19.6 -> 18.7 per call and 19.2 -> 18.3 in a graph, but of 2 rows and 8 warps
+                # 18.8 -> 19.5 per call. So a knob for the search, not a default
+                # (benchmarks/results/vector-order-probe-nvidia-h200-2026-11-23-session17-run{1,2,3,4}.json).
                 k.append("    tl.debug_barrier()")
         for p in scalars:
             k.append(f"    v_{p} = tl.load({p}_ptr).to(tl.float32)")
