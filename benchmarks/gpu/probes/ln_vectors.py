@@ -179,12 +179,14 @@ def check_and_time(tools: dict, xs: list, ys: list, ref: torch.Tensor, copies: t
         errs[name] = (ys[0].float() - want.float()).abs().max().item()
 
     failed = first_calls(tools, ys[0], check)
+    res = {**timed_against_floor(tools), "sets": len(xs), "errors_max_abs": errs, "failed": failed}
+    return res, res["floor_ms"]
+
+
+def timed_against_floor(tools: dict) -> dict:
+    """The copy bandwidth, the norms' floor at it (rows in and out, weight and bias), and ``time_probe(tools)``."""
     bw = T.measure_copy_bandwidth("cuda")
-    floor_ms = (2 * M * N * 2 + 4 * N) / bw * 1e3
-    res = {"bandwidth_GBps": bw / 1e9, "floor_ms": floor_ms, "sets": len(xs), "errors_max_abs": errs,
-           "failed": failed}
-    res.update(time_probe(tools))
-    return res, floor_ms
+    return {"bandwidth_GBps": bw / 1e9, "floor_ms": (2 * M * N * 2 + 4 * N) / bw * 1e3, **time_probe(tools)}
 
 
 def print_ranking(res: dict, floor_ms: float) -> None:

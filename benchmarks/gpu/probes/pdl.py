@@ -25,13 +25,12 @@ import torch
 
 sys.path.insert(0, os.getcwd())
 from benchmarks.gpu.evolve_serving_ops import OPS, PROBLEM_DIR  # noqa: E402
-from benchmarks.gpu.probes.ln_vectors import time_probe  # noqa: E402
+from benchmarks.gpu.probes.ln_vectors import print_ranking, probe_data, timed_against_floor  # noqa: E402
 from benchmarks.kernelsmith_peer import build_kernel_model  # noqa: E402
 from benchmarks.sass_counts import render_config  # noqa: E402
 from ks_inductor.judge import timing as T  # noqa: E402
 
 OUT = os.environ.get("OUT", "/tmp")
-M = N = 4096
 
 
 def with_pdl(source: str) -> str:
@@ -75,11 +74,8 @@ def _graph_check(model, ref, xs) -> float:
 def main() -> None:
     results = json.loads(Path(sys.argv[1]).read_text())
     tag = sys.argv[2]
-    nsets = T.cold_set_count(2 * M * N * 2, T.device_l2_bytes())
-    torch.manual_seed(0)
-    xs = [torch.randn(M, N, dtype=torch.bfloat16, device="cuda") for _ in range(nsets)]
-    rs = [torch.randn(M, N, dtype=torch.bfloat16, device="cuda") for _ in range(nsets)]
-    ys = [torch.empty_like(x) for x in xs]
+    _, xs, ys, _, _ = probe_data()
+    rs = [torch.randn_like(x) for x in xs]
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "tag": tag, "errors": {},
            "graph_errors": {}}
     import triton
@@ -96,20 +92,14 @@ def main() -> None:
                 res["errors"][name] = (m(xs[0]).float() - ref(xs[0]).float()).abs().max().item()
                 res["graph_errors"][name] = _graph_check(m, ref, xs)
         t0 = time.time()
-        bw = T.measure_copy_bandwidth("cuda")
-        res["bandwidth_GBps"] = bw / 1e9
-        res["floor_ms"] = (2 * M * N * 2) / bw * 1e3
-        res.update(time_probe(tools))
+        res.update(timed_against_floor(tools))
         st, err = T.benchmark_graphed(after_add, rounds=5)
         res["after_add_stream"] = {k: T.summarize(v).median_ms for k, v in st.items()}
         res["after_add_errors"] = err
         res["wall_s"] = time.time() - t0
     Path(OUT, f"pdl-probe-{tag}.json").write_text(json.dumps(res, indent=1))
-    fl = res["floor_ms"]
-    print(f"floor {fl * 1e3:.2f} us; errors {res['errors']}; graph {res['graph_errors']}")
-    for k in tools:
-        pc, s = res["per_call"][k], res["stream"].get(k, float("nan"))
-        print(f"{k:18s} per call {pc * 1e3:6.2f} us {fl / pc:6.1%}  stream {s * 1e3:6.2f} us {fl / s:6.1%}")
+    print(f"floor {res['floor_ms'] * 1e3:.2f} us; errors {res['errors']}; graph {res['graph_errors']}")
+    print_ranking(res, res["floor_ms"])
     base = res["after_add_stream"].get("add_only", float("nan"))
     for k, v in res["after_add_stream"].items():
         print(f"{k:24s} {v * 1e3:6.2f} us (norm's share {(v - base) * 1e3:6.2f})")

@@ -26,13 +26,11 @@ import torch
 
 sys.path.insert(0, os.getcwd())
 from benchmarks.gpu.evolve_serving_ops import OPS, PROBLEM_DIR  # noqa: E402
-from benchmarks.gpu.probes.ln_vectors import time_probe  # noqa: E402
+from benchmarks.gpu.probes.ln_vectors import print_ranking, probe_data, timed_against_floor  # noqa: E402
 from benchmarks.kernelsmith_peer import build_kernel_model  # noqa: E402
 from benchmarks.sass_counts import render_config  # noqa: E402
-from ks_inductor.judge import timing as T  # noqa: E402
 
 OUT = os.environ.get("OUT", "/tmp")
-M = N = 4096
 BASE = {"EVICT": 1, "LOWP": 1, "VEVICT": 1, "RND": 1}
 # Run 1 and 2: the session-16 winners' neighbourhood. "wide" (session 17's run 3 and 4): around the 2-row 4-warp
 # LayerNorm that the search picked with the vectors pinned.
@@ -64,10 +62,7 @@ def vectors_first(source: str) -> str:
 def main() -> None:
     tag = sys.argv[1]
     which = sys.argv[2] if len(sys.argv) > 2 else "base"
-    nsets = T.cold_set_count(2 * M * N * 2, T.device_l2_bytes())
-    torch.manual_seed(0)
-    xs = [torch.randn(M, N, dtype=torch.bfloat16, device="cuda") for _ in range(nsets)]
-    ys = [torch.empty_like(x) for x in xs]
+    _, xs, ys, _, _ = probe_data()
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "tag": tag, "errors": {}}
     import triton
     res["triton"] = triton.__version__
@@ -86,17 +81,11 @@ def main() -> None:
                     tools[name] = [(lambda a=a, m=m: m(a)) for a in xs]
                     res["errors"][name] = (m(xs[0]).float() - ref(xs[0]).float()).abs().max().item()
         t0 = time.time()
-        bw = T.measure_copy_bandwidth("cuda")
-        res["bandwidth_GBps"] = bw / 1e9
-        res["floor_ms"] = (2 * M * N * 2) / bw * 1e3
-        res.update(time_probe(tools))
+        res.update(timed_against_floor(tools))
         res["wall_s"] = time.time() - t0
     Path(OUT, f"vector-order-probe-{tag}.json").write_text(json.dumps(res, indent=1))
-    fl = res["floor_ms"]
-    print(f"floor {fl * 1e3:.2f} us; max error {max(res['errors'].values()):.4f}")
-    for k in tools:
-        pc, s = res["per_call"][k], res["stream"].get(k, float("nan"))
-        print(f"{k:30s} per call {pc * 1e3:6.2f} us {fl / pc:6.1%}  stream {s * 1e3:6.2f} us {fl / s:6.1%}")
+    print(f"floor {res['floor_ms'] * 1e3:.2f} us; max error {max(res['errors'].values()):.4f}")
+    print_ranking(res, res["floor_ms"])
 
 
 if __name__ == "__main__":
