@@ -298,7 +298,8 @@ class RowwiseTemplate(Template):
         19.4 us against 19.5 for the default (2 rows, 8 warps), in a CUDA graph 18.5, 18.8 and 18.3 against 18.7
         (benchmarks/results/l2-state-nvidia-h200-2026-11-22-session11-shapes.json). The last is where a 4096-wide
         LayerNorm's search ended in session 17: 18.7 and 19.0 us per call in two processes against 18.8 and 19.1 for
-        the default, 18.3 against 19.4 in a CUDA graph (vector-order-probe-nvidia-h200-2026-11-23-session17-run{3,4}).
+        session 16's winner (2 rows, 8 warps, unpinned), 18.3 against 19.4 in a CUDA graph
+        (vector-order-probe-nvidia-h200-2026-11-23-session17-run{3,4}).
         Seeded, each is judged once at least."""
         if variant != "block" or device == "cpu":  # the interpreter's clock cannot tell launch shapes apart
             return []
