@@ -137,13 +137,28 @@ def winner(results: dict, op: str) -> tuple:
     """The reference model of ``op``'s problem (seeded as the optimizer seeds it) and the winner a results file of
     ``evolve_serving_ops.py`` holds, with the reference's weights, both on the GPU."""
     from benchmarks.gpu.evolve_serving_ops import OPS, PROBLEM_DIR
-    from benchmarks.kernelsmith_peer import build_kernel_model
     from ks_inductor.problem import exec_problem_source, load_problem
 
     pm = exec_problem_source(load_problem(PROBLEM_DIR / OPS[op]).source)
+    return _with_reference(pm, results["ops"][op]["best_source"])
+
+
+def configured_model(op: str, params: dict, edit=None) -> tuple:
+    """As ``winner``, for the row-wise block variant of ``op`` rendered with ``params`` over its defaults
+    (``sass_counts.render_config``), its source passed through ``edit`` first when one is given."""
+    from benchmarks.gpu.evolve_serving_ops import OPS, PROBLEM_DIR
+    from benchmarks.sass_counts import render_config
+
+    src, pm = render_config(str(PROBLEM_DIR / OPS[op]), "rowwise/block", params)
+    return _with_reference(pm, edit(src) if edit else src)
+
+
+def _with_reference(pm, source: str) -> tuple:
+    from benchmarks.kernelsmith_peer import build_kernel_model
+
     torch.manual_seed(0)
     ref = pm.Model(*pm.get_init_inputs()).cuda().eval()
-    return ref, build_kernel_model(results["ops"][op]["best_source"], pm.get_init_inputs(), ref, "cuda")
+    return ref, build_kernel_model(source, pm.get_init_inputs(), ref, "cuda")
 
 
 def first_calls(tools: dict, out: torch.Tensor, on_first) -> dict:

@@ -24,10 +24,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, os.getcwd())
-from benchmarks.gpu.evolve_serving_ops import OPS, PROBLEM_DIR  # noqa: E402
-from benchmarks.gpu.probes.ln_vectors import print_ranking, probe_data, timed_against_floor  # noqa: E402
-from benchmarks.kernelsmith_peer import build_kernel_model  # noqa: E402
-from benchmarks.sass_counts import render_config  # noqa: E402
+from benchmarks.gpu.probes.ln_vectors import (  # noqa: E402
+    configured_model,
+    print_ranking,
+    probe_data,
+    timed_against_floor,
+)
 from ks_inductor.judge import timing as T  # noqa: E402
 
 OUT = os.environ.get("OUT", "/tmp")
@@ -40,14 +42,6 @@ def with_pdl(source: str) -> str:
     i = source.index(":\n", source.index(head)) + 2
     source = (source[:i] + "    tl.extra.cuda.gdc_wait()\n    tl.extra.cuda.gdc_launch_dependents()\n" + source[i:])
     return source.replace("num_stages=1)", "num_stages=1, launch_pdl=True)")
-
-
-def _models(results: dict, op: str) -> tuple:
-    src, pm = render_config(str(PROBLEM_DIR / OPS[op]), "rowwise/block", results["ops"][op]["best_params"])
-    torch.manual_seed(0)
-    ref = pm.Model(*pm.get_init_inputs()).cuda().eval()
-    return ref, {pdl: build_kernel_model(s, pm.get_init_inputs(), ref, "cuda")
-                 for pdl, s in ((0, src), (1, with_pdl(src)))}
 
 
 def _graph_check(model, ref, xs) -> float:
@@ -84,8 +78,8 @@ def main() -> None:
     after_add = {"add_only": [(lambda a=a, r=r: torch.add(a, r)) for a, r in zip(xs, rs)]}
     with torch.no_grad():
         for op in ("layernorm", "rmsnorm"):
-            ref, models = _models(results, op)
-            for pdl, m in models.items():
+            for pdl in (0, 1):
+                ref, m = configured_model(op, results["ops"][op]["best_params"], with_pdl if pdl else None)
                 name = f"{op}_pdl{pdl}"
                 tools[name] = [(lambda a=a, m=m: m(a)) for a in xs]
                 after_add[f"add_{name}"] = [(lambda a=a, r=r, m=m: m(torch.add(a, r))) for a, r in zip(xs, rs)]

@@ -5,8 +5,9 @@ and its weight and bias loads only after the first warp-level reduction, whateve
 compiler sinks them towards their use. A ``tl.debug_barrier()`` right after the vector loads keeps them first
 (same 64 registers, one more barrier; checked offline with ``benchmarks/sass_counts.py``), so their L2 latency
 hides under the rows' DRAM latency instead of after the row statistics. Each configuration below is rendered by
-the template and timed as rendered (``plain``) and with that barrier (``first``), interleaved with torch's copy, per
-call (L2 flushed) and back to back in a CUDA graph, in one process.
+the template without (``plain``) and with that barrier (``first``: the template's VFIRST=1; runs 1-4 inserted the
+same line with an edit of this probe's own, the same kernel), and timed interleaved with torch's copy, per call (L2
+flushed) and back to back in a CUDA graph, in one process.
 
 On the H200 (two processes, benchmarks/results/vector-order-probe-*-session17-run{1,2}.json): pinned first, the
 RMSNorm's weight took the 1-row 8-warp kernel from 18.3 to 17.7 us back to back (torch's copy 17.6) and the 2-row one
@@ -25,10 +26,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, os.getcwd())
-from benchmarks.gpu.evolve_serving_ops import OPS, PROBLEM_DIR  # noqa: E402
-from benchmarks.gpu.probes.ln_vectors import print_ranking, probe_data, timed_against_floor  # noqa: E402
-from benchmarks.kernelsmith_peer import build_kernel_model  # noqa: E402
-from benchmarks.sass_counts import render_config  # noqa: E402
+from benchmarks.gpu.probes.ln_vectors import (  # noqa: E402
+    configured_model,
+    print_ranking,
+    probe_data,
+    timed_against_floor,
+)
 
 OUT = os.environ.get("OUT", "/tmp")
 BASE = {"EVICT": 1, "LOWP": 1, "VEVICT": 1, "RND": 1}
@@ -52,13 +55,6 @@ CONFIGS = {
 }
 
 
-def vectors_first(source: str) -> str:
-    """``source`` with a barrier after the last broadcast-vector load, which keeps those loads ahead of the rows'."""
-    lines = source.splitlines()
-    last = max(i for i, ln in enumerate(lines) if ln.strip().startswith("v_p") and "cols, mask=cmask" in ln)
-    return "\n".join(lines[: last + 1] + ["    tl.debug_barrier()"] + lines[last + 1:])
-
-
 def main() -> None:
     tag = sys.argv[1]
     which = sys.argv[2] if len(sys.argv) > 2 else "base"
@@ -71,11 +67,8 @@ def main() -> None:
         for op, cfgs in CONFIGS[which].items():
             for cfg in cfgs:
                 params = {**BASE, **cfg}
-                src, pm = render_config(str(PROBLEM_DIR / OPS[op]), "rowwise/block", params)
-                torch.manual_seed(0)
-                ref = pm.Model(*pm.get_init_inputs()).cuda().eval()
-                for order, s in (("plain", src), ("first", vectors_first(src))):
-                    m = build_kernel_model(s, pm.get_init_inputs(), ref, "cuda")
+                for first, order in ((0, "plain"), (1, "first")):
+                    ref, m = configured_model(op, {**params, "VFIRST": first})
                     name = (f"{op}_R{params['ROWS']}w{params['num_warps']}E{params['EVICT']}V{params['VEVICT']}"
                             f"L{params['LOWP']}_{order}")
                     tools[name] = [(lambda a=a, m=m: m(a)) for a in xs]
