@@ -301,6 +301,7 @@ def main() -> int:
                 row["accepted"] = summary.accepted
                 row["evolve_wall_s"] = summary.wall_s
                 row["stop_reason"] = summary.stop_reason
+                row["head_to_head"] = summary.head_to_head
                 # The search's score: the speedup over its baselines (eager), per call and inside a CUDA graph,
                 # as a geometric mean (EvalResult.score).
                 row["seed_score"] = summary.seed_speedup

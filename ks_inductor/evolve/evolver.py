@@ -48,6 +48,9 @@ class EvolveSummary:
     failed_steps: int = 0
     stop_reason: str = ""
     tokens: dict[str, int] = field(default_factory=dict)
+    # The final judgment's head-to-head times: per leader after the first (program id), the first leader's speed
+    # over it (above 1: the first leader is faster).
+    head_to_head: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -56,7 +59,7 @@ class EvolveSummary:
             "accepted": self.accepted, "wall_s": self.wall_s, "run_id": self.run_id,
             "seed_speedup": self.seed_speedup, "best_speedup": self.best_speedup, "family": self.family,
             "timed": self.timed, "failed_steps": self.failed_steps, "stop_reason": self.stop_reason,
-            "tokens": self.tokens,
+            "tokens": self.tokens, "head_to_head": self.head_to_head,
         }
 
 
@@ -114,6 +117,7 @@ class Evolver:
         self.results: dict[str, EvalResult] = {}
         self.tokens: dict[str, int] = {}
         self.failed_steps = 0
+        self.final_ratios: dict[str, float] = {}
         self.judged = 0
         self.accepted = 0
         self.seed_speedup: float | None = None
@@ -346,31 +350,34 @@ class Evolver:
     def _final_judgment(self, run_id: str, archive: Archive) -> tuple[Program | None, EvalResult | None]:
         """Judge the leading elites again with the judge's final protocol (full timing, Inductor among the
         baselines) and return the winner by that judgment: what gets served must have beaten every baseline
-        under the protocol the benchmarks use, not just the search's short one against eager."""
+        under the protocol the benchmarks use, not just the search's short one against eager. The first leader's
+        judgment also times the others head to head (``rivals``), so that the choice among leaders that all
+        qualify is made in one process's interleaved rounds rather than across separate ones."""
         leaders = [archive.programs[e] for e in archive.elites[: self.config.final_candidates]]
+        sources = [Candidate.from_json(p.candidate).source for p in leaders]
         futs = []
-        for prog in leaders:
-            futs.append((prog, self.judge.submit(self.problem, Candidate.from_json(prog.candidate).source,
-                                                 final=True)))
+        for i, (prog, src) in enumerate(zip(leaders, sources)):
+            rivals = sources[1:] if i == 0 else None
+            futs.append((prog, src, rivals, self.judge.submit(self.problem, src, final=True, rivals=rivals)))
             self.judged += 1
-        finals: list[tuple[Program, EvalResult]] = []
-        for prog, fut in futs:
+        finals: list[tuple[int, Program, EvalResult]] = []
+        for i, (prog, src, rivals, fut) in enumerate(futs):
             res = fut.result()
             if _transient(res):
-                res = self.judge.evaluate(self.problem, Candidate.from_json(prog.candidate).source, final=True)
+                res = self.judge.evaluate(self.problem, src, final=True, rivals=rivals)
             try:
                 self.store.add_evaluation(self.problem.key, prog.source_hash, res, run_id)
             except Exception as e:  # noqa: BLE001
                 log.warning("could not store an evaluation: %s", e)
             if res.correct and res.timing_meaningful:
-                finals.append((prog, res))
+                finals.append((i, prog, res))
             elif res.verdict != "error":
                 log.warning("elite %s failed its final judgment: %s", prog.id, "; ".join(res.reasons[:2]))
                 archive.demote(prog.id)
         if not finals:
             return None, None
-        # Served or not is decided by ``faster``; among those, the larger score (per call and in a CUDA graph) wins.
-        return max(finals, key=lambda pr: (pr[1].verdict == ACCEPTED and pr[1].faster, pr[1].score or 0.0))
+        self.final_ratios = head_to_head(finals)
+        return pick_final(finals)
 
     def _finish(self, run_id: str, archive: Archive, wall: float, stop_reason: str) -> EvolveSummary:
         best = archive.best()
@@ -412,10 +419,50 @@ class Evolver:
             accepted=self.accepted, wall_s=wall, run_id=run_id, seed_speedup=self.seed_speedup,
             best_speedup=best.score if best and self.timed else None,
             family=self.family.family if self.family else None, timed=self.timed, failed_steps=self.failed_steps,
-            stop_reason=stop_reason, tokens=dict(self.tokens))
+            stop_reason=stop_reason, tokens=dict(self.tokens), head_to_head=dict(self.final_ratios))
         self._save(run_id, archive, wall)
         self.store.finish_run(run_id, summary.to_json())
         return summary
+
+
+def head_to_head(finals: list[tuple[int, Program, EvalResult]]) -> dict[str, float]:
+    """Per leader after the first (by program id): the first leader's speed over it, timed head to head in the
+    first leader's final judgment (``EvalResult.rival_score``; above 1: the first leader is faster)."""
+    first = next((r for i, _, r in finals if i == 0), None)
+    if first is None:
+        return {}
+    out = {}
+    for i, prog, _ in finals:
+        s = first.rival_score(f"rival{i - 1}") if i > 0 else None
+        if s is not None:
+            out[prog.id] = s
+    return out
+
+
+# Head to head, another leader replaces the first only when the first runs at most this much below it: among leaders
+# within a percent of one another (on the H200 the norms' three leaders stood 0.01-1.4% apart) the archive's order
+# stands, rather than whichever one a round's noise favoured.
+HEAD_TO_HEAD_BAND = 0.01
+
+
+def pick_final(finals: list[tuple[int, Program, EvalResult]]) -> tuple[Program, EvalResult]:
+    """The winner among leaders' final judgments (``(leader index, program, result)``; leader 0's result timed the
+    others as ``rival{index - 1}``). Only leaders that qualify to be served (accepted and faster than every
+    baseline) compete when any does. Among those, the head-to-head times decide where leader 0's judgment has
+    them: the leader it ran slowest against wins if leader 0's speed over it is below 1 - ``HEAD_TO_HEAD_BAND``,
+    else leader 0. Without them (leader 0 did not
+    qualify, or its rivals could not be timed) the larger score of each one's own judgment wins."""
+    served = [f for f in finals if f[2].verdict == ACCEPTED and f[2].faster]
+    pool = served or finals
+    first = next((f for f in pool if f[0] == 0), None)
+    if served and first is not None:
+        ratios = head_to_head(pool)
+        contenders = [f for f in pool if f[1].id in ratios]
+        if contenders:
+            best = min(contenders, key=lambda f: ratios[f[1].id])
+            return (best[1], best[2]) if ratios[best[1].id] < 1.0 - HEAD_TO_HEAD_BAND else (first[1], first[2])
+    _, prog, res = max(pool, key=lambda f: (f[2].verdict == ACCEPTED and f[2].faster, f[2].score or 0.0))
+    return prog, res
 
 
 def _transient(res: EvalResult) -> bool:

@@ -87,13 +87,15 @@ class Judge:
             shutil.rmtree(self._root, ignore_errors=True)
 
     def submit(self, problem: Problem, source: str, timing: bool | None = None,
-               final: bool = False) -> Future[EvalResult]:
-        """Judge asynchronously. ``final`` times with the final protocol (``JudgeConfig.final_*``)."""
-        return self._executor.submit(self._guarded, problem, source, timing, final)
+               final: bool = False, rivals: list[str] | None = None) -> Future[EvalResult]:
+        """Judge asynchronously. ``final`` times with the final protocol (``JudgeConfig.final_*``). ``rivals``:
+        other kernels for the problem, timed head to head with this one (``EvalResult.rival_speedups``); they are
+        not judged here and never change this judgment's verdict."""
+        return self._executor.submit(self._guarded, problem, source, timing, final, rivals)
 
     def evaluate(self, problem: Problem, source: str, timing: bool | None = None,
-                 final: bool = False) -> EvalResult:
-        return self._guarded(problem, source, timing, final)
+                 final: bool = False, rivals: list[str] | None = None) -> EvalResult:
+        return self._guarded(problem, source, timing, final, rivals)
 
     def run_vectors(self, source: str, init_inputs: list[Any],
                     vectors: list[tuple[list[Any], list[Any]]], state: dict[str, Any] | None = None) -> EvalResult:
@@ -157,10 +159,11 @@ class Judge:
             res.reject(flag, reason)
         return bool(findings)
 
-    def _guarded(self, problem: Problem, source: str, timing: bool | None, final: bool = False) -> EvalResult:
+    def _guarded(self, problem: Problem, source: str, timing: bool | None, final: bool = False,
+                 rivals: list[str] | None = None) -> EvalResult:
         t0 = time.monotonic()
         try:
-            res = self._evaluate(problem, source, timing, final)
+            res = self._evaluate(problem, source, timing, final, rivals)
         except Exception as e:  # noqa: BLE001 - the judge answers with a verdict, never a traceback
             log.exception("judge failure")
             res = self._new_result(source, problem.key)
@@ -242,7 +245,8 @@ class Judge:
                 res.flags.append(flag)
         return True
 
-    def _evaluate(self, problem: Problem, source: str, timing: bool | None, final: bool = False) -> EvalResult:
+    def _evaluate(self, problem: Problem, source: str, timing: bool | None, final: bool = False,
+                  rivals: list[str] | None = None) -> EvalResult:
         from safetensors.torch import load_file
 
         cfg = self.config
@@ -258,6 +262,14 @@ class Judge:
             return res
         want_timing = self.backend.timed if timing is None else timing
         base = self._problem_seed(problem)
+        # Rivals go through the same static rules as any candidate; one they stop is reported, not loaded.
+        rival_jobs, rival_errors = [], {}
+        for i, src in enumerate(rivals or []):
+            scratch = self._new_result(src, problem.key)
+            if self._static(scratch, src):
+                rival_errors[f"rival{i}"] = "static rules: " + "; ".join(scratch.reasons[:2])
+            else:
+                rival_jobs.append({"name": f"rival{i}", "source": src})
         with self._workdir("cand-") as work:
             trials = [(t["seed"], t["dist"]) for t in ref.trials]
             job = {
@@ -267,7 +279,7 @@ class Judge:
                 "order_seed": int.from_bytes(os.urandom(4), "little"), "timed": self.backend.timed and want_timing,
                 "timing": {"min_reps": cfg.min_reps, **cfg.protocol(final)},
                 "timing_sets": [(t["seed"], t["dist"]) for t in ref.timing], "l2_bytes": self._l2,
-                "tolerances": cfg.tolerances,
+                "tolerances": cfg.tolerances, "rivals": rival_jobs,
                 "memory_limit_mb": cfg.memory_limit_mb, "device_memory_fraction": cfg.device_memory_fraction,
             }
             if not want_timing and self.backend.timed:
@@ -278,6 +290,7 @@ class Judge:
                 return res
             msg = out.result or {}
             res.launches = msg.get("launches", {})
+            res.rival_errors = {**rival_errors, **(msg.get("rival_errors") or {})}
             res.stage = "correctness"
             for i, path in enumerate(msg["cand_files"]):
                 ref_t = load_file(ref.trials[i]["file"])
@@ -318,10 +331,19 @@ class Judge:
         from ks_inductor.judge import timing as T
 
         cfg = self.config
-        samples = msg["samples"]
+        # Rivals are timed beside the candidate but are no baselines: their ratios go apart, and nothing else
+        # below (best baseline, served or not, plausibility) sees them.
+        samples = {k: v for k, v in msg["samples"].items() if not k.startswith("rival")}
+        steady = {k: v for k, v in (msg.get("steady_samples") or {}).items() if not k.startswith("rival")}
+        cand = samples["candidate"]
+        for name, rounds in msg["samples"].items():
+            if name.startswith("rival"):
+                res.rival_speedups[name], res.rival_speedup_lcbs[name] = T.ratio_with_lcb(rounds, cand)
+                if name in (msg.get("steady_samples") or {}) and "candidate" in steady:
+                    res.rival_steady_speedups[name], _ = T.ratio_with_lcb(msg["steady_samples"][name],
+                                                                          steady["candidate"])
         res.timing_meaningful = True
         res.timings = {name: T.summarize(rounds) for name, rounds in samples.items()}
-        cand = samples["candidate"]
         lcbs = []
         if "eager" in samples:
             res.speedup_eager, res.speedup_eager_lcb = T.ratio_with_lcb(samples["eager"], cand)
@@ -329,7 +351,6 @@ class Judge:
         if "inductor" in samples:
             res.speedup_inductor, res.speedup_inductor_lcb = T.ratio_with_lcb(samples["inductor"], cand)
             lcbs.append(res.speedup_inductor_lcb)
-        steady = msg.get("steady_samples") or {}
         if "candidate" in steady:
             res.steady_timings = {name: T.summarize(rounds) for name, rounds in steady.items()}
             for name in samples:

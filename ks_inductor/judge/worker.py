@@ -296,6 +296,7 @@ def _timing(job: dict[str, Any], ref_mod: Any, ref_model: Any, model: Any, count
             tools["inductor"] = torch.compile(ref_model)
             with torch.no_grad():
                 tools["inductor"](*active)
+    rival_errors = _add_rivals(job, ref_mod, ref_model, tools, active, device)
     fns = {name: (lambda f=f: f(*active)) for name, f in tools.items()}
     acquire("exclusive")
     stage("timing")
@@ -343,7 +344,38 @@ def _timing(job: dict[str, Any], ref_mod: Any, ref_model: Any, model: Any, count
     if counter.off_stream and not any(f[0] == "side_stream" for f in flags):
         flags.append(("side_stream", f"{counter.off_stream} Triton launch(es) during timing went to a stream other "
                       "than the current one"))
-    return {"samples": samples, "wall": wall, "post_files": post_files, "bandwidth": bandwidth, **steady}
+    return {"samples": samples, "wall": wall, "post_files": post_files, "bandwidth": bandwidth,
+            "rival_errors": rival_errors, **steady}
+
+
+def _add_rivals(job: dict[str, Any], ref_mod: Any, ref_model: Any, tools: dict[str, Any], active: list[Any],
+                device: str) -> dict[str, str]:
+    """Put the job's rivals (other kernels for the same problem, each judged on its own elsewhere) among the timed
+    tools as ``rival0``, ``rival1``, ...: timed in the same interleaved rounds and graphs as the candidate, so that
+    an optimizer's final choice among its leaders is made head to head rather than across separate processes.
+    A rival that does not load or run is left out and reported; it never fails the candidate's judgment.
+    Loaded after the candidate's checks and before the last guard check, so whatever a rival changes globally
+    still counts against this judgment (never for it)."""
+    import torch
+
+    from ks_inductor.source_module import load_source_module
+
+    errors: dict[str, str] = {}
+    for rival in job.get("rivals") or []:
+        name = rival["name"]
+        try:
+            mod = load_source_module(rival["source"], "ks_rival", os.path.join(job["workdir"], name))
+            torch.manual_seed(job["init_seed"])
+            model = mod.ModelNew(*ref_mod.get_init_inputs())
+            _load_matching_state(model, ref_model.state_dict())
+            model = model.to(device).eval()
+            with torch.no_grad():
+                model(*active)
+            _sync(device)
+            tools[name] = model
+        except Exception as e:  # noqa: BLE001 - a rival is reported, never fatal to the candidate
+            errors[name] = f"{type(e).__name__}: {str(e)[:300]}"
+    return errors
 
 
 def _steady_state(job: dict[str, Any], tools: dict[str, Any], reference: Any, sets: list[list[Any]],
