@@ -450,8 +450,8 @@ def pick_final(finals: list[tuple[int, Program, EvalResult]]) -> tuple[Program, 
     others as ``rival{index - 1}``). Only leaders that qualify to be served (accepted and faster than every
     baseline) compete when any does. Among those, the head-to-head times decide where leader 0's judgment has
     them: the leader it ran slowest against wins if leader 0's speed over it is below 1 - ``HEAD_TO_HEAD_BAND``,
-    else leader 0. Without them (leader 0 did not
-    qualify, or its rivals could not be timed) the larger score of each one's own judgment wins."""
+    else leader 0. Without them (leader 0 did not qualify, or its rivals could not be timed) the larger score of
+    each one's own judgment wins."""
     served = [f for f in finals if f[2].verdict == ACCEPTED and f[2].faster]
     pool = served or finals
     first = next((f for f in pool if f[0] == 0), None)

@@ -89,8 +89,9 @@ class Judge:
     def submit(self, problem: Problem, source: str, timing: bool | None = None,
                final: bool = False, rivals: list[str] | None = None) -> Future[EvalResult]:
         """Judge asynchronously. ``final`` times with the final protocol (``JudgeConfig.final_*``). ``rivals``:
-        other kernels for the problem, timed head to head with this one (``EvalResult.rival_speedups``); they are
-        not judged here and never change this judgment's verdict."""
+        other kernels for the problem, timed head to head with this one (``EvalResult.rival_speedups``). They are not
+        judged here: one that fails to load or run is reported and left out, while anything one changes globally
+        (or a worker crash it causes) counts against this judgment, never for it."""
         return self._executor.submit(self._guarded, problem, source, timing, final, rivals)
 
     def evaluate(self, problem: Problem, source: str, timing: bool | None = None,

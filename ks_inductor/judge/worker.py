@@ -353,9 +353,9 @@ def _add_rivals(job: dict[str, Any], ref_mod: Any, ref_model: Any, tools: dict[s
     """Put the job's rivals (other kernels for the same problem, each judged on its own elsewhere) among the timed
     tools as ``rival0``, ``rival1``, ...: timed in the same interleaved rounds and graphs as the candidate, so that
     an optimizer's final choice among its leaders is made head to head rather than across separate processes.
-    A rival that does not load or run is left out and reported; it never fails the candidate's judgment.
-    Loaded after the candidate's checks and before the last guard check, so whatever a rival changes globally
-    still counts against this judgment (never for it)."""
+    A rival that raises while loading or on its first call is left out and reported. Rivals load after the
+    candidate's checks and before the last guard check, so whatever one changes globally still counts against this
+    judgment (never for it), as does a crash of this process."""
     import torch
 
     from ks_inductor.source_module import load_source_module
