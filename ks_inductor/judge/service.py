@@ -334,15 +334,14 @@ class Judge:
         cfg = self.config
         # Rivals are timed beside the candidate but are no baselines: their ratios go apart, and nothing else
         # below (best baseline, served or not, plausibility) sees them.
+        steady_all = msg.get("steady_samples") or {}
         samples = {k: v for k, v in msg["samples"].items() if not k.startswith("rival")}
-        steady = {k: v for k, v in (msg.get("steady_samples") or {}).items() if not k.startswith("rival")}
+        steady = {k: v for k, v in steady_all.items() if not k.startswith("rival")}
         cand = samples["candidate"]
-        for name, rounds in msg["samples"].items():
-            if name.startswith("rival"):
-                res.rival_speedups[name], res.rival_speedup_lcbs[name] = T.ratio_with_lcb(rounds, cand)
-                if name in (msg.get("steady_samples") or {}) and "candidate" in steady:
-                    res.rival_steady_speedups[name], _ = T.ratio_with_lcb(msg["steady_samples"][name],
-                                                                          steady["candidate"])
+        for name in msg["samples"].keys() - samples.keys():
+            res.rival_speedups[name], res.rival_speedup_lcbs[name] = T.ratio_with_lcb(msg["samples"][name], cand)
+            if name in steady_all and "candidate" in steady:
+                res.rival_steady_speedups[name], _ = T.ratio_with_lcb(steady_all[name], steady["candidate"])
         res.timing_meaningful = True
         res.timings = {name: T.summarize(rounds) for name, rounds in samples.items()}
         lcbs = []

@@ -154,6 +154,17 @@ def _load_matching_state(model: Any, state: dict[str, Any]) -> None:
         model.load_state_dict(state)
 
 
+def _kernel_model(mod: Any, ref_mod: Any, ref_model: Any, seed: int, device: str) -> Any:
+    """``mod``'s ModelNew built as the reference was (same seed, same init inputs), with the reference's weights
+    where it holds the same parameters, on ``device`` in eval mode."""
+    import torch
+
+    torch.manual_seed(seed)
+    model = mod.ModelNew(*ref_mod.get_init_inputs())
+    _load_matching_state(model, ref_model.state_dict())
+    return model.to(device).eval()
+
+
 def _check_output_objects(outs: list[Any], device: str) -> list[tuple[str, str]]:
     import torch
 
@@ -203,11 +214,8 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     stage("load")
     ref_mod = exec_problem_source(job["problem_source"], "<problem>")
     ref_model = build_model(ref_mod, "Model", job["init_seed"], device)
-    cand_mod = _load_candidate(job["candidate_source"], job["workdir"])
-    torch.manual_seed(job["init_seed"])
-    model = cand_mod.ModelNew(*ref_mod.get_init_inputs())
-    _load_matching_state(model, ref_model.state_dict())
-    model = model.to(device).eval()
+    model = _kernel_model(_load_candidate(job["candidate_source"], job["workdir"]), ref_mod, ref_model,
+                          job["init_seed"], device)
     guard_check("after import")
 
     trials = job["trials"]
@@ -365,10 +373,7 @@ def _add_rivals(job: dict[str, Any], ref_mod: Any, ref_model: Any, tools: dict[s
         name = rival["name"]
         try:
             mod = load_source_module(rival["source"], "ks_rival", os.path.join(job["workdir"], name))
-            torch.manual_seed(job["init_seed"])
-            model = mod.ModelNew(*ref_mod.get_init_inputs())
-            _load_matching_state(model, ref_model.state_dict())
-            model = model.to(device).eval()
+            model = _kernel_model(mod, ref_mod, ref_model, job["init_seed"], device)
             with torch.no_grad():
                 model(*active)
             _sync(device)

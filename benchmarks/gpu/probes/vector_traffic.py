@@ -58,12 +58,15 @@ def _drop(*uses: str):
     return edit
 
 
+NO_VECTORS = _drop("    x_n3 = x_n3 * v_p0\n", "    x_n3 = x_n3 + v_p1\n")
+
+
 def _extra_muls(k: int, no_vectors: bool = False):
     """``k`` more multiplies per element before the rounding, each by a row scalar the compiler cannot fold
     (``r * 0 + 1`` keeps NaN and infinity): instructions without registers or loads."""
     def edit(src: str) -> str:
         if no_vectors:
-            src = _drop("    x_n3 = x_n3 * v_p0\n", "    x_n3 = x_n3 + v_p1\n")(src)
+            src = NO_VECTORS(src)
         at = "    x_n3 = _rnd_bf16(x_n3)\n"
         assert at in src
         muls = "".join(f"    x_n3 = x_n3 * (x_n3_r * 0.0 + {1 + i * 2.0 ** -20!r})\n" for i in range(k))
@@ -114,7 +117,7 @@ def _replicated(k: int):
 
 REPLICA_VARIANTS = {
     "ln_R2w4_pin": (WINNER, None),
-    "ln_R2w4_pin_no_vectors": (WINNER, _drop("    x_n3 = x_n3 * v_p0\n", "    x_n3 = x_n3 + v_p1\n")),
+    "ln_R2w4_pin_no_vectors": (WINNER, NO_VECTORS),
     **{f"ln_R2w4_pin_replicas{k}": (WINNER, _replicated(k)) for k in (2, 8, 32, 128)},
 }
 
@@ -122,7 +125,7 @@ REPLICA_VARIANTS = {
 LATE = {"EVICT": 1, "LOWP": 0, "VEVICT": 1, "VFIRST": 0, "RND": 1, "LATEVEC": 1}
 PREFETCH_VARIANTS = {
     "ln_R2w4_pin": (WINNER, None),
-    "ln_R2w4_pin_no_vectors": (WINNER, _drop("    x_n3 = x_n3 * v_p0\n", "    x_n3 = x_n3 + v_p1\n")),
+    "ln_R2w4_pin_no_vectors": (WINNER, NO_VECTORS),
     "ln_R2w4_late": ({**LATE, "ROWS": 2, "num_warps": 4}, None),
     "ln_R2w4_late_prefetch": ({**LATE, "ROWS": 2, "num_warps": 4}, _prefetch_l1),
     "ln_R2w4_late_prefetch_maxnreg96": ({**LATE, "ROWS": 2, "num_warps": 4}, _maxnreg(96, _prefetch_l1)),
@@ -137,7 +140,7 @@ VARIANTS = {
     "ln_R2w4_pin": (WINNER, None),
     "ln_R2w4_pin_cg": (WINNER, _cg),
     "ln_R2w4_pin_weight_only": (WINNER, _drop("    x_n3 = x_n3 + v_p1\n")),
-    "ln_R2w4_pin_no_vectors": (WINNER, _drop("    x_n3 = x_n3 * v_p0\n", "    x_n3 = x_n3 + v_p1\n")),
+    "ln_R2w4_pin_no_vectors": (WINNER, NO_VECTORS),
     "ln_R2w4_pin_loads_only": (WINNER, _loads_only),
     "ln_R2w4_pin_plus64": (WINNER, _extra_muls(1)),
     "ln_R2w4_pin_plus128": (WINNER, _extra_muls(2)),
@@ -146,7 +149,7 @@ VARIANTS = {
     "ln_R2w4_pin_no_vectors_plus192": (WINNER, _extra_muls(3, True)),
     "ln_R2w4_pin_no_vectors_plus320": (WINNER, _extra_muls(5, True)),
     "ln_R2w8_s16": (S16, None),
-    "ln_R2w8_s16_no_vectors": (S16, _drop("    x_n3 = x_n3 * v_p0\n", "    x_n3 = x_n3 + v_p1\n")),
+    "ln_R2w8_s16_no_vectors": (S16, NO_VECTORS),
 }
 
 
