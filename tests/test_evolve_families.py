@@ -168,8 +168,8 @@ def test_template_defaults_cover_their_search_space(target: str) -> None:
 def test_gpu_seeds_add_alternate_row_shapes_within_the_space() -> None:
     """On a GPU the row-wise block variant is also seeded at the launch shapes next to its default (twice the
     threads, half the rows, streamed rows, the weight kept in cache, and half the threads with the weight's loads
-    pinned first), each in the search space, feasible and distinct; the interpreter, whose clock tells shapes
-    nothing, gets the defaults only."""
+    pinned first), each in the search space, feasible and distinct, and a LayerNorm one more (one-pass statistics);
+    the interpreter, whose clock tells shapes nothing, gets the defaults only."""
     from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
     from ks_inductor.evolve.templates import template_named
     from ks_inductor.problem import load_problem
@@ -191,3 +191,15 @@ def test_gpu_seeds_add_alternate_row_shapes_within_the_space() -> None:
     for c in extra:
         assert all(c.params[k] in space[k] for k in space) and t.feasible(fm, c.params, "block")
     assert len({c.source_hash for c in seeds}) == len(seeds)
+
+    # A LayerNorm that normalizes its input as it is also gets half the tile over half the threads with the vectors
+    # pinned and one-pass statistics; an RMSNorm (above) has no statistics knob, so not there.
+    fm = classify(load_problem(PROBLEMS / "layernorm_bf16.py"))
+    fm.target = "cuda"
+    seeds = EmbeddedMutator(fm).seeds()
+    default = t.default(fm, "block", "cuda")
+    extra = [c.params for c in seeds if c.variant == "block" and c.params != default]
+    one_pass = [p for p in extra if p["STATS"] == 1]
+    assert len(extra) == 6 and len(one_pass) == 1
+    assert (one_pass[0]["ROWS"], one_pass[0]["num_warps"], one_pass[0]["VFIRST"]) == (1, 4, 1)
+    assert t.feasible(fm, one_pass[0], "block") and "tl.reduce" in t.render(fm, one_pass[0], "block")
