@@ -4,12 +4,12 @@ screen of LayerNorm forms by them.
 Timed with events, the session-17/18 LayerNorm winner (2 rows, 4 warps, vectors pinned first) runs 0.5-0.6 us
 behind a copy of its bytes per call, and level with it without its weight and bias (vector_traffic.py). Nsight
 Compute profiles one kernel at a time with the caches flushed before it (as the judge's per-call protocol does) and
-reads what events cannot: memory throughput, L2 and L1 hit rates, achieved occupancy, how long the busiest SM ran against the average one
-(the tail), where warps stalled, per SASS instruction. The screen profiles many kernels in one process with a few
-counters, then times the same kernels here with events, per call and in a CUDA graph.
+reads what events cannot: memory throughput, L2 and L1 hit rates, achieved occupancy, how long the busiest SM ran
+against the average one (the tail), where warps stalled, per SASS instruction. The screen profiles many kernels in
+one process with a few counters, then times the same kernels here with events, per call and in a CUDA graph.
 
 On the H200 (benchmarks/results/ln-counters-*-session19-c{1,2}.json, ln-screen-*-session19-s{1..4}.json; the
-session-19 screens hold ncu's durations in ns, as ncu printed them, the later code converts them to us):
+session-19 screens s1-s4 hold ncu's durations in ns, as ncu printed them; v3, from this code, holds them in us):
 - every kernel's ncu duration is 1.5-1.6 us shorter than its event-timed per-call figure (the copy 16.35 against
   17.98, the winner 17.03 against 18.59): the per-call protocol's fixed cost, the same for every kernel;
 - the winner: 128 registers, 4 programs per SM, 22% of warp slots active, 5.78M warp instructions; without its
@@ -21,7 +21,7 @@ session-19 screens hold ncu's durations in ns, as ncu printed them, the later co
   alternate of the row-wise template; persistent and prefetching grids at the waves their registers allow, 4 rows,
   8 or 16 warps and register caps (which spill) all lost.
 
-    python benchmarks/gpu/probes/ln_counters.py TAG [RESULTS.json|- [NAME,...]]   # ncu sections; $OUT/ln-counters-TAG.json
+    python benchmarks/gpu/probes/ln_counters.py TAG [RESULTS.json|- [NAME,...]]   # $OUT/ln-counters-TAG.json
     python benchmarks/gpu/probes/ln_counters.py --screen TAG RESULTS.json|- [GROUP|NAME,...]   # $OUT/ln-screen-TAG.json
     python benchmarks/gpu/probes/ln_counters.py --launch NAME,... [RESULTS.json]   # what ncu profiles: 3 calls each
 
@@ -157,6 +157,7 @@ def _variants(results: dict | None) -> dict:
     for name, edit in (("ln_R2w4_pin_no_vectors", NO_VECTORS),
                        ("ln_R2w4_pin_weight_only", _drop("    x_n3 = x_n3 + v_p1\n"))):
         out[name] = (lambda name=name, edit=edit: configured_model("layernorm", WINNER, edit)[1])
+
     def build(variant: str, params: dict, maxnreg: int | None = None):
         src, pm = render_config(str(PROBLEM_DIR / OPS["layernorm"]), variant, params)
         if maxnreg:
@@ -219,8 +220,8 @@ def _num(s: str) -> float | None:
 
 
 # ncu picks a unit per metric and per print (usecond in a section's print, nsecond for --metrics): the summary holds
-# times in us and sizes in bytes whatever the print said.
-_SCALE = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}
+# times in us whatever the print said (and what it said, per counter).
+_SCALE = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}
 
 
 def _summary(units: dict, rows: list[dict]) -> dict:
@@ -231,11 +232,13 @@ def _summary(units: dict, rows: list[dict]) -> dict:
             vals = [v * _SCALE.get(units.get(k, ""), 1.0) for v in vals if v is not None]
             if vals:
                 out[k] = sum(vals) / len(vals)
+                out.setdefault("units_printed", {})[k] = units.get(k, "")
     return out
 
 
 def _hot_sass(text: str, top: int = 24) -> list[dict]:
-    """The SASS lines with the most stall samples, from ``--page source --print-source sass --csv``."""
+    """The SASS lines with the most stall samples, from ``--page source --print-source sass --csv`` (which lists each
+    profiled call's lines in turn, so a hot line comes up once a call)."""
     lines = [ln for ln in text.splitlines() if ln.startswith('"')]
     # A "Kernel Name" line comes first; the table's header is the line that names the addresses.
     start = next((i for i, ln in enumerate(lines) if ln.startswith(('"Address"', '"# Address"'))), 0)
@@ -276,7 +279,7 @@ def profile(tag: str, results_path: str | None, names: list[str]) -> None:
         src = subprocess.run([ncu, "--import", str(rep.with_suffix(".ncu-rep")), "--csv", "--page", "source",
                               "--print-source", "sass"], capture_output=True, text=True)
         res["variants"][name]["hot_sass"] = _hot_sass(src.stdout)
-        if not res["variants"][name]["hot_sass"] or name == "ln_R2w4_pin":
+        if not res["variants"][name]["hot_sass"]:
             res["errors"][f"{name}/source"] = (src.stdout[:600] + src.stderr[-600:])
         print(_line(name, res["variants"][name]), flush=True)
     Path(OUT, f"ln-counters-{tag}.json").write_text(json.dumps(res, indent=1))
@@ -294,7 +297,8 @@ def _line(name: str, v: dict) -> str:
             f"  occ {g('sm__warps_active.avg.pct_of_peak_sustained_active', 0):5.1f}%"
             f"  regs {g('launch__registers_per_thread', 0):.0f}"
             f"  sm act avg/max {g('sm__cycles_active.avg', 0):.0f}/{g('sm__cycles_active.max', 0):.0f}"
-            f"  inst {g('smsp__inst_executed.sum', 0):.3g}  stalls/issue " + " ".join(f"{k} {val:.2f}" for k, val in stalls))
+            f"  inst {g('smsp__inst_executed.sum', 0):.3g}  stalls/issue "
+            + " ".join(f"{k} {val:.2f}" for k, val in stalls))
 
 
 SCREEN_METRICS = ("gpu__time_duration.sum", "sm__cycles_active.avg", "sm__cycles_active.max",
@@ -333,9 +337,10 @@ def screen(tag: str, results_path: str | None, names: list[str]) -> None:
     Path(OUT, f"ln-screen-{tag}.json").write_text(json.dumps(res, indent=1))
     for name in sorted(names, key=lambda n: res["per_call"][n]):
         c = res["counters"].get(name, {})
-        print(f"[{tag}] {name:28s} events per call {res['per_call'][name] * 1e3:6.2f} us "
-              f"{res['floor_ms'] / res['per_call'][name]:6.1%}  graph {res['stream'].get(name, float('nan')) * 1e3:6.2f}"
-              f"  ncu {c.get('gpu__time_duration.sum', float('nan')):6.2f} us regs {c.get('launch__registers_per_thread', 0):3.0f}"
+        pc, graph = res["per_call"][name], res["stream"].get(name, float("nan"))
+        print(f"[{tag}] {name:28s} events per call {pc * 1e3:6.2f} us {res['floor_ms'] / pc:6.1%}"
+              f"  graph {graph * 1e3:6.2f}  ncu {c.get('gpu__time_duration.sum', float('nan')):6.2f} us"
+              f" regs {c.get('launch__registers_per_thread', 0):3.0f}"
               f" occ {c.get('sm__warps_active.avg.pct_of_peak_sustained_active', 0):5.1f}%"
               f" inst {c.get('smsp__inst_executed.sum', 0):.3g}", flush=True)
     if res["ncu_tail"]:

@@ -293,19 +293,20 @@ class RowwiseTemplate(Template):
         """For one block of rows per program: the default's tile over twice the threads, half the tile over half
         the threads, the wider one with streamed rows (EVICT=2), and, where there are broadcast vectors, the default
         asking the caches to keep them (VEVICT=1), and the default's tile over half the threads with those loads kept
-        ahead of the rows' (VFIRST=1), and (a LayerNorm) the one below. Each is one to three moves from the default, and the first three sit within 2%
-        of one another on a 4096-wide RMSNorm on the H200, closer than one judgment separates: per call 19.2, 19.3 and
-        19.4 us against 19.5 for the default (2 rows, 8 warps), in a CUDA graph 18.5, 18.8 and 18.3 against 18.7
+        ahead of the rows' (VFIRST=1), and, for a LayerNorm, the one below. Each is one to three moves from the
+        default, and the first three sit within 2% of one another on a 4096-wide RMSNorm on the H200, closer than one
+        judgment separates: per call 19.2, 19.3 and 19.4 us against 19.5 for the default (2 rows, 8 warps), in a CUDA
+        graph 18.5, 18.8 and 18.3 against 18.7
         (benchmarks/results/l2-state-nvidia-h200-2026-11-22-session11-shapes.json). The last is where a 4096-wide
         LayerNorm's search ended in session 17: 18.7 and 19.0 us per call in two processes against 18.8 and 19.1 for
         session 16's winner (2 rows, 8 warps, unpinned), 18.3 against 19.4 in a CUDA graph
         (vector-order-probe-nvidia-h200-2026-11-23-session17-run{3,4}).
         Where a LayerNorm reads its rows as they are: half the default's tile over half its threads with the vectors
         pinned and one-pass statistics (STATS=1), three moves from the default and one the searches did not reach. On
-        the H200, 4096 wide, 1 row and 4 warps of it took 72 registers (seven programs per SM, where the 2-row winner
-        of 128 fits four) and ran ahead of session 17's winner in three processes: per call 18.98, 18.46 and 18.75 us
-        against 19.14, 18.59 and 18.88; in a CUDA graph 18.06, 18.05 and 18.15 against 18.28, 18.26 and 18.35
-        (ln-screen-nvidia-h200-2026-11-23-session19-s{1,2,3}.json).
+        the H200 (triton 3.6), 4096 wide, 1 row and 4 warps of it took 72 registers (seven programs per SM, where the
+        2-row winner's 128 fit four) and ran ahead of session 17's winner in four processes: per call 18.98, 18.46,
+        18.75 and 19.58 us against 19.14, 18.59, 18.88 and 19.74; in a CUDA graph 18.06, 18.05, 18.15 and 18.17
+        against 18.28, 18.26, 18.35 and 18.36 (ln-screen-nvidia-h200-2026-11-23-session19-s{1,2,3,4}.json).
         Seeded, each is judged once at least."""
         if variant != "block" or device == "cpu":  # the interpreter's clock cannot tell launch shapes apart
             return []
