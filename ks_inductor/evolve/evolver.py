@@ -20,7 +20,7 @@ from ks_inductor.evolve.config import EvolveConfig
 from ks_inductor.evolve.families import FamilyMatch, classify
 from ks_inductor.evolve.mutators.base import Mutation
 from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
-from ks_inductor.judge.verdict import ACCEPTED, EvalResult
+from ks_inductor.judge.verdict import ACCEPTED, EvalResult, rival_name
 from ks_inductor.problem import Problem
 
 log = logging.getLogger(__name__)
@@ -433,7 +433,7 @@ def head_to_head(finals: list[tuple[int, Program, EvalResult]]) -> dict[str, flo
         return {}
     out = {}
     for i, prog, _ in finals:
-        s = first.rival_score(f"rival{i - 1}") if i > 0 else None
+        s = first.rival_score(rival_name(i - 1)) if i > 0 else None
         if s is not None:
             out[prog.id] = s
     return out
@@ -447,7 +447,7 @@ HEAD_TO_HEAD_BAND = 0.01
 
 def pick_final(finals: list[tuple[int, Program, EvalResult]]) -> tuple[Program, EvalResult]:
     """The winner among leaders' final judgments (``(leader index, program, result)``; leader 0's result timed the
-    others as ``rival{index - 1}``). Only leaders that qualify to be served (accepted and faster than every
+    others as ``rival_name(index - 1)``). Only leaders that qualify to be served (accepted and faster than every
     baseline) compete when any does. Among those, the head-to-head times decide where leader 0's judgment has
     them: the leader it ran slowest against wins if leader 0's speed over it is below 1 - ``HEAD_TO_HEAD_BAND``,
     else leader 0. Without them (leader 0 did not qualify, or its rivals could not be timed) the larger score of

@@ -22,7 +22,15 @@ from ks_inductor.judge.config import JudgeConfig
 from ks_inductor.judge.inputs import trial_plan
 from ks_inductor.judge.pool import JobOutcome, WorkerPool
 from ks_inductor.judge.static_checks import static_check
-from ks_inductor.judge.verdict import ACCEPTED, ERROR, QUARANTINED, REJECTED, EvalResult
+from ks_inductor.judge.verdict import (
+    ACCEPTED,
+    ERROR,
+    QUARANTINED,
+    REJECTED,
+    RIVAL_PREFIX,
+    EvalResult,
+    rival_name,
+)
 from ks_inductor.problem import Problem
 
 log = logging.getLogger(__name__)
@@ -268,9 +276,9 @@ class Judge:
         for i, src in enumerate(rivals or []):
             scratch = self._new_result(src, problem.key)
             if self._static(scratch, src):
-                rival_errors[f"rival{i}"] = "static rules: " + "; ".join(scratch.reasons[:2])
+                rival_errors[rival_name(i)] = "static rules: " + "; ".join(scratch.reasons[:2])
             else:
-                rival_jobs.append({"name": f"rival{i}", "source": src})
+                rival_jobs.append({"name": rival_name(i), "source": src})
         with self._workdir("cand-") as work:
             trials = [(t["seed"], t["dist"]) for t in ref.trials]
             job = {
@@ -335,8 +343,8 @@ class Judge:
         # Rivals are timed beside the candidate but are no baselines: their ratios go apart, and nothing else
         # below (best baseline, served or not, plausibility) sees them.
         steady_all = msg.get("steady_samples") or {}
-        samples = {k: v for k, v in msg["samples"].items() if not k.startswith("rival")}
-        steady = {k: v for k, v in steady_all.items() if not k.startswith("rival")}
+        samples = {k: v for k, v in msg["samples"].items() if not k.startswith(RIVAL_PREFIX)}
+        steady = {k: v for k, v in steady_all.items() if not k.startswith(RIVAL_PREFIX)}
         cand = samples["candidate"]
         for name in msg["samples"].keys() - samples.keys():
             res.rival_speedups[name], res.rival_speedup_lcbs[name] = T.ratio_with_lcb(msg["samples"][name], cand)

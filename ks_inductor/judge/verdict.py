@@ -13,6 +13,12 @@ ACCEPTED = "accepted"  # correct; and, where timing means something, plausible
 REJECTED = "rejected"  # wrong, unsafe or failed to run
 QUARANTINED = "quarantined"  # correct but its speed is implausible: held for review, never served
 ERROR = "error"  # the judge could not judge it (problem broken, infrastructure failure)
+RIVAL_PREFIX = "rival"  # timed tools named so are rivals (``Judge.submit(rivals=...)``), never baselines
+
+
+def rival_name(i: int) -> str:
+    """The name under which the judge times and reports rival ``i`` of a judgment."""
+    return f"{RIVAL_PREFIX}{i}"
 
 
 @dataclass

@@ -143,11 +143,9 @@ GROUPS = {"screen1": ["triton_copy_R2w8", "ln_R2w4_pin_no_vectors", *SCREEN],
 
 def _variants(results: dict | None) -> dict:
     """name -> a callable of one input set (x, y) that runs the variant's kernel once, or a builder of a model."""
-    from benchmarks.gpu.evolve_serving_ops import OPS, PROBLEM_DIR
-    from benchmarks.gpu.probes.ln_vectors import _with_reference, configured_model, winner
+    from benchmarks.gpu.probes.ln_vectors import configured_model, winner
     from benchmarks.gpu.probes.per_call_parts import row_copy
-    from benchmarks.gpu.probes.vector_traffic import NO_VECTORS, WINNER, _drop
-    from benchmarks.sass_counts import render_config
+    from benchmarks.gpu.probes.vector_traffic import NO_VECTORS, WINNER, _drop, _maxnreg
 
     out = {
         "triton_copy_R2w4": lambda x, y: row_copy[(M // 2,)](x, y, N=N, ROWS=2, num_warps=4),
@@ -156,32 +154,28 @@ def _variants(results: dict | None) -> dict:
     }
     for name, edit in (("ln_R2w4_pin_no_vectors", NO_VECTORS),
                        ("ln_R2w4_pin_weight_only", _drop("    x_n3 = x_n3 + v_p1\n"))):
-        out[name] = (lambda name=name, edit=edit: configured_model("layernorm", WINNER, edit)[1])
-
-    def build(variant: str, params: dict, maxnreg: int | None = None):
-        src, pm = render_config(str(PROBLEM_DIR / OPS["layernorm"]), variant, params)
-        if maxnreg:
-            assert src.count("num_stages=1)") == 1
-            src = src.replace("num_stages=1)", f"num_stages=1, maxnreg={maxnreg})")
-        return _with_reference(pm, src)[1]
-
-    for name, spec in {**SCREEN, **SCREEN2, **SCREEN3, **SCREEN4}.items():
-        out[name] = (lambda spec=spec: build(*spec))
+        out[name] = (lambda edit=edit: configured_model("layernorm", WINNER, edit)[1])
+    for name, (variant, params, *cap) in {**SCREEN, **SCREEN2, **SCREEN3, **SCREEN4}.items():
+        edit = _maxnreg(cap[0]) if cap else None
+        out[name] = (lambda variant=variant, params=params, edit=edit:
+                     configured_model("layernorm", params, edit, variant)[1])
     if results is not None:
         for op in ("layernorm", "rmsnorm"):
             out[f"{op}_served"] = (lambda op=op: winner(results, op)[1])
     return out
 
 
-def _callables(names: list[str], results: dict | None, x: torch.Tensor, y: torch.Tensor) -> dict:
+def _callables(names: list[str], results: dict | None, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> dict:
+    """name -> one callable per input set (x, y) of ``pairs``; a model is built once per name."""
     vs = _variants(results)
     out = {}
     for name in names:
         v = vs[name]
         if name.startswith(("triton_", "torch_")):
-            out[name] = (lambda v=v: v(x, y))
+            out[name] = [(lambda x=x, y=y, v=v: v(x, y)) for x, y in pairs]
         else:
-            out[name] = (lambda m=v(): m(x))
+            m = v()
+            out[name] = [(lambda x=x, m=m: m(x)) for x, _ in pairs]
     return out
 
 
@@ -192,7 +186,7 @@ def launch(names: list[str], results: dict | None) -> None:
     x = torch.randn(M, N, dtype=torch.bfloat16, device="cuda")
     y = torch.empty_like(x)
     with torch.no_grad():
-        calls = _callables(names, results, x, y)
+        calls = {k: v[0] for k, v in _callables(names, results, [(x, y)]).items()}
         for c in calls.values():
             c()
         torch.cuda.synchronize()
@@ -327,11 +321,9 @@ def screen(tag: str, results_path: str | None, names: list[str]) -> None:
             res["counters"][name] = _summary(units, rows[i * CALLS:(i + 1) * CALLS])
     _, xs, ys, _, _ = probe_data()
     with torch.no_grad():
-        tools = {}
-        for name in names:
-            per_set = [_callables([name], results, x, y)[name] for x, y in zip(xs, ys)]
+        tools = _callables(names, results, list(zip(xs, ys)))
+        for per_set in tools.values():
             per_set[0]()
-            tools[name] = per_set
         torch.cuda.synchronize()
         res.update(timed_against_floor(tools))
     Path(OUT, f"ln-screen-{tag}.json").write_text(json.dumps(res, indent=1))

@@ -143,13 +143,13 @@ def winner(results: dict, op: str) -> tuple:
     return _with_reference(pm, results["ops"][op]["best_source"])
 
 
-def configured_model(op: str, params: dict, edit=None) -> tuple:
-    """As ``winner``, for the row-wise block variant of ``op`` rendered with ``params`` over its defaults
-    (``sass_counts.render_config``), its source passed through ``edit`` first when one is given."""
+def configured_model(op: str, params: dict, edit=None, variant: str = "rowwise/block") -> tuple:
+    """As ``winner``, for ``variant`` (the row-wise block one unless told) of ``op`` rendered with ``params`` over
+    its defaults (``sass_counts.render_config``), its source passed through ``edit`` first when one is given."""
     from benchmarks.gpu.evolve_serving_ops import OPS, PROBLEM_DIR
     from benchmarks.sass_counts import render_config
 
-    src, pm = render_config(str(PROBLEM_DIR / OPS[op]), "rowwise/block", params)
+    src, pm = render_config(str(PROBLEM_DIR / OPS[op]), variant, params)
     return _with_reference(pm, edit(src) if edit else src)
 
 
