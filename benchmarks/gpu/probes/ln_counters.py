@@ -9,7 +9,7 @@ against the average one (the tail), where warps stalled, per SASS instruction. T
 one process with a few counters, then times the same kernels here with events, per call and in a CUDA graph.
 
 On the H200 (benchmarks/results/ln-counters-*-session19-c{1,2}.json, ln-screen-*-session19-s{1..4}.json; the
-session-19 screens s1-s4 hold ncu's durations in ns, as ncu printed them; v3, from this code, holds them in us):
+session-19 screens s1-s4 hold ncu's durations in ns, as ncu printed them; v3 and v4, from this code, hold them in us):
 - every kernel's ncu duration is 1.5-1.6 us shorter than its event-timed per-call figure (the copy 16.35 against
   17.98, the winner 17.03 against 18.59): the per-call protocol's fixed cost, the same for every kernel;
 - the winner: 128 registers, 4 programs per SM, 22% of warp slots active, 5.78M warp instructions; without its
