@@ -87,6 +87,27 @@ EXTRA = {
         "        x = xs[0]\n        return torch.bmm(x, self.w.t().unsqueeze(0).expand(x.shape[0], 40, 24))",
         "[torch.randn(4, 1, 40, dtype=torch.bfloat16)]",
         "        self.w = nn.Parameter(torch.randn(24, 40, dtype=torch.bfloat16))"), "matmul"),
+    # Norms over other dims than the last, as KernelBench writes them: over the channels of an NCHW tensor
+    # (strided rows, a ragged inner block, C not a power of two), over trailing dims (flattened rows), by a vector
+    # norm; and a softmax over a middle dim.
+    "rmsnorm_channels": (module(
+        "        x = xs[0]\n        return x / torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + 1e-5)",
+        "[torch.randn(2, 12, 5, 7)]"), "rmsnorm"),
+    "instancenorm_by_hand": (module(
+        "        x = xs[0]\n        m = x.mean(dim=(2, 3), keepdim=True)\n"
+        "        v = ((x - m) ** 2).mean(dim=(2, 3), keepdim=True)\n        return (x - m) / torch.sqrt(v + 1e-5)",
+        "[torch.randn(2, 3, 4, 5)]"), "layernorm"),
+    "l2norm_rows": (module("        return xs[0] / torch.norm(xs[0], p=2, dim=1, keepdim=True)",
+                           "[torch.randn(4, 40)]"), "rowwise"),
+    "linf_norm_channels": (module(
+        "        return xs[0] / xs[0].abs().amax(dim=1, keepdim=True)", "[torch.randn(3, 10, 6)]"), "rowwise"),
+    "softmax_middle_dim": (module("        return torch.softmax(xs[0], dim=1)", "[torch.randn(2, 12, 9)]"), "softmax"),
+    "max_over_dim": (module("        return torch.max(xs[0], dim=1)[0]", "[torch.randn(3, 10, 6)]"), "reduction"),
+    "min_over_dim_keep": (module("        return torch.min(xs[0], dim=2, keepdim=True)[0]", "[torch.randn(3, 10, 6)]"),
+                          "reduction"),
+    "argmax_is_not_a_reduction_here": (module("        return torch.max(xs[0], dim=1)[1]", "[torch.randn(3, 10)]"),
+                                       None),
+    "row_sum_keepdim": (module("        return xs[0].sum(-1, keepdim=True)", "[torch.randn(4, 40)]"), "reduction"),
     "conv": (module("        return F.conv2d(xs[0], xs[1])", "[torch.randn(1, 2, 6, 6), torch.randn(3, 2, 3, 3)]"),
              None),
 }
@@ -203,3 +224,22 @@ def test_gpu_seeds_add_alternate_row_shapes_within_the_space() -> None:
     assert len(extra) == 6 and len(one_pass) == 1
     assert (one_pass[0]["ROWS"], one_pass[0]["num_warps"], one_pass[0]["VFIRST"]) == (1, 4, 1)
     assert t.feasible(fm, one_pass[0], "block") and "tl.reduce" in t.render(fm, one_pass[0], "block")
+
+
+def test_norms_over_other_dims_read_their_rows_in_place() -> None:
+    """A norm over the channels of an NCHW tensor is row-wise with strided rows: one variant, a grid over (inner
+    blocks, outer), the input read where it lies (no permute or copy); a softmax over a middle dim goes the same
+    way, and the long-row softmax template, whose rows are the last dim, declines it."""
+    from ks_inductor.evolve.templates import templates_for
+
+    fm = classify(problem_from_source(EXTRA["rmsnorm_channels"][0], name="rmsnorm_channels"))
+    assert fm is not None and fm.attrs["dims"] == [1, 1]
+    (t,) = templates_for(fm)
+    assert t.name == "rowwise" and t.variants(fm) == ["strided"]
+    src = t.render(fm, t.default(fm, "strided", "cuda"), "strided")
+    assert "tl.program_id(1)" in src and "reshape(outer, n_cols, inner)" in src
+    assert "permute" not in src and "contiguous" not in src
+    sm = classify(problem_from_source(EXTRA["softmax_middle_dim"][0], name="softmax_middle_dim"))
+    assert sm is not None and [t.name for t in templates_for(sm)] == ["rowwise"]
+    last = classify(problem_from_source(EXTRA["log_softmax"][0], name="log_softmax"))
+    assert last is not None and "softmax_online" in [t.name for t in templates_for(last)]

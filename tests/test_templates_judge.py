@@ -13,7 +13,8 @@ from tests.test_evolve_families import EXTRA, module, small_problem
 SERVING = ["rmsnorm_bf16", "layernorm_bf16", "softmax_bf16", "silu_mul_bf16", "rope_bf16", "cross_entropy_fp32",
            "gemm_gelu_bf16"]
 OTHERS = ["log_softmax", "layernorm_by_hand", "row_sum", "col_mean", "matmul_mish_mish", "bmm_relu", "bias_gelu",
-          "gelu_and_mul"]
+          "gelu_and_mul", "rmsnorm_channels", "instancenorm_by_hand", "l2norm_rows", "linf_norm_channels",
+          "softmax_middle_dim", "row_sum_keepdim", "max_over_dim", "min_over_dim_keep"]
 
 
 def _renders(problem, all_variants: bool, overrides: dict | None = None):

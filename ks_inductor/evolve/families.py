@@ -143,40 +143,68 @@ def _last_dim(dims: Any, ndim: int) -> bool:
     return isinstance(dims, int) and (dims == -1 or dims == ndim - 1)
 
 
-def _row_graph_ok(graph: Graph) -> bool:
-    """Every compute node is pointwise or a reduction over the last dim of a full-rank value."""
+def _dims_of(node: Node, ndim: int) -> tuple[tuple[int, ...], bool] | None:
+    """The dims a row reduction reduces (sorted, non-negative) and whether it keeps them, or None if not readable."""
+    if node.op == "native_layer_norm":
+        shape = node.args[1]
+        if not isinstance(shape, list) or len(shape) != 1:
+            return None
+        return (ndim - 1,), True
+    if node.op in ("_softmax", "_log_softmax"):
+        d = node.args[1]
+        return ((d % ndim,), True) if isinstance(d, int) else None
+    if node.op == "linalg_vector_norm":
+        dims = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim")
+        keep = node.args[3] if len(node.args) > 3 else node.kwargs.get("keepdim", False)
+    elif node.op == "var":
+        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        keep = node.kwargs.get("keepdim", False)
+    else:
+        dims = node.args[1] if len(node.args) > 1 else None
+        keep = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    if isinstance(dims, int):
+        dims = [dims]
+    if not isinstance(dims, list) or not dims or not all(isinstance(d, int) for d in dims):
+        return None
+    return tuple(sorted(d % ndim for d in dims)), bool(keep)
+
+
+def _row_dims(graph: Graph) -> tuple[int, int] | None:
+    """The block of dims (first, last) that every reduction of a row-wise graph reduces, or None if the graph is not
+    row-wise: every compute node pointwise or a reduction over one contiguous block of dims of a full-rank value,
+    with the dims kept. The block is the last dim (a row op as LLM serving has them), several trailing dims
+    (LayerNorm over (C, H, W), InstanceNorm: rows once flattened), or dims with others after them (RMSNorm over the
+    channels of an NCHW tensor: the template strides over them). Every output has the full shape, which is what the
+    row-wise template writes; a lone reduction is the reduction family's."""
     ndim = None
+    full: list[int] = []
+    block: tuple[int, ...] | None = None
     for n in graph.compute_nodes():
         if is_pointwise(n):
             continue
-        if n.op not in ROW_REDUCTIONS:
-            return False
+        if n.op not in ROW_REDUCTIONS and n.op != "linalg_vector_norm":
+            return None
         src = graph.type_of(n.args[0].name) if n.args and isinstance(n.args[0], Ref) else None
-        if src is None:
-            return False
-        ndim = len(src.shape)
-        if n.op == "native_layer_norm":
-            if not isinstance(n.args[1], list) or len(n.args[1]) != 1:
-                return False
-            continue
-        if n.op in ("_softmax", "_log_softmax"):
-            if not _last_dim(n.args[1], ndim):
-                return False
-            continue
-        if n.op == "var":
-            if not _last_dim(n.args[1], ndim) or not n.kwargs.get("keepdim", False):
-                return False
-            continue
-        dims = n.args[1] if len(n.args) > 1 else None
-        keep = n.args[2] if len(n.args) > 2 else n.kwargs.get("keepdim", False)
-        if not _last_dim(dims, ndim) or not keep:
-            return False
-    if ndim is None:
-        return False
+        if src is None or not src.shape or (ndim is not None and len(src.shape) != ndim):
+            return None
+        ndim, full = len(src.shape), src.shape
+        got = _dims_of(n, ndim)
+        if got is None or not got[1]:
+            return None
+        dims = got[0]
+        if list(dims) != list(range(dims[0], dims[0] + len(dims))) or (block is not None and dims != block):
+            return None
+        block = dims
+    if ndim is None or block is None:
+        return None
     for n in graph.nodes:
         if n.op in VIEW_OPS and n.op not in ("getitem", "alias", "detach", "clone"):
-            return False
-    return True
+            return None
+    for o in graph.outputs:
+        t = graph.type_of(o.name) if isinstance(o, Ref) else None
+        if t is None or t.shape != full:
+            return None
+    return block[0], block[-1]
 
 
 def _is_cross_entropy(graph: Graph) -> dict[str, Any] | None:
@@ -419,9 +447,19 @@ def _matmul_match(graph: Graph) -> dict[str, Any] | None:
             "views": views, "downstream": sorted(down), "batched": mm.op == "bmm"}
 
 
+def _values_only(graph: Graph, n: Node) -> str | None:
+    """For max.dim / min.dim: the dtype of the values, where the graph returns only them (``torch.max(x, d)[0]``)."""
+    uses = [u for u in graph.nodes if any(isinstance(x, Ref) and x.name == n.name for x in u.args)]
+    outs = [o.name for o in graph.outputs if isinstance(o, Ref)]
+    if len(uses) != 1 or uses[0].op != "getitem" or uses[0].args[1] != 0 or outs != [uses[0].name]:
+        return None
+    t = graph.type_of(uses[0].name)
+    return t.dtype if t is not None else None
+
+
 def _reduction_match(graph: Graph) -> dict[str, Any] | None:
     comp = graph.compute_nodes()
-    if len(comp) != 1 or comp[0].op not in ("sum", "mean", "amax", "amin"):
+    if len(comp) != 1 or comp[0].op not in ("sum", "mean", "amax", "amin", "max", "min"):
         return None
     n = comp[0]
     src = n.args[0]
@@ -429,13 +467,20 @@ def _reduction_match(graph: Graph) -> dict[str, Any] | None:
         return None
     t = graph.type_of(src.name)
     dims = n.args[1] if len(n.args) > 1 else None
+    op = n.op
+    out_dtype = n.type.dtype if n.type else "float32"
+    if op in ("max", "min"):  # max.dim / min.dim: values and indices; only the values may be used
+        vdt = _values_only(graph, n) if isinstance(dims, int) else None
+        if vdt is None:
+            return None
+        op, dims, out_dtype = "a" + op, [dims], vdt
     if t is None or not isinstance(dims, list) or len(dims) != 1 or not t.shape:
         return None
     dim = dims[0] % len(t.shape)
     keep = bool(n.args[2] if len(n.args) > 2 else n.kwargs.get("keepdim", False))
     if not all(v.op in ("getitem", "alias") for v in graph.nodes if v.op in VIEW_OPS):
         return None
-    return {"op": n.op, "x": src.name, "dim": dim, "keepdim": keep, "out_dtype": n.type.dtype if n.type else "float32"}
+    return {"op": op, "x": src.name, "dim": dim, "keepdim": keep, "out_dtype": out_dtype}
 
 
 def _pointwise_match(graph: Graph) -> dict[str, Any] | None:
@@ -473,7 +518,7 @@ def classify(problem: Problem) -> FamilyMatch | None:
         family, attrs = "cross_entropy", m
     elif (m := _is_rope(graph)) is not None:
         family, attrs = "rope", m
-    elif _row_graph_ok(graph):
+    elif (dims := _row_dims(graph)) is not None:
         if ops & {"_softmax", "_log_softmax"} and len(ops - {"_to_copy"}) == 1:
             family = "log_softmax" if "_log_softmax" in ops else "softmax"
         elif "native_layer_norm" in ops or ({"mean", "sub"} <= ops and ops & {"var", "pow"}
@@ -485,7 +530,7 @@ def classify(problem: Problem) -> FamilyMatch | None:
             family = "softmax"
         else:
             family = "rowwise"
-        attrs = {}
+        attrs = {"dims": list(dims)}
     elif (m := _reduction_match(graph)) is not None:
         family, attrs = "reduction", m
     elif (m := _pointwise_match(graph)) is not None:

@@ -1,5 +1,8 @@
-"""Row-wise ops with the whole row in registers: RMSNorm, LayerNorm, softmax, log-softmax, and any fusion of
-pointwise ops with reductions over the last dim.
+"""Row-wise ops with the whole row in registers: RMSNorm, LayerNorm, softmax, log-softmax, vector norms, and any
+fusion of pointwise ops with reductions over the last dim, over several trailing dims (flattened into one row), or
+over dims with others after them (the "strided" variant: RMSNorm over the channels of an NCHW tensor, where a row
+is the C values of one (n, h, w) position, C strides apart, and a program takes ROWS neighbouring positions, so
+its loads are contiguous along the rows).
 
 The problem's own aten graph is lowered node by node onto a [ROWS, BLOCK_N] tile, so the kernel rounds where the
 reference rounds and fuses whatever pointwise work surrounds the reduction. Variants: one block of rows per
@@ -52,6 +55,26 @@ def _row_shape(fm: FamilyMatch) -> list[int]:
     return full
 
 
+def _geometry(fm: FamilyMatch) -> tuple[int, int, int, int]:
+    """(first reduced dim, outer, reduced, inner) element counts: the input seen as [outer, reduced, inner]."""
+    full = _row_shape(fm)
+    d0, d1 = fm.attrs.get("dims") or [len(full) - 1, len(full) - 1]
+    outer = reduced = inner = 1
+    for i, n in enumerate(full):
+        if i < d0:
+            outer *= n
+        elif i <= d1:
+            reduced *= n
+        else:
+            inner *= n
+    return d0, outer, reduced, inner
+
+
+def _last_dim_only(fm: FamilyMatch) -> bool:
+    full = _row_shape(fm)
+    return _geometry(fm)[0] == len(full) - 1
+
+
 def _is_vector(t: Any, full: list[int]) -> bool:
     """A value of N elements along the row, broadcast over the rows (the template loads it once per program)."""
     return t.numel == full[-1] and bool(t.shape) and t.shape[-1] == full[-1]
@@ -79,6 +102,7 @@ def _lower(fm: FamilyMatch, lowp: bool = False, fastexp: bool = False,
     flushing hardware form."""
     g = fm.graph
     full = _row_shape(fm)
+    vectors_ok = _last_dim_only(fm)
     env: dict[str, Val] = {}
     loads: dict[str, str] = {}
     lines: list[str] = []
@@ -87,7 +111,7 @@ def _lower(fm: FamilyMatch, lowp: bool = False, fastexp: bool = False,
             continue
         if t.shape == full:
             loads[p] = "tile"
-        elif _is_vector(t, full):
+        elif vectors_ok and _is_vector(t, full):
             loads[p] = "vec"
         elif t.numel == 1:
             loads[p] = "scalar"
@@ -124,6 +148,22 @@ def _lower(fm: FamilyMatch, lowp: bool = False, fastexp: bool = False,
             expr = red(node.op, src)
             if node.op == "mean":
                 expr = f"({expr} / n_cols)"
+            lines.append(f"{name} = {rnd(expr)}")
+        elif node.op == "linalg_vector_norm":
+            order = node.args[1] if len(node.args) > 1 else node.kwargs.get("ord", 2)
+            if node.kwargs.get("dtype") is not None or not isinstance(order, (int, float)):
+                raise TemplateError("linalg_vector_norm with a dtype or a non-numeric ord")
+            a = f"tl.abs({src})"
+            if order == 2:
+                expr = f"tl.sqrt({red('sum', f'{src} * {src}')})"
+            elif order == 1:
+                expr = red("sum", a)
+            elif order == float("inf"):
+                expr = red("amax", a)
+            elif order == float("-inf"):
+                expr = red("amin", a)
+            else:
+                raise TemplateError(f"linalg_vector_norm of ord {order}")
             lines.append(f"{name} = {rnd(expr)}")
         elif node.op == "var":
             corr = node.kwargs.get("correction", 1)
@@ -222,9 +262,12 @@ class RowwiseTemplate(Template):
     families = ("rmsnorm", "layernorm", "softmax", "log_softmax", "rowwise")
 
     def variants(self, fm: FamilyMatch) -> list[str]:
-        return ["block", "persistent", "prefetch"]
+        return ["strided"] if _geometry(fm)[3] > 1 else ["block", "persistent", "prefetch"]
 
     def space(self, fm: FamilyMatch, variant: str) -> dict[str, list[Any]]:
+        if variant == "strided":
+            return {"ROWS": [4, 8, 16, 32, 64, 128, 256, 512], "num_warps": [1, 2, 4, 8, 16], "EVICT": [0, 1, 2],
+                    "LOWP": [0, 1], **rounding_space(fm)}
         # Stages only pipeline loops; the one-block variant has none, so they are not a knob there.
         s: dict[str, list[Any]] = {"ROWS": [1, 2, 4, 8, 16], "num_warps": [1, 2, 4, 8, 16, 32], "EVICT": [0, 1, 2],
                                    "LOWP": [0, 1]}
@@ -244,7 +287,7 @@ class RowwiseTemplate(Template):
         return {**s, **rounding_space(fm)}
 
     def feasible(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> bool:
-        tile = params["ROWS"] * next_pow2(_row_shape(fm)[-1])
+        tile = params["ROWS"] * next_pow2(_geometry(fm)[2])
         # The prefetched block is held, in its storage dtype, next to the one being computed.
         per_thread = elems_per_thread(tile, params["num_warps"]) * (1.5 if variant == "prefetch" else 1)
         staged_ok = variant != "persistent" or _staged_bytes(fm, params) <= SMEM_BYTES
@@ -252,7 +295,13 @@ class RowwiseTemplate(Template):
         return per_thread <= MAX_ELEMS_PER_THREAD and staged_ok and not pinned_late
 
     def default(self, fm: FamilyMatch, variant: str, device: str) -> dict[str, Any]:
-        n = next_pow2(_row_shape(fm)[-1])
+        n = next_pow2(_geometry(fm)[2])
+        if variant == "strided":
+            # A tile of about 8192 values, as for rows, with at least a few positions per program so that the
+            # loads run contiguous along them.
+            rows = max(4, min(512, 8192 // n, next_pow2(_geometry(fm)[3])))
+            return {"ROWS": rows, "num_warps": max(1, min(16, next_pow2(n * rows // 1024))), "EVICT": 0, "LOWP": 0,
+                    **rounding_default(fm)}
         # 8192 values per program, 32 per thread: on the H200, 4 of 6 searches over the 4096-wide norms ended on 2
         # rows and 8 warps (evolve-serving-ops-nvidia-h200-2026-11-22-{fastexp,session8-native,
         # session8-layernorm64}.json); the other two ended on 1 row.
@@ -335,9 +384,12 @@ class RowwiseTemplate(Template):
         if not tiles:
             raise TemplateError("no full-row input")
         out_names = [f"out{i}" for i in range(len(outs))]
+        strided = variant == "strided"
         sig = (", ".join(f"{p}_ptr" for p in loads) + ", " + ", ".join(f"{o}_ptr" for o in out_names)
                + ", n_rows, n_cols, " + ", ".join(f"{p}_s0, {p}_s1" for p in tiles) + ", "
                + ", ".join(f"{o}_s0" for o in out_names))
+        if strided:
+            sig += ", " + ", ".join([f"{p}_so" for p in tiles] + [f"{o}_s1, {o}_so" for o in out_names])
         persistent = variant in ("persistent", "prefetch")
         pipelined = variant == "prefetch"
         # EVEN (the launch found no ragged row block or column tail): all-true masks, which the compiler folds
@@ -346,6 +398,10 @@ class RowwiseTemplate(Template):
                         f"def _row_kernel({sig}, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, EVEN: tl.constexpr):",
                         "    cols = tl.arange(0, BLOCK_N)",
                         "    cmask = tl.full([BLOCK_N], 1, tl.int1) if EVEN else cols < n_cols"]
+        if strided:
+            # Grid axis 1 walks the outer index; each program's rows are neighbouring inner positions.
+            k.append("    outer = tl.program_id(1).to(tl.int64)")
+            k += [f"    {p}_ptr += outer * {p}_so" for p in tiles] + [f"    {o}_ptr += outer * {o}_so" for o in out_names]
         # VEVICT: every program of the one-block variant reads the broadcast vectors again; evict_last asks the
         # caches to keep them over the streamed rows. On the H200 that took a 4096-wide LayerNorm's late vector
         # loads from 20.2 to 19.9 us per call at 2 rows and 8 warps, from 20.7 to 20.0 at 1 row and 4 warps
@@ -415,15 +471,23 @@ class RowwiseTemplate(Template):
                 k.append(ind + f"v_{p} = tl.load({p}_ptr + r64 * {p}_s0 + cols[None, :] * {p}_s1, mask=mask, "
                          f"other=0.0{evict}){widen}")
         k += [ind + ln for ln in lines]
+        out_cols = "cols[None, :]" + (" * {o}_s1" if strided else "")
         for o, v, ref in zip(out_names, outs, output_refs(g)):
-            k.append(ind + f"tl.store({o}_ptr + r64 * {o}_s0 + cols[None, :], {store_expr(v, g.type_of(ref).dtype)}, "
-                     f"mask=mask{st_hint})")
+            k.append(ind + f"tl.store({o}_ptr + r64 * {o}_s0 + {out_cols.format(o=o)}, "
+                     f"{store_expr(v, g.type_of(ref).dtype)}, mask=mask{st_hint})")
         kernel = "\n".join(k)
 
         f: list[str] = []
         main = fm.operand(tiles[0])
-        f.append(f"n_cols = {main}.shape[-1]")
-        f.append(f"lead = {main}.shape[:-1]")
+        if strided:
+            return self._render_strided(fm, params, kernel, list(loads), tiles, out_names)
+        d0 = _geometry(fm)[0] - len(_row_shape(fm))  # from the end, so leading dims may vary
+        if d0 == -1:
+            f.append(f"n_cols = {main}.shape[-1]")
+            f.append(f"lead = {main}.shape[:-1]")
+        else:  # several trailing dims, one row once flattened
+            f.append(f"n_cols = {main}.shape[{d0}:].numel()")
+            f.append(f"lead = {main}.shape[:{d0}]")
         for p in tiles:
             f.append(f"t_{p} = {fm.operand(p)}.reshape(-1, n_cols)")
         for p in vecs:
@@ -447,7 +511,39 @@ class RowwiseTemplate(Template):
         f.append(f"_row_kernel[grid]({call}, ROWS=ROWS, BLOCK_N=BLOCK_N, EVEN=n_cols == BLOCK_N and n_rows % ROWS == 0, "
                  f"num_warps={int(params['num_warps'])}, "
                  f"num_stages={int(params.get('num_stages', 1))})")
-        rets = [f"{o}.view(*lead, n_cols)" for o in out_names]
+        rets = [f"{o}.view(*lead, n_cols)" if d0 == -1 else f"{o}.view({main}.shape)" for o in out_names]
         f.append("return " + (rets[0] if len(rets) == 1 else "(" + ", ".join(rets) + ")"))
         return module_source(fm, f"Row-wise {fm.family} ({variant}), rendered by kernelsmith.", kernel, f,
                              SM_COUNT_HELPER if persistent else "", params)
+
+    def _render_strided(self, fm: FamilyMatch, params: dict[str, Any], kernel: str, loads: list[str],
+                        tiles: list[str], out_names: list[str]) -> str:
+        """The forward of the strided variant: every tile seen as [outer, reduced, inner], a grid of
+        (inner blocks, outer)."""
+        g = fm.graph
+        main = fm.operand(tiles[0])
+        ndim = len(_row_shape(fm))
+        first, last = fm.attrs["dims"]
+        a, b = first - ndim, last + 1 - ndim  # from the end, so leading dims may vary; b < 0 here
+        f = [f"shape = {main}.shape",
+             f"n_cols = shape[{a}:{b}].numel()",
+             f"inner = shape[{b}:].numel()",
+             f"outer = shape[:{a}].numel()"]
+        for p in loads:
+            f.append(f"t_{p} = {fm.operand(p)}.reshape(outer, n_cols, inner)" if p in tiles
+                     else f"t_{p} = {fm.operand(p)}.reshape(-1)")
+        for o, ref in zip(out_names, output_refs(g)):
+            f.append(f"{o} = torch.empty((outer, n_cols, inner), dtype={torch_dtype(g.type_of(ref).dtype)}, "
+                     f"device={main}.device)")
+        f.append("BLOCK_N = triton.next_power_of_2(n_cols)")
+        f.append(f"ROWS = {int(params['ROWS'])}")
+        f.append("grid = (triton.cdiv(inner, ROWS), outer)")
+        call = (", ".join(f"t_{p}" for p in loads) + ", " + ", ".join(out_names)
+                + ", inner, n_cols, " + ", ".join(f"t_{p}.stride(2), t_{p}.stride(1)" for p in tiles) + ", "
+                + ", ".join(f"{o}.stride(2)" for o in out_names) + ", "
+                + ", ".join([f"t_{p}.stride(0)" for p in tiles] + [f"{o}.stride(1), {o}.stride(0)" for o in out_names]))
+        f.append(f"_row_kernel[grid]({call}, ROWS=ROWS, BLOCK_N=BLOCK_N, EVEN=n_cols == BLOCK_N and inner % ROWS == 0, "
+                 f"num_warps={int(params['num_warps'])}, num_stages=1)")
+        rets = [f"{o}.view(shape)" for o in out_names]
+        f.append("return " + (rets[0] if len(rets) == 1 else "(" + ", ".join(rets) + ")"))
+        return module_source(fm, f"Row-wise {fm.family} (strided), rendered by kernelsmith.", kernel, f, "", params)
