@@ -216,6 +216,8 @@ class Judge:
             out = self._run(job)
             if out.result is None or not out.result.get("ok"):
                 detail = out.detail or (out.result or {}).get("error", "")
+                if (out.result or {}).get("no_space"):
+                    detail = self._no_space_message(detail)
                 err = RuntimeError(f"the reference failed ({out.failure or 'error'} in stage {out.stage}): {detail}")
                 self._refs[problem.key] = err
                 raise err
@@ -229,6 +231,12 @@ class Judge:
             self._refs[problem.key] = ref
             return ref
 
+    def _no_space_message(self, detail: str) -> str:
+        free = shutil.disk_usage(self._root).free / 2**30
+        return (f"judge resources: the judge's scratch folder {self._root} ran out of disk ({free:.1f} GiB free now) "
+                "while writing the outputs of the correctness trials, which it keeps to compare them; set TMPDIR to a "
+                f"disk with room for about 3 x trials x the problem's output size, or judge smaller shapes ({detail})")
+
     def _absorb_outcome(self, res: EvalResult, out: JobOutcome) -> bool:
         """Fold a worker's death or error into the result; True when there is a result to judge."""
         res.log_tail = out.log_tail[-2000:]
@@ -239,6 +247,12 @@ class Judge:
             res.reject(flag, f"{out.detail} (stage {out.stage})")
             return False
         msg = out.result or {}
+        if not msg.get("ok") and msg.get("no_space"):
+            # Not the candidate's fault: no verdict on it, and an error that says what to change.
+            res.stage = out.stage
+            res.verdict, res.error = ERROR, self._no_space_message(msg.get("error", ""))
+            res.reasons.append(res.error)
+            return False
         if not msg.get("ok"):
             res.stage = out.stage
             res.error = msg.get("error", "unknown error")

@@ -8,6 +8,7 @@ candidate prints lands in the worker's log, never in the protocol.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -527,9 +528,11 @@ def main() -> None:
                                               "AcceleratorError", "unspecified launch failure"))
         oom = isinstance(e, MemoryError) or any(
             s in msg.lower() for s in ("out of memory", "can't allocate memory", "cannot allocate memory"))
+        # The trial outputs go to the judge's scratch folder; a full disk there is the judge's limit, not the code's.
+        no_space = (isinstance(e, OSError) and e.errno == errno.ENOSPC) or "no space left on device" in msg.lower()
         try:
             send({"event": "result", "ok": False, "error": msg, "traceback": tb, "device_error": device_error,
-                  "oom": oom})
+                  "oom": oom, "no_space": no_space})
         except Exception:  # noqa: BLE001
             pass
         # Whatever happened, this process is retired: a CUDA error poisons the context for good.
