@@ -228,8 +228,8 @@ def test_gpu_seeds_add_alternate_row_shapes_within_the_space() -> None:
 
 def test_norms_over_other_dims_read_their_rows_in_place() -> None:
     """A norm over the channels of an NCHW tensor is row-wise with strided rows: one variant, a grid over (inner
-    blocks, outer), the input read where it lies (no permute or copy); a softmax over a middle dim goes the same
-    way, and the long-row softmax template, whose rows are the last dim, declines it."""
+    blocks, outer) flattened into one grid axis, the input read where it lies (no permute or copy); a softmax over
+    a middle dim goes the same way, and the long-row softmax template, whose rows are the last dim, declines it."""
     from ks_inductor.evolve.templates import templates_for
 
     fm = classify(problem_from_source(EXTRA["rmsnorm_channels"][0], name="rmsnorm_channels"))
@@ -237,7 +237,7 @@ def test_norms_over_other_dims_read_their_rows_in_place() -> None:
     (t,) = templates_for(fm)
     assert t.name == "rowwise" and t.variants(fm) == ["strided"]
     src = t.render(fm, t.default(fm, "strided", "cuda"), "strided")
-    assert "tl.program_id(1)" in src and "reshape(outer, n_cols, inner)" in src
+    assert "tl.program_id(0) // inner_blocks" in src and "reshape(outer, n_cols, inner)" in src
     assert "permute" not in src and "contiguous" not in src
     sm = classify(problem_from_source(EXTRA["softmax_middle_dim"][0], name="softmax_middle_dim"))
     assert sm is not None and [t.name for t in templates_for(sm)] == ["rowwise"]

@@ -57,6 +57,13 @@ def test_other_family_templates_are_accepted(judge) -> None:
     _judge_all(judge, [(n, problem_from_source(EXTRA[n][0], name=n), False) for n in OTHERS])
 
 
+def test_strided_rows_walk_several_ragged_inner_blocks_per_outer_index(judge) -> None:
+    """The strided variant with 8 positions per program: 35 inner positions per outer index make 5 blocks, the last
+    ragged, over 2 outer indices, so programs map to (outer, block) both ways round."""
+    _judge_all(judge, [(n, problem_from_source(EXTRA[n][0], name=n), True, {"ROWS": 8, "num_warps": 2})
+                       for n in ("rmsnorm_channels", "softmax_middle_dim")])
+
+
 DECODE_MATMULS = ["linear3d_residual", "linear3d_silu_gate", "bmm_shared_weight"]
 
 

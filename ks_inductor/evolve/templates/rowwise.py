@@ -399,8 +399,10 @@ class RowwiseTemplate(Template):
                         "    cols = tl.arange(0, BLOCK_N)",
                         "    cmask = tl.full([BLOCK_N], 1, tl.int1) if EVEN else cols < n_cols"]
         if strided:
-            # Grid axis 1 walks the outer index; each program's rows are neighbouring inner positions.
-            k.append("    outer = tl.program_id(1).to(tl.int64)")
+            # One grid axis over (outer index, block of inner positions): grid axes past the first stop at 65535,
+            # and either count can pass that. Each program's rows are neighbouring inner positions.
+            k += ["    inner_blocks = tl.cdiv(n_rows, ROWS)",
+                  "    outer = (tl.program_id(0) // inner_blocks).to(tl.int64)"]
             k += [f"    {p}_ptr += outer * {p}_so" for p in tiles] + [f"    {o}_ptr += outer * {o}_so" for o in out_names]
         # VEVICT: every program of the one-block variant reads the broadcast vectors again; evict_last asks the
         # caches to keep them over the streamed rows. On the H200 that took a 4096-wide LayerNorm's late vector
@@ -458,6 +460,8 @@ class RowwiseTemplate(Template):
                          f"num_stages={int(params.get('num_stages', 1))}):")
             ind = "        "
             k.append(ind + "rows = blk * ROWS + tl.arange(0, ROWS)")
+        elif strided:
+            k.append(ind + "rows = (tl.program_id(0) % inner_blocks) * ROWS + tl.arange(0, ROWS)")
         else:
             k.append(ind + "rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)")
         k += [ind + "rmask = tl.full([ROWS], 1, tl.int1) if EVEN else rows < n_rows",
@@ -518,8 +522,8 @@ class RowwiseTemplate(Template):
 
     def _render_strided(self, fm: FamilyMatch, params: dict[str, Any], kernel: str, loads: list[str],
                         tiles: list[str], out_names: list[str]) -> str:
-        """The forward of the strided variant: every tile seen as [outer, reduced, inner], a grid of
-        (inner blocks, outer)."""
+        """The forward of the strided variant: every tile seen as [outer, reduced, inner], one program per block of
+        inner positions of each outer index."""
         g = fm.graph
         main = fm.operand(tiles[0])
         ndim = len(_row_shape(fm))
@@ -537,7 +541,7 @@ class RowwiseTemplate(Template):
                      f"device={main}.device)")
         f.append("BLOCK_N = triton.next_power_of_2(n_cols)")
         f.append(f"ROWS = {int(params['ROWS'])}")
-        f.append("grid = (triton.cdiv(inner, ROWS), outer)")
+        f.append("grid = (triton.cdiv(inner, ROWS) * outer,)")
         call = (", ".join(f"t_{p}" for p in loads) + ", " + ", ".join(out_names)
                 + ", inner, n_cols, " + ", ".join(f"t_{p}.stride(2), t_{p}.stride(1)" for p in tiles) + ", "
                 + ", ".join(f"{o}.stride(2)" for o in out_names) + ", "
