@@ -61,6 +61,21 @@ class FamilyMatch:
         return f"in{i - len(self.state)}"
 
     @property
+    def _ndim(self) -> int:
+        return max((len(t.shape) for _, t in self.graph.placeholders if t is not None), default=1)
+
+    @property
+    def row_dims(self) -> tuple[int, int]:
+        """The first and last dim a row-wise match reduces (``attrs["dims"]``); the last dim where it names none."""
+        first, last = self.attrs.get("dims") or (self._ndim - 1, self._ndim - 1)
+        return first, last
+
+    @property
+    def rows_are_last_dim(self) -> bool:
+        """Whether a row is the last dim alone, as the row templates other than the row-wise one require."""
+        return self.row_dims[0] == self._ndim - 1
+
+    @property
     def n_inputs(self) -> int:
         return len(self.graph.placeholders) - len(self.state)
 

@@ -58,7 +58,7 @@ def _row_shape(fm: FamilyMatch) -> list[int]:
 def _geometry(fm: FamilyMatch) -> tuple[int, int, int, int]:
     """(first reduced dim, outer, reduced, inner) element counts: the input seen as [outer, reduced, inner]."""
     full = _row_shape(fm)
-    d0, d1 = fm.attrs.get("dims") or [len(full) - 1, len(full) - 1]
+    d0, d1 = fm.row_dims
     outer = reduced = inner = 1
     for i, n in enumerate(full):
         if i < d0:
@@ -68,11 +68,6 @@ def _geometry(fm: FamilyMatch) -> tuple[int, int, int, int]:
         else:
             inner *= n
     return d0, outer, reduced, inner
-
-
-def _last_dim_only(fm: FamilyMatch) -> bool:
-    full = _row_shape(fm)
-    return _geometry(fm)[0] == len(full) - 1
 
 
 def _is_vector(t: Any, full: list[int]) -> bool:
@@ -102,7 +97,7 @@ def _lower(fm: FamilyMatch, lowp: bool = False, fastexp: bool = False,
     flushing hardware form."""
     g = fm.graph
     full = _row_shape(fm)
-    vectors_ok = _last_dim_only(fm)
+    vectors_ok = fm.rows_are_last_dim
     env: dict[str, Val] = {}
     loads: dict[str, str] = {}
     lines: list[str] = []
@@ -527,7 +522,7 @@ class RowwiseTemplate(Template):
         g = fm.graph
         main = fm.operand(tiles[0])
         ndim = len(_row_shape(fm))
-        first, last = fm.attrs["dims"]
+        first, last = fm.row_dims
         a, b = first - ndim, last + 1 - ndim  # from the end, so leading dims may vary; b < 0 here
         f = [f"shape = {main}.shape",
              f"n_cols = shape[{a}:{b}].numel()",

@@ -88,9 +88,7 @@ class SoftmaxLoopTemplate(Template):
     def applicable(self, fm: FamilyMatch) -> bool:
         if fm.family not in self.families:
             return False
-        dims = fm.attrs.get("dims")
-        ndim = max((len(t.shape) for _, t in fm.graph.placeholders if t is not None), default=0)
-        if dims and dims != [ndim - 1, ndim - 1]:
+        if not fm.rows_are_last_dim:
             return False  # its rows are the last dim; the row-wise template strides over others
         try:
             _softmax_node(fm)
