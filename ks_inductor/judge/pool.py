@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,9 +140,11 @@ class WorkerProcess:
             return ""
 
     def run_job(self, job: dict[str, Any], stage_limits: dict[str, float], memory_limit_mb: int,
-                device_lock: DeviceLock | None) -> JobOutcome:
+                device_lock: DeviceLock | None,
+                on_output: Callable[[dict[str, Any]], bool] | None = None) -> JobOutcome:
         """Send the job and supervise it to the end. Stage limits apply per stage; waiting for the device lock
-        does not count against them."""
+        does not count against them, nor does the judge's comparison of an output the worker hands over
+        (``on_output``: True lets the worker go on, False stops it)."""
         stages = ["start"]
         if not self.wait_ready():
             self.kill()
@@ -186,6 +189,11 @@ class WorkerProcess:
                         if mode in held and device_lock is not None:
                             held.remove(mode)
                             device_lock.release(mode)
+                    elif ev == "output":
+                        go = on_output(msg) if on_output is not None else False
+                        self.proc.stdin.write(b"next\n" if go else b"stop\n")
+                        self.proc.stdin.flush()
+                        deadline = time.monotonic() + stage_limits.get(stage, 300.0)
                     elif ev == "result":
                         return JobOutcome(msg, stage, None, "", self.log_tail(), stages)
                 if time.monotonic() > deadline:

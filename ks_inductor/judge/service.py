@@ -21,6 +21,7 @@ from ks_inductor.judge.compare import compare_outputs
 from ks_inductor.judge.config import JudgeConfig
 from ks_inductor.judge.inputs import trial_plan
 from ks_inductor.judge.pool import JobOutcome, WorkerPool
+from ks_inductor.judge.scratch import TrialFit
 from ks_inductor.judge.static_checks import static_check
 from ks_inductor.judge.verdict import (
     ACCEPTED,
@@ -43,9 +44,70 @@ _REJECTING_FLAGS = frozenset({
 
 
 class _Reference:
-    def __init__(self, trials: list[dict[str, Any]], timing: list[dict[str, Any]]) -> None:
+    def __init__(self, trials: list[dict[str, Any]], timing: list[dict[str, Any]], note: str = "") -> None:
         self.trials = trials
         self.timing = timing
+        self.note = note  # why fewer trials or timing sets than configured, if so
+
+
+class _Streamed:
+    """Compares each output a candidate's worker hands over (``worker.deliver``) with the reference's, as it comes,
+    and deletes the file: the first mismatch stops the worker, and the disk holds one candidate output at a time.
+    Paths are built here from the kind and index, never taken from the worker, and each output is taken once."""
+
+    def __init__(self, res: EvalResult, ref: _Reference, work: str, trials: list[tuple[int, str]],
+                 tolerance: Any) -> None:
+        self.res, self.ref, self.work, self.trials, self.tolerance = res, ref, work, trials, tolerance
+        self.taken: dict[str, set[int]] = {"trial": set(), "post": set(), "graph": set()}
+        self.stage = "correctness"  # where the first rejected output came from
+
+    def __call__(self, msg: dict[str, Any]) -> bool:
+        from safetensors.torch import load_file
+
+        kind, index = msg.get("kind"), msg.get("index")
+        path = os.path.join(self.work, f"{kind}_{index}.safetensors")
+        try:
+            if kind not in self.taken or not isinstance(index, int) or index in self.taken[kind]:
+                self.res.reject("protocol", f"the worker handed over an unexpected output ({kind!r}, {index!r})")
+                return False
+            if kind == "trial":
+                if not 0 <= index < len(self.trials):
+                    self.res.reject("protocol", f"the worker handed over trial {index} of {len(self.trials)}")
+                    return False
+                expected, label, flag, when = self.ref.trials[index], self.trials[index][1], "mismatch", ""
+            else:
+                at = msg.get("set") if kind == "graph" else index
+                if not isinstance(at, int) or not 0 <= at < len(self.ref.timing):
+                    self.res.reject("protocol", f"the worker handed over {kind} output {index} for set {at!r}")
+                    return False
+                expected, label, flag = self.ref.timing[at], "rotating", "stale_result"
+                when = ("repeated calls on refreshed inputs" if kind == "post" else
+                        "CUDA-graph replays on new input contents")
+            self.taken[kind].add(index)
+            self.stage = "correctness" if kind == "trial" else "timing"
+            ref_t = load_file(expected["file"])
+            got = load_file(path)
+            m, why = compare_outputs([ref_t[f"out{j}"] for j in range(len(ref_t))],
+                                     [got[f"out{j}"] for j in range(len(got))], self.tolerance, index, label)
+            del ref_t, got
+            if why:
+                self.res.mismatch = m
+                self.res.reject(flag, f"wrong after {when} (results cached or state kept across calls): {why}"
+                                if when else why)
+                return False
+            return True
+        except MemoryError:
+            self.res.verdict = ERROR
+            self.res.error = (f"judge resources: not enough host memory to compare {kind} output {index} with the "
+                              "reference's")
+            self.res.reasons.append(self.res.error)
+            return False
+        except Exception as e:  # noqa: BLE001 - an unreadable output is the candidate's failure, not the judge's
+            self.res.reject("protocol", f"could not read the worker's {kind} output {index}: {type(e).__name__}: {e}")
+            return False
+        finally:
+            with contextlib.suppress(OSError):
+                os.remove(path)
 
 
 class Judge:
@@ -69,6 +131,7 @@ class Judge:
         per_device = max(1, n // len(dev_list)) if spares else 0
         self._pool = WorkerPool(self.backend, dev_list, os.path.join(self._root, "logs"), spares=per_device)
         self._executor = ThreadPoolExecutor(max_workers=n, thread_name_prefix="ks-judge")
+        self._in_flight = n  # judgments that may each hold one candidate output on the scratch disk
         self._refs: dict[str, _Reference | Exception] = {}
         self._ref_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
@@ -185,11 +248,11 @@ class Judge:
         return {"start": c.compile_timeout_s, "load": c.compile_timeout_s, "compile": c.compile_timeout_s,
                 "correctness": c.run_timeout_s, "timing": max(c.run_timeout_s, 300.0)}
 
-    def _run(self, job: dict[str, Any]) -> JobOutcome:
+    def _run(self, job: dict[str, Any], on_output: Any = None) -> JobOutcome:
         device = self._pool.pick_device()
         worker = self._pool.take(device)
         return worker.run_job(job, self._stage_limits(), self.config.memory_limit_mb,
-                              self._pool.device_locks.get(device))
+                              self._pool.device_locks.get(device), on_output)
 
     def _problem_seed(self, problem: Problem) -> int:
         h = int(hashlib.sha256(problem.key.encode()).hexdigest()[:8], 16)
@@ -208,8 +271,10 @@ class Judge:
             trials = trial_plan(self.config.trials, self.config.distributions, base)
             timing_sets = [(base + 50_000 + k, "normal") for k in range(self.config.rotating_sets)]
             work = tempfile.mkdtemp(dir=self._root, prefix="ref-")
+            free = shutil.disk_usage(self._root).free
             job = {"kind": "reference", "device": self.backend.device, "workdir": work,
-                   "problem_source": problem.source, "init_seed": base, "trials": trials + timing_sets,
+                   "problem_source": problem.source, "init_seed": base, "trials": trials,
+                   "timing_sets": timing_sets, "scratch": {"free": free, "in_flight": self._in_flight},
                    "specs": [s.__dict__ for s in problem.input_specs],
                    "memory_limit_mb": self.config.memory_limit_mb,
                    "device_memory_fraction": self.config.device_memory_fraction}
@@ -221,8 +286,12 @@ class Judge:
                 err = RuntimeError(f"the reference failed ({out.failure or 'error'} in stage {out.stage}): {detail}")
                 self._refs[problem.key] = err
                 raise err
-            all_trials = out.result["trials"]
-            ref = _Reference(all_trials[: len(trials)], all_trials[len(trials):])
+            got_trials, got_sets = out.result["trials"], out.result["timing"]
+            note = TrialFit(len(got_trials), len(got_sets), True).note(
+                len(trials), len(timing_sets), int(out.result.get("out_bytes") or 0), free)
+            if note:
+                log.warning("%s: %s", problem.name, note)
+            ref = _Reference(got_trials, got_sets, note)
             nonfinite = [i for i, t in enumerate(ref.trials) if not t["finite"]]
             if len(nonfinite) == len(ref.trials):
                 err = RuntimeError("the reference produces NaN or inf on every trial; the problem cannot be judged")
@@ -270,8 +339,6 @@ class Judge:
 
     def _evaluate(self, problem: Problem, source: str, timing: bool | None, final: bool = False,
                   rivals: list[str] | None = None) -> EvalResult:
-        from safetensors.torch import load_file
-
         cfg = self.config
         res = self._new_result(source, problem.key)
         if self._static(res, source):
@@ -307,7 +374,16 @@ class Judge:
             }
             if not want_timing and self.backend.timed:
                 job["timing"] = None  # on the interpreter the rotation re-check always runs; it costs little
-            out = self._run(job)
+            if ref.note:
+                res.notes.append(ref.note)
+            streamed = _Streamed(res, ref, work, trials, cfg.tolerance)
+            out = self._run(job, streamed)
+            if res.verdict == ERROR or (res.verdict == REJECTED and res.reasons):
+                # An output was rejected (or could not be compared) and the worker stopped there; what its guards
+                # saw until then still counts.
+                self._absorb_outcome(res, out)
+                res.stage = streamed.stage
+                return res
             ok = self._absorb_outcome(res, out)
             if not ok:
                 return res
@@ -315,34 +391,21 @@ class Judge:
             res.launches = msg.get("launches", {})
             res.rival_errors = {**rival_errors, **(msg.get("rival_errors") or {})}
             res.stage = "correctness"
-            for i, path in enumerate(msg["cand_files"]):
-                ref_t = load_file(ref.trials[i]["file"])
-                got = load_file(path)
-                m, why = compare_outputs([ref_t[f"out{j}"] for j in range(len(ref_t))],
-                                         [got[f"out{j}"] for j in range(len(got))], cfg.tolerance, i, trials[i][1])
-                if why:
-                    res.mismatch = m
-                    res.reject("mismatch", why)
-                    return res
-            res.trials = len(msg["cand_files"])
+            missing = sorted(set(range(len(trials))) - streamed.taken["trial"])
+            if missing or msg.get("stopped"):
+                res.reject("protocol", f"the worker ended without handing over trials {missing}")
+                return res
+            res.trials = len(trials)
             if res.verdict == REJECTED and res.reasons:
                 return res
-            checks = [(k, path, "repeated calls on refreshed inputs") for k, path in
-                      enumerate(msg.get("post_files") or [])]
-            checks += [(g["set"], g["file"], "CUDA-graph replays on new input contents") for g in
-                       msg.get("graph_files") or []]
-            if checks:
+            posts = int(msg.get("posts") or 0)
+            if job["timing"] is not None and (posts != len(ref.timing) or
+                                              len(streamed.taken["post"]) != posts or
+                                              len(streamed.taken["graph"]) != int(msg.get("graphs") or 0)):
+                res.reject("protocol", "the worker's timing stage did not hand over every output it checks")
+                return res
+            if posts:
                 res.stage = "timing"
-            for k, path, when in checks:
-                ref_t = load_file(ref.timing[k]["file"])
-                got = load_file(path)
-                m, why = compare_outputs([ref_t[f"out{j}"] for j in range(len(ref_t))],
-                                         [got[f"out{j}"] for j in range(len(got))], cfg.tolerance, k, "rotating")
-                if why:
-                    res.mismatch = m
-                    res.reject("stale_result", f"wrong after {when} (results cached or state kept across calls): "
-                               f"{why}")
-                    return res
             res.correct, res.verdict = True, ACCEPTED
             if msg.get("samples") and self.backend.timed:
                 res.final = final

@@ -85,6 +85,9 @@ class EvalResult:
     roofline_floor_ms: float | None = None
     roofline_fraction: float | None = None
     launches: dict[str, int] = field(default_factory=dict)
+    # What the judge itself could not do as configured (fewer trials for lack of scratch disk, ...): not about the
+    # candidate, but a reader of the verdict should know.
+    notes: list[str] = field(default_factory=list)
     log_tail: str = ""
     duration_s: float = 0.0
 
@@ -163,6 +166,8 @@ class EvalResult:
             lines.append(f"Error: {self.error}")
         for r in self.reasons:
             lines.append(f"- {r}")
+        for n in self.notes:
+            lines.append(f"Judge's note: {n}")
         if self.mismatch is not None:
             m = self.mismatch
             lines.append(

@@ -2,8 +2,9 @@
 
 Started as ``python -m ks_inductor.judge.worker FD``. It imports torch and triton, installs the runtime guards,
 says ``ready`` on FD, then reads one JSON job from stdin. Progress (stage changes, requests for the device's timing
-lock) and the result go out on FD as JSON lines; tensors go to safetensors files in the job's folder. Anything the
-candidate prints lands in the worker's log, never in the protocol.
+lock, each output handed over for the judge to compare) and the result go out on FD as JSON lines; tensors go to
+safetensors files in the job's folder. Anything the candidate prints lands in the worker's log, never in the
+protocol.
 """
 
 from __future__ import annotations
@@ -66,6 +67,22 @@ def _save(path: str, outs: list[Any]) -> None:
     save_file({f"out{i}": o.detach().to("cpu").contiguous() for i, o in enumerate(outs)}, path)
 
 
+class Stop(Exception):
+    """The judge has seen an output it rejects: the job ends here."""
+
+
+def deliver(workdir: str, kind: str, index: int, outs: list[Any], **extra: Any) -> None:
+    """Hand one output to the judge, which compares it with the reference and deletes the file before it answers,
+    so at most one of a candidate's outputs is on disk at a time (KernelBench's run to 8.6 GB each)."""
+    _save(os.path.join(workdir, f"{kind}_{index}.safetensors"), outs)
+    send({"event": "output", "kind": kind, "index": index, **extra})
+    reply = sys.stdin.readline().strip()
+    if reply == "stop":
+        raise Stop
+    if reply != "next":
+        raise RuntimeError(f"the judge did not take output {kind} {index}")
+
+
 def _sync(device: str) -> None:
     if device != "cpu":
         import torch
@@ -106,6 +123,7 @@ def run_reference(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from ks_inductor.judge.inputs import build_model, make_inputs
+    from ks_inductor.judge.scratch import fit_trials
     from ks_inductor.problem import exec_problem_source
 
     device = job["device"]
@@ -114,8 +132,13 @@ def run_reference(job: dict[str, Any]) -> dict[str, Any]:
     model = build_model(mod, "Model", job["init_seed"], device)
     stage("correctness")
     acquire("shared")
-    results = []
-    for i, (seed, dist) in enumerate(job["trials"]):
+    n_trials, n_sets = len(job["trials"]), len(job["timing_sets"])
+    runs = [tuple(t) for t in job["trials"]] + [tuple(t) for t in job["timing_sets"]]
+    keep, fit, out_bytes = list(range(len(runs))), [n_trials, n_sets], 0
+    results: list[dict[str, Any]] = []
+    while len(results) < len(keep):
+        i = keep[len(results)]
+        seed, dist = runs[i]
         with torch.no_grad():
             outs = _as_outputs(model(*make_inputs(mod, job["specs"], seed, dist, device)))
             finite = all(torch.isfinite(o).all().item() for o in outs if o.is_floating_point())
@@ -128,13 +151,20 @@ def run_reference(job: dict[str, Any]) -> dict[str, Any]:
         bad_types = [type(o).__name__ for o in outs if not isinstance(o, torch.Tensor)]
         if bad_types:
             raise TypeError(f"reference returned non-tensor outputs {bad_types}")
+        if not results and job.get("scratch"):
+            # The first outputs say how large every trial's are; keep only as many as the scratch disk holds.
+            out_bytes = sum(o.numel() * o.element_size() for o in outs)
+            f = fit_trials(out_bytes, n_trials, n_sets, job["scratch"]["free"], job["scratch"]["in_flight"])
+            fit = [f.trials, f.sets]
+            keep = list(range(f.trials)) + [n_trials + k for k in range(f.sets)]
         path = os.path.join(job["workdir"], f"ref_{i}.safetensors")
         _save(path, outs)
         results.append({"seed": seed, "dist": dist, "file": path, "finite": bool(finite),
                         "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", "")}
                                     for o in outs]})
+        del outs
     release("shared")
-    return {"trials": results}
+    return {"trials": results[: fit[0]], "timing": results[fit[0]:], "out_bytes": out_bytes}
 
 
 def _load_candidate(source: str, workdir: str) -> Any:
@@ -180,7 +210,42 @@ def _check_output_objects(outs: list[Any], device: str) -> list[tuple[str, str]]
     return found
 
 
+def _first_of_each(flags: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    seen: set[str] = set()
+    return [f for f in flags if not (f[0] in seen or seen.add(f[0]))]
+
+
+class _Seen:
+    """What the correctness trials saw, for the flags that sum them up (also when the judge stops the job early)."""
+
+    def __init__(self) -> None:
+        self.flags: list[tuple[str, str]] = []
+        self.torch_ops: set[str] = set()
+        self.launches_per_call: list[int] = []
+        self.off_stream = 0
+
+    def trial_flags(self) -> list[tuple[str, str]]:
+        out = []
+        if self.torch_ops:
+            out.append(("torch_compute", "torch computed during forward: " + ", ".join(sorted(self.torch_ops))))
+        if self.off_stream:
+            out.append(("side_stream", f"{self.off_stream} Triton launch(es) went to a stream other than the "
+                        "current one"))
+        if self.launches_per_call and min(self.launches_per_call) == 0:
+            out.append(("no_triton_launch", "forward returned without launching any Triton kernel"))
+        return out
+
+
 def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
+    seen = _Seen()
+    try:
+        return _run_candidate(job, seen)
+    except Stop:
+        # The judge rejected an output; what the guards saw until then still goes into the verdict.
+        return {"stopped": True, "flags": _first_of_each(seen.flags + seen.trial_flags())}
+
+
+def _run_candidate(job: dict[str, Any], seen: _Seen) -> dict[str, Any]:
     import torch
 
     from ks_inductor.judge import guards
@@ -188,7 +253,7 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     from ks_inductor.problem import exec_problem_source
 
     device = job["device"]
-    flags: list[tuple[str, str]] = []
+    flags, torch_ops, launches_per_call = seen.flags, seen.torch_ops, seen.launches_per_call
     counter = guards.LaunchCounter(device)
     counter.install()
     ids_before = guards.identity_snapshot()
@@ -228,9 +293,6 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     del first
     stage("correctness")
     acquire("shared")
-    files = []
-    launches_per_call: list[int] = []
-    torch_ops: set[str] = set()
     for i, (seed, dist) in enumerate(trials):
         inputs = make_inputs(ref_mod, job["specs"], seed, dist, device)
         saved = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
@@ -247,6 +309,7 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
                 outs = _as_outputs(model(*inputs))
             _sync(device)
             launches_per_call.append(counter.total() - before)
+            seen.off_stream = counter.off_stream
             torch_ops.update(rec.compute_ops())
             if not ref_first:
                 _ = ref_model(*saved)
@@ -256,26 +319,17 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
             if not _bitwise_equal(a, b):
                 flags.append(("inputs_modified", f"trial {i}: the candidate changed input {j} in place"))
         flags.extend(_check_output_objects(outs, device))
-        path = os.path.join(job["workdir"], f"cand_{i}.safetensors")
-        _save(path, [o for o in outs if isinstance(o, torch.Tensor)])
-        files.append(path)
-        del outs, inputs, saved
+        del inputs, saved
+        deliver(job["workdir"], "trial", i, [o for o in outs if isinstance(o, torch.Tensor)])
+        del outs
     release("shared")
-    if torch_ops:
-        flags.append(("torch_compute", "torch computed during forward: " + ", ".join(sorted(torch_ops))))
-    if counter.off_stream:
-        flags.append(("side_stream", f"{counter.off_stream} Triton launch(es) went to a stream other than the "
-                      "current one"))
-    if min(launches_per_call) == 0:
-        flags.append(("no_triton_launch", "forward returned without launching any Triton kernel"))
+    flags.extend(seen.trial_flags())
 
-    result: dict[str, Any] = {"cand_files": files, "launches": dict(counter.counts),
-                              "launches_per_call": launches_per_call}
+    result: dict[str, Any] = {"launches": dict(counter.counts), "launches_per_call": launches_per_call}
     if job.get("timing"):
         result.update(_timing(job, ref_mod, ref_model, model, counter, flags, device))
         guard_check("after timing")
-    seen: set[str] = set()
-    result["flags"] = [f for f in flags if not (f[0] in seen or seen.add(f[0]))]
+    result["flags"] = _first_of_each(flags)
     return result
 
 
@@ -329,15 +383,13 @@ def _timing(job: dict[str, Any], ref_mod: Any, ref_model: Any, model: Any, count
                 scratch = torch.empty(1, device=device)
                 wall = {"hidden_ms": T.post_enqueue_ms(fns["candidate"], 30, device),
                         "overhead_ms": T.post_enqueue_ms(scratch.zero_, 30, device)}
-            post_files = []
             for k in range(len(sets)):
                 rotate(k)
                 _poison(job["output_specs"], device)
                 outs = _as_outputs(model(*active))
                 _sync(device)
-                path = os.path.join(job["workdir"], f"post_{k}.safetensors")
-                _save(path, outs)
-                post_files.append(path)
+                deliver(job["workdir"], "post", k, outs)
+                del outs
             steady: dict[str, Any] = {}
             if job["timed"] and cfg.get("steady") and device != "cpu":
                 # The graph's warm-up and capture run on streams of their own, and whatever a candidate records
@@ -353,7 +405,7 @@ def _timing(job: dict[str, Any], ref_mod: Any, ref_model: Any, model: Any, count
     if counter.off_stream and not any(f[0] == "side_stream" for f in flags):
         flags.append(("side_stream", f"{counter.off_stream} Triton launch(es) during timing went to a stream other "
                       "than the current one"))
-    return {"samples": samples, "wall": wall, "post_files": post_files, "bandwidth": bandwidth,
+    return {"samples": samples, "wall": wall, "posts": len(sets), "bandwidth": bandwidth,
             "rival_errors": rival_errors, **steady}
 
 
@@ -452,12 +504,9 @@ def _steady_state(job: dict[str, Any], tools: dict[str, Any], reference: Any, se
     if failures:
         flags.append(("stale_result", f"wrong when replayed in a CUDA graph on new input contents: {failures[0]}"))
         return {}
-    graph_files = []
     for k in range(count):
-        path = os.path.join(job["workdir"], f"graph_{k}.safetensors")
-        _save(path, held[k])
-        graph_files.append({"file": path, "set": content(k, shift["candidate"])})
-    return {"steady_samples": samples, "steady_errors": errors, "graph_files": graph_files}
+        deliver(job["workdir"], "graph", k, held.pop(k), set=content(k, shift["candidate"]))
+    return {"steady_samples": samples, "steady_errors": errors, "graphs": count}
 
 
 def run_vectors(job: dict[str, Any]) -> dict[str, Any]:
