@@ -205,10 +205,12 @@ def test_graphed_timing_cycles_through_enough_input_sets_to_miss_the_l2():
     from ks_inductor.judge.timing import cold_set_count
 
     l2 = 60 * 2**20
-    for set_bytes in (1, 2**20, 32 * 2**20, 61 * 2**20, 2**30):
+    for set_bytes in (1, 2**20, 32 * 2**20, 61 * 2**20, 16 * l2 - 1):
         n = cold_set_count(set_bytes, l2)
         assert n >= 2 and n * set_bytes >= 4 * l2
     assert cold_set_count(32 * 2**20, l2) == 8  # and no more than it takes
+    # A set of 16 L2s or more is cold on its own: one set, not two copies of KernelBench's 8.6 GB tensors.
+    assert cold_set_count(16 * l2, l2) == 1 and cold_set_count(8 * 2**30, l2) == 1
 
 
 def test_plausibility_gate_quarantines_implausible_speed():
