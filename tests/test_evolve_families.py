@@ -107,6 +107,12 @@ EXTRA = {
                           "reduction"),
     "argmax_is_not_a_reduction_here": (module("        return torch.max(xs[0], dim=1)[1]", "[torch.randn(3, 10)]"),
                                        None),
+    # Small integers as floats: the native trial is full of ties, which must resolve to the first index.
+    "argmax_middle_dim": (module("        return torch.argmax(xs[0], dim=1)", "[torch.randint(0, 4, (3, 37, 6)).float()]"),
+                          "reduction"),
+    "argmin_last_keepdim": (module("        return torch.argmin(xs[0], dim=-1, keepdim=True)",
+                                   "[torch.randint(0, 5, (5, 1100)).float()]"), "reduction"),
+    "argmax_of_everything_is_not_here": (module("        return torch.argmax(xs[0])", "[torch.randn(3, 10)]"), None),
     "row_sum_keepdim": (module("        return xs[0].sum(-1, keepdim=True)", "[torch.randn(4, 40)]"), "reduction"),
     "conv": (module("        return F.conv2d(xs[0], xs[1])", "[torch.randn(1, 2, 6, 6), torch.randn(3, 2, 3, 3)]"),
              None),

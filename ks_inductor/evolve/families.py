@@ -474,7 +474,7 @@ def _values_only(graph: Graph, n: Node) -> str | None:
 
 def _reduction_match(graph: Graph) -> dict[str, Any] | None:
     comp = graph.compute_nodes()
-    if len(comp) != 1 or comp[0].op not in ("sum", "mean", "amax", "amin", "max", "min"):
+    if len(comp) != 1 or comp[0].op not in ("sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin"):
         return None
     n = comp[0]
     src = n.args[0]
@@ -489,6 +489,10 @@ def _reduction_match(graph: Graph) -> dict[str, Any] | None:
         if vdt is None:
             return None
         op, dims, out_dtype = "a" + op, [dims], vdt
+    elif op in ("argmax", "argmin"):  # over one dim only; over the flattened tensor (dim=None) is another shape
+        if not isinstance(dims, int):
+            return None
+        dims = [dims]
     if t is None or not isinstance(dims, list) or len(dims) != 1 or not t.shape:
         return None
     dim = dims[0] % len(t.shape)

@@ -1,5 +1,10 @@
-"""Sum / mean / amax / amin over one dim. The input is seen as (outer, R, inner): a row reduction (inner == 1)
-reduces ROWS rows per program along contiguous memory; a column reduction tiles the inner dim and walks R."""
+"""Sum / mean / amax / amin / argmax / argmin over one dim. The input is seen as (outer, R, inner): a row reduction
+(inner == 1) reduces ROWS rows per program along contiguous memory; a column reduction tiles the inner dim and walks
+R.
+
+argmax and argmin follow torch: the first index of the extreme value, and NaN counts as the extreme (the first NaN
+wins). Each lane of the tile keeps its best value and index as it walks R (a later index only wins when strictly
+better), and the lanes then agree on the best value and, among the lanes holding it, the smallest index."""
 
 from __future__ import annotations
 
@@ -11,6 +16,66 @@ from ks_inductor.evolve.templates.base import Template, block_class, module_sour
 _NEUTRAL = {"sum": "0.0", "mean": "0.0", "amax": "-float('inf')", "amin": "float('inf')"}
 _COMBINE = {"sum": "tl.sum", "mean": "tl.sum", "amax": "tl.max", "amin": "tl.min"}
 _STEP = {"sum": "acc + v", "mean": "acc + v", "amax": "tl.maximum(acc, v)", "amin": "tl.minimum(acc, v)"}
+
+
+_ARG_NEUTRAL = {"argmax": "-float('inf')", "argmin": "float('inf')"}
+_ARG_BETTER = {"argmax": ">", "argmin": "<"}
+_ARG_PICK = {"argmax": "tl.max", "argmin": "tl.min"}
+
+
+def _arg_rows(op: str) -> str:
+    n, better, pick = _ARG_NEUTRAL[op], _ARG_BETTER[op], _ARG_PICK[op]
+    return f'''
+@triton.jit
+def _arg_rows(x_ptr, out_ptr, n_rows, R, ROWS: tl.constexpr, BLOCK_R: tl.constexpr):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    rmask = rows < n_rows
+    cols = tl.arange(0, BLOCK_R)
+    base = x_ptr + rows.to(tl.int64)[:, None] * R
+    best = tl.full([ROWS, BLOCK_R], {n}, tl.float32)
+    best_i = tl.zeros([ROWS, BLOCK_R], tl.int64) + cols[None, :]
+    for off in range(0, R, BLOCK_R):
+        c = off + cols
+        m = rmask[:, None] & (c[None, :] < R)
+        v = tl.load(base + c[None, :], mask=m, other={n}).to(tl.float32)
+        take = m & ((v {better} best) | ((v != v) & (best == best)))
+        best = tl.where(take, v, best)
+        best_i = tl.where(take, c[None, :].to(tl.int64), best_i)
+    is_nan = best != best
+    any_nan = tl.max(is_nan.to(tl.int32), axis=1) > 0
+    top = {pick}(tl.where(is_nan, {n}, best), axis=1)
+    holds = tl.where(any_nan[:, None], is_nan, best == top[:, None])
+    res = tl.min(tl.where(holds, best_i, R), axis=1)
+    tl.store(out_ptr + rows, res.to(out_ptr.dtype.element_ty), mask=rmask)
+'''
+
+
+def _arg_cols(op: str) -> str:
+    n, better, pick = _ARG_NEUTRAL[op], _ARG_BETTER[op], _ARG_PICK[op]
+    return f'''
+@triton.jit
+def _arg_cols(x_ptr, out_ptr, R, INNER, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr):
+    o = tl.program_id(1).to(tl.int64)
+    i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
+    imask = i < INNER
+    r = tl.arange(0, BLOCK_R)
+    base = x_ptr + o * R * INNER
+    best = tl.full([BLOCK_R, BLOCK_I], {n}, tl.float32)
+    best_i = tl.zeros([BLOCK_R, BLOCK_I], tl.int64) + r[:, None]
+    for off in range(0, R, BLOCK_R):
+        rr = off + r
+        m = (rr[:, None] < R) & imask[None, :]
+        v = tl.load(base + rr.to(tl.int64)[:, None] * INNER + i[None, :], mask=m, other={n}).to(tl.float32)
+        take = m & ((v {better} best) | ((v != v) & (best == best)))
+        best = tl.where(take, v, best)
+        best_i = tl.where(take, rr[:, None].to(tl.int64), best_i)
+    is_nan = best != best
+    any_nan = tl.max(is_nan.to(tl.int32), axis=0) > 0
+    top = {pick}(tl.where(is_nan, {n}, best), axis=0)
+    holds = tl.where(any_nan[None, :], is_nan, best == top[None, :])
+    res = tl.min(tl.where(holds, best_i, R), axis=0)
+    tl.store(out_ptr + o * INNER + i, res.to(out_ptr.dtype.element_ty), mask=imask)
+'''
 
 
 class ReductionTemplate(Template):
@@ -47,6 +112,14 @@ class ReductionTemplate(Template):
     def render(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> str:
         a = fm.attrs
         op = a["op"]
+        if op in _ARG_NEUTRAL:
+            rows = variant == "row"
+            kernel = _arg_rows(op) if rows else _arg_cols(op)
+            launch = (f"_arg_rows[(triton.cdiv(outer, {int(params['ROWS'])}),)](x3, out, outer, R, "
+                      f"ROWS={int(params['ROWS'])}, BLOCK_R={int(params['BLOCK_R'])}, " if rows else
+                      f"_arg_cols[(triton.cdiv(inner, {int(params['BLOCK_I'])}), outer)](x3, out, R, inner, "
+                      f"BLOCK_R={int(params['BLOCK_R'])}, BLOCK_I={int(params['BLOCK_I'])}, ")
+            return self._module(fm, params, variant, kernel, launch)
         neutral, comb, step = _NEUTRAL[op], _COMBINE[op], _STEP[op]
         div = " / R" if op == "mean" else ""
         if variant == "row":
@@ -88,6 +161,11 @@ def _reduce_cols(x_ptr, out_ptr, R, INNER, BLOCK_R: tl.constexpr, BLOCK_I: tl.co
 '''
             launch = (f"_reduce_cols[(triton.cdiv(inner, {int(params['BLOCK_I'])}), outer)](x3, out, R, inner, "
                       f"BLOCK_R={int(params['BLOCK_R'])}, BLOCK_I={int(params['BLOCK_I'])}, ")
+        return self._module(fm, params, variant, kernel, launch)
+
+    def _module(self, fm: FamilyMatch, params: dict[str, Any], variant: str, kernel: str, launch: str) -> str:
+        a = fm.attrs
+        op = a["op"]
         dim = a["dim"]
         out_dt = torch_dtype(a["out_dtype"])
         body = [
