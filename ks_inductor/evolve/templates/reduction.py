@@ -13,69 +13,74 @@ from typing import Any
 from ks_inductor.evolve.families import FamilyMatch
 from ks_inductor.evolve.templates.base import Template, block_class, module_source, torch_dtype
 
-_NEUTRAL = {"sum": "0.0", "mean": "0.0", "amax": "-float('inf')", "amin": "float('inf')"}
+_NEUTRAL = {"sum": "0.0", "mean": "0.0", "amax": "-float('inf')", "amin": "float('inf')",
+            "argmax": "-float('inf')", "argmin": "float('inf')"}
 _COMBINE = {"sum": "tl.sum", "mean": "tl.sum", "amax": "tl.max", "amin": "tl.min"}
 _STEP = {"sum": "acc + v", "mean": "acc + v", "amax": "tl.maximum(acc, v)", "amin": "tl.minimum(acc, v)"}
-
-
-_ARG_NEUTRAL = {"argmax": "-float('inf')", "argmin": "float('inf')"}
 _ARG_BETTER = {"argmax": ">", "argmin": "<"}
 _ARG_PICK = {"argmax": "tl.max", "argmin": "tl.min"}
 
-
-def _arg_rows(op: str) -> str:
-    n, better, pick = _ARG_NEUTRAL[op], _ARG_BETTER[op], _ARG_PICK[op]
-    return f'''
+# One skeleton per variant: the tile's addressing and masks. TILE is the accumulator's shape, IDX the index along
+# R of each element of the tile, AX the axis along R; {init}, {step} and {finish} are the op's (below).
+_ROW_KERNEL = """
 @triton.jit
-def _arg_rows(x_ptr, out_ptr, n_rows, R, ROWS: tl.constexpr, BLOCK_R: tl.constexpr):
+def _reduce_rows(x_ptr, out_ptr, n_rows, R, ROWS: tl.constexpr, BLOCK_R: tl.constexpr):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     rmask = rows < n_rows
     cols = tl.arange(0, BLOCK_R)
     base = x_ptr + rows.to(tl.int64)[:, None] * R
-    best = tl.full([ROWS, BLOCK_R], {n}, tl.float32)
-    best_i = tl.zeros([ROWS, BLOCK_R], tl.int64) + cols[None, :]
+{init}
     for off in range(0, R, BLOCK_R):
         c = off + cols
         m = rmask[:, None] & (c[None, :] < R)
-        v = tl.load(base + c[None, :], mask=m, other={n}).to(tl.float32)
-        take = m & ((v {better} best) | ((v != v) & (best == best)))
-        best = tl.where(take, v, best)
-        best_i = tl.where(take, c[None, :].to(tl.int64), best_i)
-    is_nan = best != best
-    any_nan = tl.max(is_nan.to(tl.int32), axis=1) > 0
-    top = {pick}(tl.where(is_nan, {n}, best), axis=1)
-    holds = tl.where(any_nan[:, None], is_nan, best == top[:, None])
-    res = tl.min(tl.where(holds, best_i, R), axis=1)
+        v = tl.load(base + c[None, :], mask=m, other={neutral}).to(tl.float32)
+{step}
+{finish}
     tl.store(out_ptr + rows, res.to(out_ptr.dtype.element_ty), mask=rmask)
-'''
-
-
-def _arg_cols(op: str) -> str:
-    n, better, pick = _ARG_NEUTRAL[op], _ARG_BETTER[op], _ARG_PICK[op]
-    return f'''
+"""
+_COL_KERNEL = """
 @triton.jit
-def _arg_cols(x_ptr, out_ptr, R, INNER, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr):
+def _reduce_cols(x_ptr, out_ptr, R, INNER, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr):
     o = tl.program_id(1).to(tl.int64)
     i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
     imask = i < INNER
     r = tl.arange(0, BLOCK_R)
     base = x_ptr + o * R * INNER
-    best = tl.full([BLOCK_R, BLOCK_I], {n}, tl.float32)
-    best_i = tl.zeros([BLOCK_R, BLOCK_I], tl.int64) + r[:, None]
+{init}
     for off in range(0, R, BLOCK_R):
         rr = off + r
         m = (rr[:, None] < R) & imask[None, :]
-        v = tl.load(base + rr.to(tl.int64)[:, None] * INNER + i[None, :], mask=m, other={n}).to(tl.float32)
-        take = m & ((v {better} best) | ((v != v) & (best == best)))
-        best = tl.where(take, v, best)
-        best_i = tl.where(take, rr[:, None].to(tl.int64), best_i)
-    is_nan = best != best
-    any_nan = tl.max(is_nan.to(tl.int32), axis=0) > 0
-    top = {pick}(tl.where(is_nan, {n}, best), axis=0)
-    holds = tl.where(any_nan[None, :], is_nan, best == top[None, :])
-    res = tl.min(tl.where(holds, best_i, R), axis=0)
+        v = tl.load(base + rr.to(tl.int64)[:, None] * INNER + i[None, :], mask=m, other={neutral}).to(tl.float32)
+{step}
+{finish}
     tl.store(out_ptr + o * INNER + i, res.to(out_ptr.dtype.element_ty), mask=imask)
-'''
+"""
+_TILE = {"row": ("[ROWS, BLOCK_R]", "cols[None, :]", "c[None, :]", 1, ":, None"),
+         "col": ("[BLOCK_R, BLOCK_I]", "r[:, None]", "rr[:, None]", 0, "None, :")}
+
+
+def _kernel(op: str, variant: str) -> str:
+    tile, first_idx, idx, ax, bcast = _TILE[variant]
+    n = _NEUTRAL[op]
+    if op not in _ARG_BETTER:
+        init = f"    acc = tl.full({tile}, {n}, tl.float32)"
+        step = f"        acc = {_STEP[op]}"
+        finish = f"    res = {_COMBINE[op]}(acc, axis={ax})" + (" / R" if op == "mean" else "")
+    else:
+        # Each lane keeps its best value and index (a later index wins only when strictly better, or NaN over a
+        # number); then the lanes agree on the best value and, among those holding it, the smallest index.
+        init = (f"    best = tl.full({tile}, {n}, tl.float32)\n"
+                f"    best_i = tl.zeros({tile}, tl.int64) + {first_idx}")
+        step = (f"        take = m & ((v {_ARG_BETTER[op]} best) | ((v != v) & (best == best)))\n"
+                "        best = tl.where(take, v, best)\n"
+                f"        best_i = tl.where(take, {idx}.to(tl.int64), best_i)")
+        finish = ("    is_nan = best != best\n"
+                  f"    any_nan = tl.max(is_nan.to(tl.int32), axis={ax}) > 0\n"
+                  f"    top = {_ARG_PICK[op]}(tl.where(is_nan, {n}, best), axis={ax})\n"
+                  f"    holds = tl.where(any_nan[{bcast}], is_nan, best == top[{bcast}])\n"
+                  f"    res = tl.min(tl.where(holds, best_i, R), axis={ax})")
+    skeleton = _ROW_KERNEL if variant == "row" else _COL_KERNEL
+    return skeleton.format(init=init, step=step, finish=finish, neutral=n)
 
 
 class ReductionTemplate(Template):
@@ -110,55 +115,11 @@ class ReductionTemplate(Template):
         return d
 
     def render(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> str:
-        a = fm.attrs
-        op = a["op"]
-        if op in _ARG_NEUTRAL:
-            rows = variant == "row"
-            kernel = _arg_rows(op) if rows else _arg_cols(op)
-            launch = (f"_arg_rows[(triton.cdiv(outer, {int(params['ROWS'])}),)](x3, out, outer, R, "
-                      f"ROWS={int(params['ROWS'])}, BLOCK_R={int(params['BLOCK_R'])}, " if rows else
-                      f"_arg_cols[(triton.cdiv(inner, {int(params['BLOCK_I'])}), outer)](x3, out, R, inner, "
-                      f"BLOCK_R={int(params['BLOCK_R'])}, BLOCK_I={int(params['BLOCK_I'])}, ")
-            return self._module(fm, params, variant, kernel, launch)
-        neutral, comb, step = _NEUTRAL[op], _COMBINE[op], _STEP[op]
-        div = " / R" if op == "mean" else ""
+        kernel = _kernel(fm.attrs["op"], variant)
         if variant == "row":
-            kernel = f'''
-@triton.jit
-def _reduce_rows(x_ptr, out_ptr, n_rows, R, ROWS: tl.constexpr, BLOCK_R: tl.constexpr):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    rmask = rows < n_rows
-    cols = tl.arange(0, BLOCK_R)
-    acc = tl.full([ROWS, BLOCK_R], {neutral}, tl.float32)
-    base = x_ptr + rows.to(tl.int64)[:, None] * R
-    for off in range(0, R, BLOCK_R):
-        c = off + cols
-        m = rmask[:, None] & (c[None, :] < R)
-        v = tl.load(base + c[None, :], mask=m, other={neutral}).to(tl.float32)
-        acc = {step}
-    res = {comb}(acc, axis=1){div}
-    tl.store(out_ptr + rows, res.to(out_ptr.dtype.element_ty), mask=rmask)
-'''
             launch = (f"_reduce_rows[(triton.cdiv(outer, {int(params['ROWS'])}),)](x3, out, outer, R, "
                       f"ROWS={int(params['ROWS'])}, BLOCK_R={int(params['BLOCK_R'])}, ")
         else:
-            kernel = f'''
-@triton.jit
-def _reduce_cols(x_ptr, out_ptr, R, INNER, BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr):
-    o = tl.program_id(1).to(tl.int64)
-    i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
-    imask = i < INNER
-    r = tl.arange(0, BLOCK_R)
-    acc = tl.full([BLOCK_R, BLOCK_I], {neutral}, tl.float32)
-    base = x_ptr + o * R * INNER
-    for off in range(0, R, BLOCK_R):
-        rr = off + r
-        m = (rr[:, None] < R) & imask[None, :]
-        v = tl.load(base + rr.to(tl.int64)[:, None] * INNER + i[None, :], mask=m, other={neutral}).to(tl.float32)
-        acc = {step}
-    res = {comb}(acc, axis=0){div}
-    tl.store(out_ptr + o * INNER + i, res.to(out_ptr.dtype.element_ty), mask=imask)
-'''
             launch = (f"_reduce_cols[(triton.cdiv(inner, {int(params['BLOCK_I'])}), outer)](x3, out, R, inner, "
                       f"BLOCK_R={int(params['BLOCK_R'])}, BLOCK_I={int(params['BLOCK_I'])}, ")
         return self._module(fm, params, variant, kernel, launch)
