@@ -65,11 +65,12 @@ class _Streamed:
         from safetensors.torch import load_file
 
         kind, index = msg.get("kind"), msg.get("index")
+        if kind not in self.taken or type(index) is not int or index in self.taken[kind]:
+            # Nothing named by such a message is touched, let alone deleted.
+            self.res.reject("protocol", f"the worker handed over an unexpected output ({kind!r}, {index!r})")
+            return False
         path = os.path.join(self.work, f"{kind}_{index}.safetensors")
         try:
-            if kind not in self.taken or not isinstance(index, int) or index in self.taken[kind]:
-                self.res.reject("protocol", f"the worker handed over an unexpected output ({kind!r}, {index!r})")
-                return False
             if kind == "trial":
                 if not 0 <= index < len(self.trials):
                     self.res.reject("protocol", f"the worker handed over trial {index} of {len(self.trials)}")
