@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-from ks_inductor.judge.scratch import fit_trials
+from ks_inductor.judge.scratch import fit_trials, shortfall_note
 from tests.conftest import CANDIDATES, PROBLEMS
 
 GiB = 2**30
@@ -14,7 +14,7 @@ GiB = 2**30
 def test_small_outputs_keep_every_trial() -> None:
     f = fit_trials(64 * 2**20, 5, 3, 50 * GiB, in_flight=6)
     assert (f.trials, f.sets, f.fits) == (5, 3, True)
-    assert f.note(5, 3, 64 * 2**20, 50 * GiB) == ""
+    assert shortfall_note(f.trials, 5, f.sets, 3, 64 * 2**20, 50 * GiB) == ""
 
 
 def test_large_outputs_give_up_timing_sets_first_then_trials() -> None:
@@ -25,7 +25,7 @@ def test_large_outputs_give_up_timing_sets_first_then_trials() -> None:
     assert (f.trials + f.sets + 1) * out <= 0.8 * 55 * GiB < (f.trials + 1 + f.sets + 1) * out
     # With 70 GiB free a third trial fits; a third timing set would come only after all five trials.
     assert fit_trials(out, 5, 3, 70 * GiB, in_flight=1).trials == 3
-    note = f.note(5, 3, out, 55 * GiB)
+    note = shortfall_note(f.trials, 5, f.sets, 3, out, 55 * GiB)
     assert "2 of 5 correctness trials" in note and "2 of 3 timing input sets" in note and "TMPDIR" in note
     # Never below one trial and two sets; if even that does not fit, it says so (the judge then tries it).
     tiny = fit_trials(out, 5, 3, 10 * GiB, in_flight=6)

@@ -22,13 +22,16 @@ class TrialFit:
     sets: int
     fits: bool  # False: even the minimum does not fit (the judge tries it and reports a full disk if it fills)
 
-    def note(self, planned_trials: int, planned_sets: int, out_bytes: int, free_bytes: int) -> str:
-        if (self.trials, self.sets) == (planned_trials, planned_sets):
-            return ""
-        return (f"fewer checks for lack of scratch disk: each trial's outputs take {out_bytes / 2**30:.2f} GiB and the "
-                f"judge's folder had {free_bytes / 2**30:.1f} GiB free, so it ran {self.trials} of {planned_trials} "
-                f"correctness trials and {self.sets} of {planned_sets} timing input sets (set TMPDIR to a larger disk "
-                "for all of them)")
+
+
+def shortfall_note(trials: int, planned_trials: int, sets: int, planned_sets: int, out_bytes: int,
+                   free_bytes: int) -> str:
+    """What a verdict says when the judge ran fewer trials or timing sets than configured; empty when it did not."""
+    if (trials, sets) == (planned_trials, planned_sets):
+        return ""
+    return (f"fewer checks for lack of scratch disk: each trial's outputs take {out_bytes / 2**30:.2f} GiB and the "
+            f"judge's folder had {free_bytes / 2**30:.1f} GiB free, so it ran {trials} of {planned_trials} correctness "
+            f"trials and {sets} of {planned_sets} timing input sets (set TMPDIR to a larger disk for all of them)")
 
 
 def fit_trials(out_bytes: int, trials: int, sets: int, free_bytes: int, in_flight: int) -> TrialFit:

@@ -21,7 +21,7 @@ from ks_inductor.judge.compare import compare_outputs
 from ks_inductor.judge.config import JudgeConfig
 from ks_inductor.judge.inputs import trial_plan
 from ks_inductor.judge.pool import JobOutcome, WorkerPool
-from ks_inductor.judge.scratch import TrialFit
+from ks_inductor.judge.scratch import shortfall_note
 from ks_inductor.judge.static_checks import static_check
 from ks_inductor.judge.verdict import (
     ACCEPTED,
@@ -288,8 +288,8 @@ class Judge:
                 self._refs[problem.key] = err
                 raise err
             got_trials, got_sets = out.result["trials"], out.result["timing"]
-            note = TrialFit(len(got_trials), len(got_sets), True).note(
-                len(trials), len(timing_sets), int(out.result.get("out_bytes") or 0), free)
+            note = shortfall_note(len(got_trials), len(trials), len(got_sets), len(timing_sets),
+                                  int(out.result.get("out_bytes") or 0), free)
             if note:
                 log.warning("%s: %s", problem.name, note)
             ref = _Reference(got_trials, got_sets, note)
@@ -305,7 +305,8 @@ class Judge:
         free = shutil.disk_usage(self._root).free / 2**30
         return (f"judge resources: the judge's scratch folder {self._root} ran out of disk ({free:.1f} GiB free now) "
                 "while writing the outputs of the correctness trials, which it keeps to compare them; set TMPDIR to a "
-                f"disk with room for about 3 x trials x the problem's output size, or judge smaller shapes ({detail})")
+                "disk with room for (trials + timing sets + judgments in flight) x the problem's output size, or judge "
+                f"smaller shapes ({detail})")
 
     def _absorb_outcome(self, res: EvalResult, out: JobOutcome) -> bool:
         """Fold a worker's death or error into the result; True when there is a result to judge."""
@@ -399,13 +400,12 @@ class Judge:
             res.trials = len(trials)
             if res.verdict == REJECTED and res.reasons:
                 return res
-            posts = int(msg.get("posts") or 0)
-            if job["timing"] is not None and (posts != len(ref.timing) or
-                                              len(streamed.taken["post"]) != posts or
-                                              len(streamed.taken["graph"]) != int(msg.get("graphs") or 0)):
-                res.reject("protocol", "the worker's timing stage did not hand over every output it checks")
-                return res
-            if posts:
+            if job["timing"] is not None:
+                # The timing stage re-checks every timing set after the timed calls, and each graph set it replayed.
+                if (len(streamed.taken["post"]) != len(ref.timing) or
+                        len(streamed.taken["graph"]) != int(msg.get("graphs") or 0)):
+                    res.reject("protocol", "the worker's timing stage did not hand over every output it checks")
+                    return res
                 res.stage = "timing"
             res.correct, res.verdict = True, ACCEPTED
             if msg.get("samples") and self.backend.timed:

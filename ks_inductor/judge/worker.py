@@ -134,10 +134,8 @@ def run_reference(job: dict[str, Any]) -> dict[str, Any]:
     acquire("shared")
     n_trials, n_sets = len(job["trials"]), len(job["timing_sets"])
     runs = [tuple(t) for t in job["trials"]] + [tuple(t) for t in job["timing_sets"]]
-    keep, fit, out_bytes = list(range(len(runs))), [n_trials, n_sets], 0
-    results: list[dict[str, Any]] = []
-    while len(results) < len(keep):
-        i = keep[len(results)]
+
+    def run(i: int) -> tuple[dict[str, Any], int]:
         seed, dist = runs[i]
         with torch.no_grad():
             outs = _as_outputs(model(*make_inputs(mod, job["specs"], seed, dist, device)))
@@ -151,20 +149,22 @@ def run_reference(job: dict[str, Any]) -> dict[str, Any]:
         bad_types = [type(o).__name__ for o in outs if not isinstance(o, torch.Tensor)]
         if bad_types:
             raise TypeError(f"reference returned non-tensor outputs {bad_types}")
-        if not results and job.get("scratch"):
-            # The first outputs say how large every trial's are; keep only as many as the scratch disk holds.
-            out_bytes = sum(o.numel() * o.element_size() for o in outs)
-            f = fit_trials(out_bytes, n_trials, n_sets, job["scratch"]["free"], job["scratch"]["in_flight"])
-            fit = [f.trials, f.sets]
-            keep = list(range(f.trials)) + [n_trials + k for k in range(f.sets)]
         path = os.path.join(job["workdir"], f"ref_{i}.safetensors")
         _save(path, outs)
-        results.append({"seed": seed, "dist": dist, "file": path, "finite": bool(finite),
-                        "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", "")}
-                                    for o in outs]})
-        del outs
+        return ({"seed": seed, "dist": dist, "file": path, "finite": bool(finite),
+                 "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", "")} for o in outs]},
+                sum(o.numel() * o.element_size() for o in outs))
+
+    first, out_bytes = run(0)
+    kept_trials, kept_sets = n_trials, n_sets
+    if job.get("scratch"):
+        # The first outputs say how large every trial's are; keep only as many as the scratch disk holds.
+        f = fit_trials(out_bytes, n_trials, n_sets, job["scratch"]["free"], job["scratch"]["in_flight"])
+        kept_trials, kept_sets = f.trials, f.sets
+    order = list(range(kept_trials)) + [n_trials + k for k in range(kept_sets)]  # starts with run 0, done above
+    results = [first] + [run(i)[0] for i in order[1:]]
     release("shared")
-    return {"trials": results[: fit[0]], "timing": results[fit[0]:], "out_bytes": out_bytes}
+    return {"trials": results[:kept_trials], "timing": results[kept_trials:], "out_bytes": out_bytes}
 
 
 def _load_candidate(source: str, workdir: str) -> Any:
@@ -222,15 +222,15 @@ class _Seen:
         self.flags: list[tuple[str, str]] = []
         self.torch_ops: set[str] = set()
         self.launches_per_call: list[int] = []
-        self.off_stream = 0
+        self.counter: Any = None  # the Triton launch counter (guards.LaunchCounter), once installed
 
     def trial_flags(self) -> list[tuple[str, str]]:
         out = []
         if self.torch_ops:
             out.append(("torch_compute", "torch computed during forward: " + ", ".join(sorted(self.torch_ops))))
-        if self.off_stream:
-            out.append(("side_stream", f"{self.off_stream} Triton launch(es) went to a stream other than the "
-                        "current one"))
+        off_stream = self.counter.off_stream if self.counter is not None else 0
+        if off_stream:
+            out.append(("side_stream", f"{off_stream} Triton launch(es) went to a stream other than the current one"))
         if self.launches_per_call and min(self.launches_per_call) == 0:
             out.append(("no_triton_launch", "forward returned without launching any Triton kernel"))
         return out
@@ -254,7 +254,7 @@ def _run_candidate(job: dict[str, Any], seen: _Seen) -> dict[str, Any]:
 
     device = job["device"]
     flags, torch_ops, launches_per_call = seen.flags, seen.torch_ops, seen.launches_per_call
-    counter = guards.LaunchCounter(device)
+    counter = seen.counter = guards.LaunchCounter(device)
     counter.install()
     ids_before = guards.identity_snapshot()
     numerics_before = guards.numerics_flags()
@@ -309,7 +309,6 @@ def _run_candidate(job: dict[str, Any], seen: _Seen) -> dict[str, Any]:
                 outs = _as_outputs(model(*inputs))
             _sync(device)
             launches_per_call.append(counter.total() - before)
-            seen.off_stream = counter.off_stream
             torch_ops.update(rec.compute_ops())
             if not ref_first:
                 _ = ref_model(*saved)
@@ -405,7 +404,7 @@ def _timing(job: dict[str, Any], ref_mod: Any, ref_model: Any, model: Any, count
     if counter.off_stream and not any(f[0] == "side_stream" for f in flags):
         flags.append(("side_stream", f"{counter.off_stream} Triton launch(es) during timing went to a stream other "
                       "than the current one"))
-    return {"samples": samples, "wall": wall, "posts": len(sets), "bandwidth": bandwidth,
+    return {"samples": samples, "wall": wall, "bandwidth": bandwidth,
             "rival_errors": rival_errors, **steady}
 
 
