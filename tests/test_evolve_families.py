@@ -114,6 +114,25 @@ EXTRA = {
                                    "[torch.randint(0, 5, (5, 1100)).float()]"), "reduction"),
     "argmax_of_everything_is_not_here": (module("        return torch.argmax(xs[0])", "[torch.randn(3, 10)]"), None),
     "row_sum_keepdim": (module("        return xs[0].sum(-1, keepdim=True)", "[torch.randn(4, 40)]"), "reduction"),
+    # Whole-tensor reductions: the losses (prologue, then a scalar epilogue) and x / ||x|| (a full-shape epilogue).
+    "mse_loss": (module("        return F.mse_loss(xs[0], xs[1])", "[torch.randn(37, 301), torch.randn(37, 301)]"),
+                 "total"),
+    "huber_loss": (module("        return F.smooth_l1_loss(xs[0], xs[1])", "[torch.randn(5, 40), torch.randn(5, 40)]"),
+                   "total"),
+    "kl_div_batchmean": (module(
+        "        return F.kl_div(torch.log(xs[0]), xs[1], reduction='batchmean')",
+        "[torch.randn(4, 40).softmax(-1), torch.randn(4, 40).softmax(-1)]"), "total"),
+    # the targets broadcast along the rows, and a masked lane's prologue (1 - 0 * 0) is not zero
+    "hinge_broadcast": (module("        return torch.mean(torch.clamp(1 - xs[0] * xs[1], min=0))",
+                               "[torch.randn(37, 301), torch.randn(301).sign()]"), "total"),
+    "frobenius_normalize": (module("        return xs[0] / torch.norm(xs[0], p='fro')", "[torch.randn(3, 37, 100)]"),
+                            "total"),
+    "l1_norm_bf16_keepdim": (module(
+        "        return torch.linalg.vector_norm(xs[0], ord=1, dim=(0, 1), keepdim=True) * 0.5 + 1",
+        "[torch.randn(7, 40).bfloat16()]"), "total"),
+    "amax_of_everything_is_not_here": (module("        return xs[0].amax()", "[torch.randn(3, 10)]"), None),
+    "two_totals_are_not_here": (module("        return xs[0].sum() + xs[1].mean()",
+                                       "[torch.randn(3, 10), torch.randn(3, 10)]"), None),
     "conv": (module("        return F.conv2d(xs[0], xs[1])", "[torch.randn(1, 2, 6, 6), torch.randn(3, 2, 3, 3)]"),
              None),
 }

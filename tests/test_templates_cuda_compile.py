@@ -205,3 +205,22 @@ if __name__ == "__main__":
     # One process for every problem: importing torch and triton once keeps this test short.
     mode = sys.argv[1]
     print(json.dumps({Path(p).stem: _compile_all(p, mode) for p in sys.argv[2:]}))
+
+
+def test_whole_tensor_reduction_variants_compile_for_sm90(tmp_path) -> None:
+    """The losses and x / ||x||, in both block orders: partial sums, finish and apply kernels, the NaN constant of
+    the KL divergence, and the bf16 norm with either rounding."""
+    pytest.importorskip("triton.backends.nvidia")
+    from tests.test_evolve_families import EXTRA
+
+    paths = []
+    for name in ("mse_loss", "kl_div_batchmean", "hinge_broadcast", "frobenius_normalize", "l1_norm_bf16_keepdim"):
+        paths.append(tmp_path / f"{name}.py")
+        paths[-1].write_text(EXTRA[name][0])
+    report = _run(paths, "all")
+    for name, kernels in report.items():
+        assert {k["variant"] for k in kernels} == {"strided", "chunked"}, name
+        assert all(k["cubin"] > 0 and not k["spills"] for k in kernels), (name, kernels)
+    assert {k["kernel"] for k in report["frobenius_normalize"]} == {"_total_partials", "_total_finish", "_total_apply"}
+    assert {k["kernel"] for k in report["mse_loss"]} == {"_total_partials", "_total_finish"}
+    assert {k["rnd"] for k in report["l1_norm_bf16_keepdim"]} == {0, 1}

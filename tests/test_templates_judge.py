@@ -15,7 +15,8 @@ SERVING = ["rmsnorm_bf16", "layernorm_bf16", "softmax_bf16", "silu_mul_bf16", "r
 OTHERS = ["log_softmax", "layernorm_by_hand", "row_sum", "col_mean", "matmul_mish_mish", "bmm_relu", "bias_gelu",
           "gelu_and_mul", "rmsnorm_channels", "instancenorm_by_hand", "l2norm_rows", "linf_norm_channels",
           "softmax_middle_dim", "row_sum_keepdim", "max_over_dim", "min_over_dim_keep", "argmax_middle_dim",
-          "argmin_last_keepdim"]
+          "argmin_last_keepdim", "mse_loss", "huber_loss", "kl_div_batchmean", "hinge_broadcast", "frobenius_normalize",
+          "l1_norm_bf16_keepdim"]
 
 
 def _renders(problem, all_variants: bool, overrides: dict | None = None):
@@ -386,3 +387,10 @@ def test_argmax_and_argmin_resolve_ties_infinities_and_nan_as_torch_does(tmp_pat
             mod = load_source_module(t.render(fm, params, variant), "argtest", str(tmp_path))
             got = mod.ModelNew()(x)
             assert got.dtype == torch.int64 and torch.equal(got, ref(x)), (name, block, got, ref(x))
+
+
+def test_whole_tensor_reductions_walk_several_ragged_blocks_per_program(judge) -> None:
+    """Each of 4 programs walks about 11 blocks of 256, the last one ragged: a hinge loss whose masked lanes would
+    add 1 each (1 - 0 * 0), and x / ||x|| through all three kernels, in both block orders."""
+    _judge_all(judge, [(n, problem_from_source(EXTRA[n][0], name=n), True, {"BLOCK": 256, "WAVES": 1, "num_warps": 2})
+                       for n in ("hinge_broadcast", "frobenius_normalize")])

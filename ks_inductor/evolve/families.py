@@ -502,6 +502,91 @@ def _reduction_match(graph: Graph) -> dict[str, Any] | None:
     return {"op": op, "x": src.name, "dim": dim, "keepdim": keep, "out_dtype": out_dtype}
 
 
+TOTAL_REDUCTIONS = ("sum", "mean", "linalg_vector_norm")
+
+
+def _reduces_everything(n: Node, ndim: int) -> bool:
+    """Whether ``n`` (sum, mean, or a 1- or 2-norm, with no dtype argument) reduces every dim of its input."""
+    if n.kwargs.get("dtype") is not None:
+        return False
+    if n.op == "linalg_vector_norm":
+        order = n.args[1] if len(n.args) > 1 else n.kwargs.get("ord", 2)
+        if order not in (1, 2):
+            return False
+        dims = n.args[2] if len(n.args) > 2 else n.kwargs.get("dim")
+    else:
+        dims = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim")
+    if dims is None or dims == []:
+        return True
+    dims = [dims] if isinstance(dims, int) else dims
+    return isinstance(dims, list) and all(isinstance(d, int) for d in dims) and \
+        sorted(d % ndim for d in dims) == list(range(ndim))
+
+
+def _upstream(graph: Graph, names: list[str], stop: set[str]) -> set[str]:
+    """The compute nodes that ``names`` read, transitively, without walking into ``stop`` or views (leaves)."""
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        node = graph.node(todo.pop())
+        if node is None or node.op in VIEW_OPS:
+            continue
+        for r in node.refs():
+            dep = graph.node(r)
+            if dep is not None and dep.op not in VIEW_OPS and r not in stop and r not in seen:
+                seen.add(r)
+                todo.append(r)
+    return seen
+
+
+def _total_match(graph: Graph) -> dict[str, Any] | None:
+    """One reduction of a whole float value to a scalar (sum, mean, 1- or 2-norm) with pointwise work around it:
+    a prologue over the inputs, broadcast into the reduced shape (a loss's differences); a scalar epilogue (the
+    batch division of a batchmean); or a full-shape epilogue that reads the scalar (``x / ||x||``).
+
+    The node lists are the three kernels' work: ``prologue`` feeds the partial sums, ``finish`` runs on the
+    scalar, ``apply`` writes the full-shape output."""
+    comp = graph.compute_nodes()
+    reds = [n for n in comp if not is_pointwise(n)]
+    if len(reds) != 1 or reds[0].op not in TOTAL_REDUCTIONS:
+        return None
+    red = reds[0]
+    src = red.args[0] if red.args else None
+    ts = graph.type_of(src.name) if isinstance(src, Ref) else None
+    if ts is None or not ts.shape or ts.dtype not in ("float32", "bfloat16", "float16") \
+            or not _reduces_everything(red, len(ts.shape)):
+        return None
+    if len(graph.outputs) != 1 or not isinstance(graph.outputs[0], Ref):
+        return None
+    out = graph.outputs[0].name
+    for n in graph.nodes:
+        if n.op in VIEW_OPS and (n.op not in LEAF_VIEW_OPS or leaf_of(graph, Ref(n.name)) is None):
+            return None
+    prologue = _upstream(graph, [red.name], set())
+    names = {n.name: n for n in comp}
+    after = {red.name}
+    for n in comp:
+        if set(n.refs()) & after:
+            after.add(n.name)
+    scalar = {m for m in after - {red.name} if names[m].type is not None and names[m].type.numel == 1}
+    finish = scalar | {c for m in scalar for c in names[m].refs() if c in names and not names[c].refs()}
+    for m in finish:
+        if any(r not in finish and r != red.name for r in names[m].refs()):
+            return None
+    if out == red.name or out in finish:
+        apply: set[str] = set()
+    else:
+        apply = _upstream(graph, [out], finish | {red.name}) - finish - {red.name} | {out}
+    if set(names) != prologue | {red.name} | finish | apply:
+        return None
+
+    def ordered(s: set[str]) -> list[str]:
+        return [n.name for n in comp if n.name in s]
+
+    return {"red": red.name, "src": src.name, "prologue": ordered(prologue), "finish": ordered(finish),
+            "apply": ordered(apply), "out": out}
+
+
 def _pointwise_match(graph: Graph) -> dict[str, Any] | None:
     comp = graph.compute_nodes()
     if not comp or not all(is_pointwise(n) for n in comp):
@@ -552,6 +637,8 @@ def classify(problem: Problem) -> FamilyMatch | None:
         attrs = {"dims": list(dims)}
     elif (m := _reduction_match(graph)) is not None:
         family, attrs = "reduction", m
+    elif (m := _total_match(graph)) is not None:
+        family, attrs = "total", m
     elif (m := _pointwise_match(graph)) is not None:
         act = ops & {"sigmoid", "gelu", "tanh", "silu", "relu"}
         muls = [n for n in graph.compute_nodes() if n.op == "mul" and len(n.args) == 2

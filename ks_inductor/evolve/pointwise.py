@@ -193,7 +193,7 @@ def literal(v: Any) -> str:
         return f"{float(v)!r}"
     if isinstance(v, float):
         if math.isnan(v):
-            return "(0.0 / 0.0)"
+            return "float('nan')"
         if math.isinf(v):
             return "float('inf')" if v > 0 else "(-float('inf'))"
         return repr(v)
@@ -312,6 +312,7 @@ _TABLE: dict[str, Lowering] = {
     "where": _where,
     "gt": _cmp(">"), "lt": _cmp("<"), "ge": _cmp(">="), "le": _cmp("<="), "eq": _cmp("=="), "ne": _cmp("!="),
     "logical_not": lambda a, kw: Val(f"(({a[0].expr}) == 0)", "b"),
+    "isnan": lambda a, kw: Val(f"(({a[0].expr}) != ({a[0].expr}))", "b"),
 }
 
 

@@ -14,10 +14,11 @@ from ks_inductor.evolve.templates.reduction import ReductionTemplate
 from ks_inductor.evolve.templates.rope import RopeTemplate
 from ks_inductor.evolve.templates.rowwise import RowwiseTemplate
 from ks_inductor.evolve.templates.softmax import SoftmaxLoopTemplate
+from ks_inductor.evolve.templates.total import TotalTemplate
 
 TEMPLATES: tuple[Template, ...] = (
     RowwiseTemplate(), SoftmaxLoopTemplate(), CrossEntropyTemplate(), MatmulTemplate(), PointwiseTemplate(),
-    RopeTemplate(), ReductionTemplate(), AttentionTemplate(),
+    RopeTemplate(), ReductionTemplate(), AttentionTemplate(), TotalTemplate(),
 )
 
 
