@@ -130,6 +130,21 @@ EXTRA = {
     "l1_norm_bf16_keepdim": (module(
         "        return torch.linalg.vector_norm(xs[0], ord=1, dim=(0, 1), keepdim=True) * 0.5 + 1",
         "[torch.randn(7, 40).bfloat16()]"), "total"),
+    # Scans: forwards over rows, backwards (between flips), exclusive (the cat idiom), over a strided dim with a
+    # prologue, in bf16 with an epilogue that reads the input again.
+    "cumsum_rows": (module("        return torch.cumsum(xs[0], dim=1)", "[torch.randn(5, 1000)]"), "scan"),
+    "cumprod_rows": (module("        return torch.cumprod(xs[0], dim=-1)", "[1 + 0.01 * torch.randn(4, 300)]"),
+                     "scan"),
+    "cumsum_reverse": (module("        return torch.cumsum(xs[0].flip(1), dim=1).flip(1)", "[torch.randn(5, 700)]"),
+                       "scan"),
+    "cumsum_exclusive": (module(
+        "        x = xs[0]\n        return torch.cat([torch.zeros_like(x[:, :1]), x[:, :-1].cumsum(1)], dim=1)",
+        "[torch.randn(5, 700)]"), "scan"),
+    "masked_cumsum_middle_dim": (module("        return torch.cumsum(xs[0] * xs[1], dim=1)",
+                                        "[torch.randn(3, 50, 7), torch.rand(3, 50, 7) > 0.5]"), "scan"),
+    "cumsum_bf16_minus_input": (module("        return torch.cumsum(xs[0], dim=-1) - xs[0]",
+                                       "[torch.randn(4, 600).bfloat16()]"), "scan"),
+    "cummax_is_not_here": (module("        return torch.cummax(xs[0], dim=1)[0]", "[torch.randn(3, 10)]"), None),
     "amax_of_everything_is_not_here": (module("        return xs[0].amax()", "[torch.randn(3, 10)]"), None),
     "two_totals_are_not_here": (module("        return xs[0].sum() + xs[1].mean()",
                                        "[torch.randn(3, 10), torch.randn(3, 10)]"), None),

@@ -224,3 +224,21 @@ def test_whole_tensor_reduction_variants_compile_for_sm90(tmp_path) -> None:
     assert {k["kernel"] for k in report["frobenius_normalize"]} == {"_total_partials", "_total_finish", "_total_apply"}
     assert {k["kernel"] for k in report["mse_loss"]} == {"_total_partials", "_total_finish"}
     assert {k["rnd"] for k in report["l1_norm_bf16_keepdim"]} == {0, 1}
+
+
+def test_scan_variants_compile_for_sm90(tmp_path) -> None:
+    """Cumulative sums and products: forwards, backwards, exclusive, over a strided dim, and in bf16 with either
+    rounding."""
+    pytest.importorskip("triton.backends.nvidia")
+    from tests.test_evolve_families import EXTRA
+
+    paths = []
+    for name in ("cumsum_rows", "cumprod_rows", "cumsum_reverse", "cumsum_exclusive", "masked_cumsum_middle_dim",
+                 "cumsum_bf16_minus_input"):
+        paths.append(tmp_path / f"{name}.py")
+        paths[-1].write_text(EXTRA[name][0])
+    report = _run(paths, "all")
+    assert all(k["cubin"] > 0 and not k["spills"] for ks in report.values() for k in ks), report
+    assert {k["variant"] for k in report["masked_cumsum_middle_dim"]} == {"col"}
+    assert {k["variant"] for k in report["cumsum_reverse"]} == {"row"}
+    assert {k["rnd"] for k in report["cumsum_bf16_minus_input"]} == {0, 1}

@@ -16,7 +16,8 @@ OTHERS = ["log_softmax", "layernorm_by_hand", "row_sum", "col_mean", "matmul_mis
           "gelu_and_mul", "rmsnorm_channels", "instancenorm_by_hand", "l2norm_rows", "linf_norm_channels",
           "softmax_middle_dim", "row_sum_keepdim", "max_over_dim", "min_over_dim_keep", "argmax_middle_dim",
           "argmin_last_keepdim", "mse_loss", "huber_loss", "kl_div_batchmean", "hinge_broadcast", "frobenius_normalize",
-          "l1_norm_bf16_keepdim"]
+          "l1_norm_bf16_keepdim", "cumsum_rows", "cumprod_rows", "cumsum_reverse", "cumsum_exclusive",
+          "masked_cumsum_middle_dim", "cumsum_bf16_minus_input"]
 
 
 def _renders(problem, all_variants: bool, overrides: dict | None = None):
@@ -394,3 +395,15 @@ def test_whole_tensor_reductions_walk_several_ragged_blocks_per_program(judge) -
     add 1 each (1 - 0 * 0), and x / ||x|| through all three kernels, in both block orders."""
     _judge_all(judge, [(n, problem_from_source(EXTRA[n][0], name=n), True, {"BLOCK": 256, "WAVES": 1, "num_warps": 2})
                        for n in ("hinge_broadcast", "frobenius_normalize")])
+
+
+def test_scans_carry_their_running_total_across_blocks(judge) -> None:
+    """Rows of 300-1000 in blocks of 128 (two rows a program), and a strided dim of 50 in blocks of 8: every line
+    is scanned in several blocks, the last one ragged, so a lost carry, a wrong reverse walk or an unshifted
+    exclusive read is a wrong output."""
+    rows = {"BLOCK_R": 128, "ROWS": 2}
+    _judge_all(judge, [(n, problem_from_source(EXTRA[n][0], name=n), True, rows)
+                       for n in ("cumsum_rows", "cumprod_rows", "cumsum_reverse", "cumsum_exclusive",
+                                 "cumsum_bf16_minus_input")]
+               + [("masked_cumsum_middle_dim", problem_from_source(EXTRA["masked_cumsum_middle_dim"][0], name="m"),
+                   True, {"BLOCK_R": 8, "BLOCK_I": 16})])

@@ -13,12 +13,14 @@ from ks_inductor.evolve.templates.pointwise import PointwiseTemplate
 from ks_inductor.evolve.templates.reduction import ReductionTemplate
 from ks_inductor.evolve.templates.rope import RopeTemplate
 from ks_inductor.evolve.templates.rowwise import RowwiseTemplate
+from ks_inductor.evolve.templates.scan import ScanTemplate
 from ks_inductor.evolve.templates.softmax import SoftmaxLoopTemplate
 from ks_inductor.evolve.templates.total import TotalTemplate
 
 TEMPLATES: tuple[Template, ...] = (
     RowwiseTemplate(), SoftmaxLoopTemplate(), CrossEntropyTemplate(), MatmulTemplate(), PointwiseTemplate(),
     RopeTemplate(), ReductionTemplate(), AttentionTemplate(), TotalTemplate(),
+    ScanTemplate(),
 )
 
 
