@@ -176,14 +176,14 @@ def test_llm_loop_records_every_outcome(llm, tmp_path) -> None:
     store.close()
 
 
-CUMSUM_PROBLEM = '''
+CUMMAX_PROBLEM = '''
 import torch
 import torch.nn as nn
 
 
 class Model(nn.Module):
     def forward(self, x):
-        return torch.cumsum(x, dim=1)
+        return torch.cummax(x, dim=1).values
 
 
 def get_inputs():
@@ -194,7 +194,7 @@ def get_init_inputs():
     return []
 '''
 
-CUMSUM_SEED = '''```python
+CUMMAX_SEED = '''```python
 import torch
 import torch.nn as nn
 import triton
@@ -202,35 +202,40 @@ import triton.language as tl
 
 
 @triton.jit
-def _cumsum_rows(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+def _larger(a, b):
+    return tl.maximum(a, b)
+
+
+@triton.jit
+def _cummax_rows(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     m = cols < n
     x = tl.load(x_ptr + row * n + cols, mask=m, other=0.0)
-    tl.store(out_ptr + row * n + cols, tl.cumsum(x, axis=0), mask=m)
+    tl.store(out_ptr + row * n + cols, tl.associative_scan(x, 0, _larger), mask=m)
 
 
 class ModelNew(nn.Module):
     def forward(self, x):
         x = x.contiguous()
         out = torch.empty_like(x)
-        _cumsum_rows[(x.shape[0],)](x, out, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+        _cummax_rows[(x.shape[0],)](x, out, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
         return out
 ```'''
 
 
 def test_llm_writes_the_first_seed_and_repairs_it_where_no_template_fits(llm, tmp_path) -> None:
-    """No template covers a cumsum: the LLM writes the first seed. That seed stores its input unchanged, the judge
+    """No template covers a running maximum: the LLM writes the first seed. That seed stores its input unchanged, the judge
     rejects it, and with nothing correct to improve the loop hands the rejected seed back with the judge's
     feedback rather than stopping; the one-line repair is accepted."""
     from ks_inductor.problem import problem_from_source
 
-    problem = problem_from_source(CUMSUM_PROBLEM, name="cumsum")
+    problem = problem_from_source(CUMMAX_PROBLEM, name="cummax")
     assert classify(problem) is None
-    broken = CUMSUM_SEED.replace("tl.cumsum(x, axis=0)", "x")
+    broken = CUMMAX_SEED.replace("tl.associative_scan(x, 0, _larger)", "x")
     fix = ("Store the running sum, not the input.\n<<<<<<< SEARCH\n"
            "    tl.store(out_ptr + row * n + cols, x, mask=m)\n=======\n"
-           "    tl.store(out_ptr + row * n + cols, tl.cumsum(x, axis=0), mask=m)\n>>>>>>> REPLACE\n")
+           "    tl.store(out_ptr + row * n + cols, tl.associative_scan(x, 0, _larger), mask=m)\n>>>>>>> REPLACE\n")
     llm.script = [lambda p: completion("Here it is.\n" + broken), lambda p: completion(fix)]
     store = KernelStore(f"sqlite:///{tmp_path}/k.db")
     cfg = EvolveConfig(budget=2, islands=1, parallel=1,
@@ -243,6 +248,6 @@ def test_llm_writes_the_first_seed_and_repairs_it_where_no_template_fits(llm, tm
     steps = store.steps(run_id=summary.run_id)
     assert [s.mutation for s in steps] == ["llm-seed", "llm-diff"] and steps[0].verdict != "accepted"
     assert steps[0].verdict in repair_prompt and steps[1].verdict == "accepted"
-    assert "cumsum" in steps[0].prompt and "tl.cumsum" in steps[1].response
-    assert summary.best is not None and "tl.cumsum" in summary.best.source
+    assert "cummax" in steps[0].prompt and "tl.associative_scan" in steps[1].response
+    assert summary.best is not None and "tl.associative_scan" in summary.best.source
     store.close()

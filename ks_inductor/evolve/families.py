@@ -60,6 +60,10 @@ class FamilyMatch:
             return "self." + self.state[i].name
         return f"in{i - len(self.state)}"
 
+    def nodes(self, key: str) -> list[Node]:
+        """The graph nodes named by the list ``attrs[key]``."""
+        return [n for n in (self.graph.node(name) for name in self.attrs[key]) if n is not None]
+
     @property
     def _ndim(self) -> int:
         return max((len(t.shape) for _, t in self.graph.placeholders if t is not None), default=1)

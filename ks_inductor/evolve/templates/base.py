@@ -8,6 +8,7 @@ from typing import Any
 
 from ks_inductor.evolve.families import FamilyMatch, StateEntry
 from ks_inductor.evolve.graph import Graph, Node, Ref
+from ks_inductor.evolve.pointwise import PointwiseUnsupported, Val, lower_chain, unfenced
 
 _TORCH_DTYPES = {"bfloat16", "float16", "float32", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"}
 
@@ -93,6 +94,26 @@ def block_class(n: int) -> str:
     if n <= 16384:
         return "L"
     return "XL"
+
+
+def inner_size(fm: FamilyMatch, value: str, dim: int) -> int:
+    """The elements of ``value`` after ``dim``: 1 when ``dim`` is contiguous (the row variants), the stride of
+    ``dim`` otherwise (the column variants)."""
+    t = fm.graph.type_of(value)
+    inner = 1
+    for s in t.shape[dim + 1:]:  # type: ignore[union-attr]
+        inner *= s
+    return inner
+
+
+def lower_or_decline(nodes: list[Node], env: dict[str, Val], users: list[Node] | None = None) -> list[str]:
+    """``pointwise.lower_chain`` over ``nodes``, with the rounding fences that ``unfenced`` allows given ``users``,
+    the nodes outside the chain that read its values (a reduction or a scan adds them, so their roundings stay
+    fenced). An op without a lowering makes the template decline."""
+    try:
+        return lower_chain(nodes, env, unfenced(list(nodes) + list(users or [])))
+    except PointwiseUnsupported as e:
+        raise TemplateError(str(e)) from None
 
 
 def next_pow2(n: int) -> int:

@@ -7,11 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from ks_inductor.evolve.families import FamilyMatch
-from ks_inductor.evolve.pointwise import PointwiseUnsupported, lower_chain, store_expr, unfenced
+from ks_inductor.evolve.pointwise import store_expr
 from ks_inductor.evolve.templates.base import (
     SM_COUNT_HELPER,
     Template,
     TemplateError,
+    lower_or_decline,
     module_source,
     output_refs,
     rounding_default,
@@ -52,10 +53,7 @@ class PointwiseTemplate(Template):
         nodes = list(g.compute_nodes())
         reads = element_reads(fm, chain_leaves(fm, nodes, {n.name for n in nodes}), out_t.shape)
         env = dict(reads.env)
-        try:
-            lines = lower_chain(nodes, env, unfenced(nodes))
-        except PointwiseUnsupported as e:
-            raise TemplateError(str(e)) from None
+        lines = lower_or_decline(nodes, env)
         big = out_t.numel >= 2**31 - 1
         sig = reads.kernel_params() + [f"out{j}_ptr" for j in range(len(outs))] + ["numel"] + reads.stride_params()
         persistent = variant == "persistent"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ks_inductor.evolve.families import FamilyMatch
-from ks_inductor.evolve.templates.base import Template, block_class, module_source, torch_dtype
+from ks_inductor.evolve.templates.base import Template, block_class, inner_size, module_source, torch_dtype
 
 _NEUTRAL = {"sum": "0.0", "mean": "0.0", "amax": "-float('inf')", "amin": "float('inf')",
             "argmax": "-float('inf')", "argmin": "float('inf')"}
@@ -87,15 +87,8 @@ class ReductionTemplate(Template):
     name = "reduction"
     families = ("reduction",)
 
-    def _inner(self, fm: FamilyMatch) -> int:
-        t = fm.graph.type_of(fm.attrs["x"])
-        inner = 1
-        for s in t.shape[fm.attrs["dim"] + 1:]:  # type: ignore[union-attr]
-            inner *= s
-        return inner
-
     def variants(self, fm: FamilyMatch) -> list[str]:
-        return ["row"] if self._inner(fm) == 1 else ["col"]
+        return ["row"] if inner_size(fm, fm.attrs["x"], fm.attrs["dim"]) == 1 else ["col"]
 
     def space(self, fm: FamilyMatch, variant: str) -> dict[str, list[Any]]:
         if variant == "row":

@@ -14,21 +14,15 @@ from typing import Any
 
 from ks_inductor.evolve.families import SCANS, FamilyMatch
 from ks_inductor.evolve.graph import Node, Ref
-from ks_inductor.evolve.pointwise import (
-    PointwiseUnsupported,
-    Val,
-    literal,
-    lower_chain,
-    round_expr,
-    store_expr,
-    unfenced,
-)
+from ks_inductor.evolve.pointwise import Val, literal, round_expr, store_expr
 from ks_inductor.evolve.templates.base import (
     MAX_ELEMS_PER_THREAD,
     Template,
     TemplateError,
     block_class,
     elems_per_thread,
+    inner_size,
+    lower_or_decline,
     module_source,
     rounding_default,
     rounding_space,
@@ -70,23 +64,12 @@ def _reader(name: str, op: str = "read") -> Node:
     return Node("_scan", f"aten.{op}.default", [Ref(name)], {}, [])
 
 
-def _nodes(fm: FamilyMatch, key: str) -> list[Node]:
-    return [fm.graph.node(n) for n in fm.attrs[key]]  # type: ignore[misc]
-
-
 class ScanTemplate(Template):
     name = "scan"
     families = ("scan",)
 
-    def _inner(self, fm: FamilyMatch) -> int:
-        t = fm.graph.type_of(fm.attrs["tail"])
-        inner = 1
-        for s in t.shape[fm.attrs["dim"] + 1:]:  # type: ignore[union-attr]
-            inner *= s
-        return inner
-
     def variants(self, fm: FamilyMatch) -> list[str]:
-        return ["row"] if self._inner(fm) == 1 else ["col"]
+        return ["row"] if inner_size(fm, fm.attrs["tail"], fm.attrs["dim"]) == 1 else ["col"]
 
     def space(self, fm: FamilyMatch, variant: str) -> dict[str, list[Any]]:
         if variant == "row":
@@ -115,7 +98,7 @@ class ScanTemplate(Template):
         out_t = g.type_of(a["out"])
         if tail_t is None or out_t is None:
             raise TemplateError("the scan's graph is incomplete")
-        pro, epi = _nodes(fm, "prologue"), _nodes(fm, "epilogue")
+        pro, epi = fm.nodes("prologue"), fm.nodes("epilogue")
         inside = set(a["prologue"]) | set(a["epilogue"])
         # the scanned value: computed by the prologue or read as it is
         leaves = chain_leaves(fm, pro + epi + [_reader(a["head"])], inside, frozenset({a["tail"]}))
@@ -125,10 +108,7 @@ class ScanTemplate(Template):
         if a["exclusive"] and epi and any(r in a["prologue"] or r == a["head"] for n in epi for r in n.refs()):
             raise TemplateError("an exclusive scan's epilogue reads its inputs only")
         env = dict(reads.env)
-        try:
-            pro_lines = lower_chain(pro, env, unfenced(pro + [_reader(a["head"], a["op"])]))
-        except PointwiseUnsupported as e:
-            raise TemplateError(str(e)) from None
+        pro_lines = lower_or_decline(pro, env, [_reader(a["head"], a["op"])])
         x = env[a["head"]]
         if x.kind != "f":
             raise TemplateError("the scanned value is not a float")
@@ -157,10 +137,7 @@ class ScanTemplate(Template):
         if a["exclusive"] and epi:
             k += [ind + "mask = m", ind + f"offs = {v['addr'].format(p='p')}"] + reads.load_lines(ind)
         env[a["tail"]] = Val("x_scan")
-        try:
-            k += [ind + ln for ln in lower_chain(epi, env, unfenced(epi))]
-        except PointwiseUnsupported as e:
-            raise TemplateError(str(e)) from None
+        k += [ind + ln for ln in lower_or_decline(epi, env)]
         k.append(ind + f"tl.store(out_ptr + {v['addr'].format(p='p')}, "
                  f"{store_expr(env[a['out']].expr, out_t.dtype)}, mask=m)")
 

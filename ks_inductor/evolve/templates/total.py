@@ -16,15 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ks_inductor.evolve.families import FamilyMatch
-from ks_inductor.evolve.graph import Node
-from ks_inductor.evolve.pointwise import (
-    PointwiseUnsupported,
-    Val,
-    lower_chain,
-    round_expr,
-    store_expr,
-    unfenced,
-)
+from ks_inductor.evolve.pointwise import Val, round_expr, store_expr
 from ks_inductor.evolve.templates.base import (
     MAX_ELEMS_PER_THREAD,
     SM_COUNT_HELPER,
@@ -32,23 +24,13 @@ from ks_inductor.evolve.templates.base import (
     TemplateError,
     block_class,
     elems_per_thread,
+    lower_or_decline,
     module_source,
     rounding_default,
     rounding_space,
     torch_dtype,
 )
 from ks_inductor.evolve.templates.elements import BROADCAST_HELPER, chain_leaves, element_reads
-
-
-def _nodes(fm: FamilyMatch, key: str) -> list[Node]:
-    return [fm.graph.node(n) for n in fm.attrs[key]]  # type: ignore[misc]
-
-
-def _lower(nodes: list[Node], env: dict[str, Val]) -> list[str]:
-    try:
-        return lower_chain(nodes, env, unfenced(nodes))
-    except PointwiseUnsupported as e:
-        raise TemplateError(str(e)) from None
 
 
 class TotalTemplate(Template):
@@ -84,12 +66,12 @@ class TotalTemplate(Template):
         apply = bool(a["apply"])
 
         # 1. partial sums over the reduced shape
-        pro = _nodes(fm, "prologue")
+        pro = fm.nodes("prologue")
         reads = element_reads(fm, chain_leaves(fm, pro + [red], set(a["prologue"])), src_t.shape)
         if not reads.names:
             raise TemplateError("the reduced value reads no input")
         env = dict(reads.env)
-        lines = _lower(pro, env)
+        lines = lower_or_decline(pro, env, [red])
         v = env[a["src"]]
         if v.kind != "f":
             raise TemplateError("the reduced value is not a float")
@@ -117,11 +99,11 @@ class TotalTemplate(Template):
               "    tl.store(part_ptr + pid, tl.sum(acc, axis=0))"]
 
         # 2. the finish: the partials in order, then the scalar epilogue
-        fin = _nodes(fm, "finish")
+        fin = fm.nodes("finish")
         total = {"mean": "total / numel", "sum": "total"}.get(red.op, "tl.sqrt(total)" if order == 2 else "total")
         env = {red.name: Val(f"x_{red.name}")}
         lines = [f"x_{red.name} = {round_expr(total, red.type.dtype if red.type else 'float32')}"]
-        lines += _lower(fin, env)
+        lines += lower_or_decline(fin, env)
         scalars = [n for n in [red.name] + a["finish"] if any(n in g.node(m).refs() for m in a["apply"])]
         k += ["", "", "@triton.jit",
               f"def _total_finish(part_ptr, {'sc_ptr' if apply else 'out_ptr'}, n_parts, numel, "
@@ -158,12 +140,12 @@ class TotalTemplate(Template):
         """The full-shape epilogue's kernel; appends its launch (after the finish's) to the forward lines ``f``."""
         g, a = fm.graph, fm.attrs
         out_t = g.type_of(a["out"])
-        nodes = _nodes(fm, "apply")
+        nodes = fm.nodes("apply")
         reads = element_reads(fm, chain_leaves(fm, nodes, set(a["apply"]), frozenset(scalars)), out_t.shape)
         env = dict(reads.env)
         for j, n in enumerate(scalars):
             env[n] = Val(f"c{j}")
-        lines = _lower(nodes, env)
+        lines = lower_or_decline(nodes, env)
         big = out_t.numel >= 2**31 - 1
         sig = reads.kernel_params() + ["sc_ptr", "out_ptr", "numel"] + reads.stride_params()
         k = ["", "", "@triton.jit", f"def _total_apply({', '.join(sig)}, BLOCK: tl.constexpr):",
