@@ -233,7 +233,7 @@ def test_llm_writes_the_first_seed_and_repairs_it_where_no_template_fits(llm, tm
     problem = problem_from_source(CUMMAX_PROBLEM, name="cummax")
     assert classify(problem) is None
     broken = CUMMAX_SEED.replace("tl.associative_scan(x, 0, _larger)", "x")
-    fix = ("Store the running sum, not the input.\n<<<<<<< SEARCH\n"
+    fix = ("Store the running maximum, not the input.\n<<<<<<< SEARCH\n"
            "    tl.store(out_ptr + row * n + cols, x, mask=m)\n=======\n"
            "    tl.store(out_ptr + row * n + cols, tl.associative_scan(x, 0, _larger), mask=m)\n>>>>>>> REPLACE\n")
     llm.script = [lambda p: completion("Here it is.\n" + broken), lambda p: completion(fix)]

@@ -507,6 +507,33 @@ def _reduction_match(graph: Graph) -> dict[str, Any] | None:
 
 
 TOTAL_REDUCTIONS = ("sum", "mean", "linalg_vector_norm")
+_FLOATS = ("float32", "bfloat16", "float16")
+
+
+def _norm_order(n: Node) -> Any:
+    """The ord of a ``linalg_vector_norm`` (2 where the graph leaves it out), None for other ops."""
+    if n.op != "linalg_vector_norm":
+        return None
+    return n.args[1] if len(n.args) > 1 else n.kwargs.get("ord", 2)
+
+
+def _downstream(comp: list[Node], start: str, skip: set[str] | frozenset[str] = frozenset()) -> set[str]:
+    """``start`` and the compute nodes (in ``comp``, topologically ordered) that read it, transitively."""
+    after = {start}
+    for n in comp:
+        if n.name not in skip and set(n.refs()) & after:
+            after.add(n.name)
+    return after
+
+
+def _in_order(comp: list[Node], names: set[str]) -> list[str]:
+    return [n.name for n in comp if n.name in names]
+
+
+def _views_are_leaves(graph: Graph, skip: set[str] | frozenset[str] = frozenset()) -> bool:
+    """Every view node (but those in ``skip``) lies between a placeholder and its use."""
+    return all(n.op not in VIEW_OPS or n.name in skip or (n.op in LEAF_VIEW_OPS and leaf_of(graph, Ref(n.name)))
+               for n in graph.nodes)
 
 
 def _reduces_everything(n: Node, ndim: int) -> bool:
@@ -514,8 +541,7 @@ def _reduces_everything(n: Node, ndim: int) -> bool:
     if n.kwargs.get("dtype") is not None:
         return False
     if n.op == "linalg_vector_norm":
-        order = n.args[1] if len(n.args) > 1 else n.kwargs.get("ord", 2)
-        if order not in (1, 2):
+        if _norm_order(n) not in (1, 2):
             return False
         dims = n.args[2] if len(n.args) > 2 else n.kwargs.get("dim")
     else:
@@ -557,21 +583,14 @@ def _total_match(graph: Graph) -> dict[str, Any] | None:
     red = reds[0]
     src = red.args[0] if red.args else None
     ts = graph.type_of(src.name) if isinstance(src, Ref) else None
-    if ts is None or not ts.shape or ts.dtype not in ("float32", "bfloat16", "float16") \
-            or not _reduces_everything(red, len(ts.shape)):
+    if ts is None or not ts.shape or ts.dtype not in _FLOATS or not _reduces_everything(red, len(ts.shape)):
         return None
-    if len(graph.outputs) != 1 or not isinstance(graph.outputs[0], Ref):
+    if len(graph.outputs) != 1 or not isinstance(graph.outputs[0], Ref) or not _views_are_leaves(graph):
         return None
     out = graph.outputs[0].name
-    for n in graph.nodes:
-        if n.op in VIEW_OPS and (n.op not in LEAF_VIEW_OPS or leaf_of(graph, Ref(n.name)) is None):
-            return None
     prologue = _upstream(graph, [red.name], set())
     names = {n.name: n for n in comp}
-    after = {red.name}
-    for n in comp:
-        if set(n.refs()) & after:
-            after.add(n.name)
+    after = _downstream(comp, red.name)
     scalar = {m for m in after - {red.name} if names[m].type is not None and names[m].type.numel == 1}
     finish = scalar | {c for m in scalar for c in names[m].refs() if c in names and not names[c].refs()}
     for m in finish:
@@ -583,12 +602,8 @@ def _total_match(graph: Graph) -> dict[str, Any] | None:
         apply = _upstream(graph, [out], finish | {red.name}) - finish - {red.name} | {out}
     if set(names) != prologue | {red.name} | finish | apply:
         return None
-
-    def ordered(s: set[str]) -> list[str]:
-        return [n.name for n in comp if n.name in s]
-
-    return {"red": red.name, "src": src.name, "prologue": ordered(prologue), "finish": ordered(finish),
-            "apply": ordered(apply), "out": out}
+    return {"red": red.name, "src": src.name, "ord": _norm_order(red), "prologue": _in_order(comp, prologue),
+            "finish": _in_order(comp, finish), "apply": _in_order(comp, apply), "out": out}
 
 
 SCANS = {"cumsum": 0.0, "cumprod": 1.0}
@@ -650,8 +665,7 @@ def _scan_match(graph: Graph) -> dict[str, Any] | None:
     scan = scans[0]
     src = scan.args[0] if scan.args else None
     st = graph.type_of(src.name) if isinstance(src, Ref) else None
-    if st is None or not st.shape or st.dtype not in ("float32", "bfloat16", "float16") \
-            or scan.kwargs.get("dtype") is not None or len(scan.args) < 2 or not isinstance(scan.args[1], int):
+    if st is None or not st.shape or st.dtype not in _FLOATS or scan.kwargs.get("dtype") is not None or len(scan.args) < 2 or not isinstance(scan.args[1], int):
         return None
     dim = scan.args[1] % len(st.shape)
     head, tail, covered, reverse, exclusive = src.name, scan.name, {scan.name}, False, False
@@ -675,26 +689,14 @@ def _scan_match(graph: Graph) -> dict[str, Any] | None:
     out = graph.outputs[0].name
     hn = graph.node(head)
     prologue = _upstream(graph, [head], set()) | ({head} if hn is not None and hn.op not in VIEW_OPS else set())
-    after = {tail}
-    for n in comp:
-        if set(n.refs()) & after and n.name not in covered:
-            after.add(n.name)
-    epilogue = after - {tail}
+    epilogue = _downstream(comp, tail, covered) - {tail}
     names = {n.name for n in comp}
     if names - covered - prologue - epilogue or not all(is_pointwise(graph.node(n)) for n in prologue | epilogue):
         return None
-    if out != tail and out not in epilogue:
+    if out != tail and out not in epilogue or not _views_are_leaves(graph, covered):
         return None
-    for n in graph.nodes:
-        if n.op in VIEW_OPS and n.name not in covered and (n.op not in LEAF_VIEW_OPS
-                                                             or leaf_of(graph, Ref(n.name)) is None):
-            return None
-
-    def ordered(s: set[str]) -> list[str]:
-        return [n.name for n in comp if n.name in s]
-
     return {"op": scan.op, "dim": dim, "head": head, "tail": tail, "reverse": reverse, "exclusive": exclusive,
-            "prologue": ordered(prologue), "epilogue": ordered(epilogue), "out": out}
+            "prologue": _in_order(comp, prologue), "epilogue": _in_order(comp, epilogue), "out": out}
 
 
 def _pointwise_match(graph: Graph) -> dict[str, Any] | None:

@@ -75,8 +75,7 @@ class TotalTemplate(Template):
         v = env[a["src"]]
         if v.kind != "f":
             raise TemplateError("the reduced value is not a float")
-        order = red.args[1] if red.op == "linalg_vector_norm" and len(red.args) > 1 else \
-            red.kwargs.get("ord", 2) if red.op == "linalg_vector_norm" else None
+        order = a["ord"]
         term = {1: f"tl.abs({v.expr})", 2: f"{v.expr} * {v.expr}", None: v.expr}[order]
         big = src_t.numel >= 2**31 - 1
         sig = reads.kernel_params() + ["part_ptr", "numel"] + reads.stride_params()
