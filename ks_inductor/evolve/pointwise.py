@@ -40,7 +40,9 @@ def _rne_bf16(x):
     # Round-to-nearest-even to bf16 by integer arithmetic: the Triton interpreter's casts truncate.
     u = x.to(tl.uint32, bitcast=True)
     u = (u + (0x7FFF + ((u >> 16) & 1))) & 0xFFFF0000
-    return u.to(tl.float32, bitcast=True)
+    # NaN stays NaN: the GPU's canonical NaN, 0x7FFFFFFF, would carry the add into the sign bit and come out -0.0
+    # (on the H200 a NaN in RoPE's q became a finite attention row).
+    return tl.where(x != x, x, u.to(tl.float32, bitcast=True))
 """
 
 # On a GPU the conversion instruction rounds to nearest even by itself, so a store needs one instruction where
@@ -150,6 +152,38 @@ def exp_shifted(x: str, shift: str, fast: bool) -> str:
     return f"tl.exp({x} - ({shift}))"
 
 
+# torch's max, min, clamp and relu return NaN where an operand is NaN. Triton's tl.maximum / tl.minimum and the
+# tl.max / tl.min reductions default to IEEE maxNum, which drops it (maxnumf on a GPU, np.fmax in the interpreter), so
+# relu(NaN) would come out 0 and a row's amax would skip its NaN. Every min or max a template emits for torch's goes
+# through these.
+_PROPAGATE = "propagate_nan=tl.PropagateNan.ALL"
+
+
+def max_expr(a: str, b: str) -> str:
+    return f"tl.maximum({a}, {b}, {_PROPAGATE})"
+
+
+def min_expr(a: str, b: str) -> str:
+    return f"tl.minimum({a}, {b}, {_PROPAGATE})"
+
+
+def reduce_expr(op: str, x: str, axis: int) -> str:
+    """torch's amax / amin of ``x`` along ``axis``: NaN if any element is NaN."""
+    return f"tl.reduce({x}, {axis}, {'_max_nan' if op == 'amax' else '_min_nan'})"
+
+
+MAX_NAN_HELPER = f"""
+@triton.jit
+def _max_nan(a, b):
+    return tl.maximum(a, b, {_PROPAGATE})
+"""
+
+MIN_NAN_HELPER = f"""
+@triton.jit
+def _min_nan(a, b):
+    return tl.minimum(a, b, {_PROPAGATE})
+"""
+
 # The combine function of a reduction of two sums at once (``tl.reduce((a, b), axis, _add_pair)``).
 ADD_PAIR_HELPER = """
 @triton.jit
@@ -165,6 +199,10 @@ def math_helpers(kernels: str, target: str) -> str:
         out.append((EXP2_FTZ_HELPER if target == "cpu" else EXP2_FTZ_HELPER_HW).strip())
     if "_add_pair)" in kernels:
         out.append(ADD_PAIR_HELPER.strip())
+    if "_max_nan)" in kernels:
+        out.append(MAX_NAN_HELPER.strip())
+    if "_min_nan)" in kernels:
+        out.append(MIN_NAN_HELPER.strip())
     return "\n\n\n".join(out)
 
 
@@ -237,9 +275,9 @@ def _gelu(a: str, approximate: str) -> str:
 def _clamp(a: str, lo: Any, hi: Any) -> str:
     out = a
     if lo is not None:
-        out = f"tl.maximum({out}, {lo})"
+        out = max_expr(out, lo)
     if hi is not None:
-        out = f"tl.minimum({out}, {hi})"
+        out = min_expr(out, hi)
     return out
 
 
@@ -304,11 +342,11 @@ _TABLE: dict[str, Lowering] = {
     "sin": _f(lambda a: f"tl.sin({a})"),
     "cos": _f(lambda a: f"tl.cos({a})"),
     "erf": _f(lambda a: f"tl.erf({a})"),
-    "relu": _f(lambda a: f"tl.maximum({a}, 0.0)"),
+    "relu": _f(lambda a: max_expr(a, "0.0")),
     "silu": _f(lambda a: f"(({a}) * {_sigmoid(a)})"),
     "sign": _f(lambda a: f"tl.where(({a}) > 0.0, 1.0, tl.where(({a}) < 0.0, -1.0, 0.0))"),
-    "maximum": _f(lambda a, b: f"tl.maximum({a}, {b})"),
-    "minimum": _f(lambda a, b: f"tl.minimum({a}, {b})"),
+    "maximum": _f(max_expr),
+    "minimum": _f(min_expr),
     "where": _where,
     "gt": _cmp(">"), "lt": _cmp("<"), "ge": _cmp(">="), "le": _cmp("<="), "eq": _cmp("=="), "ne": _cmp("!="),
     "logical_not": lambda a, kw: Val(f"(({a[0].expr}) == 0)", "b"),

@@ -11,8 +11,13 @@ from __future__ import annotations
 import types
 from typing import Any
 
-# Distributions for floating-point inputs. "native" is the problem's own get_inputs() draw.
-_SCALE = {"normal": (1.0, 0.0), "uniform_neg": (1.0, 0.0), "large": (100.0, 0.0), "normal_shifted": (1.0, 2.0)}
+# Distributions for floating-point inputs. "native" is the problem's own get_inputs() draw. "nan" is uniform_neg with
+# a sprinkle of NaN: torch propagates NaN through max, min, clamp and relu, and a kernel that drops it (IEEE maxNum,
+# Triton's default) hides a model's NaN from its user. The rest of the values still check the arithmetic.
+_SCALE = {"normal": (1.0, 0.0), "uniform_neg": (1.0, 0.0), "nan": (1.0, 0.0), "large": (100.0, 0.0),
+          "normal_shifted": (1.0, 2.0)}
+# One NaN per this many elements (at least one per tensor): sparse enough that a row-wise op keeps rows without one.
+NAN_EVERY = 65536
 
 
 def trial_plan(n_trials: int, distributions: tuple[str, ...], base_seed: int) -> list[tuple[int, str]]:
@@ -50,12 +55,15 @@ def make_inputs(mod: types.ModuleType, specs: list[dict], seed: int, dist: str, 
             out.append(native[i].to(device))  # type: ignore[index]
             continue
         t = torch.empty_strided(s["shape"], s["stride"], dtype=torch.float32, device=device)
-        if dist == "uniform_neg":
+        if dist in ("uniform_neg", "nan"):
             t.uniform_(-1.0, 1.0, generator=gen)
         else:
             t.normal_(shift, 1.0, generator=gen)
         if scale != 1.0:
             t.mul_(scale)
+        if dist == "nan" and t.numel():
+            flat = torch.randint(0, t.numel(), (1 + t.numel() // NAN_EVERY,), generator=gen, device=device)
+            t[torch.unravel_index(flat, tuple(t.shape))] = float("nan")
         x = torch.empty_strided(s["shape"], s["stride"], dtype=dtype, device=device)
         x.copy_(t)
         out.append(x)

@@ -138,9 +138,16 @@ def run_reference(job: dict[str, Any]) -> dict[str, Any]:
     def run(i: int) -> tuple[dict[str, Any], int]:
         seed, dist = runs[i]
         with torch.no_grad():
-            outs = _as_outputs(model(*make_inputs(mod, job["specs"], seed, dist, device)))
+            try:
+                outs = _as_outputs(model(*make_inputs(mod, job["specs"], seed, dist, device)))
+            except RuntimeError:
+                if dist != "nan":
+                    raise
+                # The problem refuses NaN (sampling from probabilities, say): judge this trial on its own inputs.
+                dist = "native"
+                outs = _as_outputs(model(*make_inputs(mod, job["specs"], seed, dist, device)))
             finite = all(torch.isfinite(o).all().item() for o in outs if o.is_floating_point())
-            if not finite and dist != "native":
+            if not finite and dist not in ("native", "nan"):
                 # This distribution is outside the problem's domain (log of negatives, overflow); fall back to the
                 # problem's own inputs for this trial rather than compare NaN with NaN.
                 dist = "native"

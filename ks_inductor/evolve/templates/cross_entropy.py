@@ -50,7 +50,8 @@ def _ce_rows(logits_ptr, target_ptr, loss_ptr, valid_ptr, n_cols, stride, ignore
             c = off + cols
             cm = c < n_cols
             x = tl.load(base + c, mask=cm, other=-float('inf')).to(tl.float32)
-            m_new = tl.maximum(m, x)
+            # NaN kept, as in the softmax template's per-lane max: the fold drops lanes whose max is -inf.
+            m_new = tl.maximum(m, x, propagate_nan=tl.PropagateNan.ALL)
             alpha = tl.where(m_new == -float('inf'), 1.0, tl.exp(m - m_new))
             s = s * alpha + tl.where(cm, tl.exp(x - m_new), 0.0)
             m = m_new

@@ -11,12 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from ks_inductor.evolve.families import FamilyMatch
+from ks_inductor.evolve.pointwise import max_expr, min_expr, reduce_expr
 from ks_inductor.evolve.templates.base import Template, block_class, inner_size, module_source, torch_dtype
 
 _NEUTRAL = {"sum": "0.0", "mean": "0.0", "amax": "-float('inf')", "amin": "float('inf')",
             "argmax": "-float('inf')", "argmin": "float('inf')"}
-_COMBINE = {"sum": "tl.sum", "mean": "tl.sum", "amax": "tl.max", "amin": "tl.min"}
-_STEP = {"sum": "acc + v", "mean": "acc + v", "amax": "tl.maximum(acc, v)", "amin": "tl.minimum(acc, v)"}
+_STEP = {"sum": "acc + v", "mean": "acc + v", "amax": max_expr("acc", "v"), "amin": min_expr("acc", "v")}
 _ARG_BETTER = {"argmax": ">", "argmin": "<"}
 _ARG_PICK = {"argmax": "tl.max", "argmin": "tl.min"}
 
@@ -65,7 +65,8 @@ def _kernel(op: str, variant: str) -> str:
     if op not in _ARG_BETTER:
         init = f"    acc = tl.full({tile}, {n}, tl.float32)"
         step = f"        acc = {_STEP[op]}"
-        finish = f"    res = {_COMBINE[op]}(acc, axis={ax})" + (" / R" if op == "mean" else "")
+        combined = f"tl.sum(acc, axis={ax})" if op in ("sum", "mean") else reduce_expr(op, "acc", ax)
+        finish = f"    res = {combined}" + (" / R" if op == "mean" else "")
     else:
         # Each lane keeps its best value and index (a later index wins only when strictly better, or NaN over a
         # number); then the lanes agree on the best value and, among those holding it, the smallest index.

@@ -26,6 +26,7 @@ from ks_inductor.evolve.pointwise import (
     is_pointwise,
     literal,
     lower_node,
+    reduce_expr,
     round_expr,
     store_expr,
     unfenced,
@@ -115,8 +116,10 @@ def _lower(fm: FamilyMatch, lowp: bool = False, fastexp: bool = False,
         env[p] = Val(f"v_{p}.to(tl.float32)" if lowp and loads[p] == "tile" else f"v_{p}")
 
     def red(op: str, v: str, keep_shape: bool = True) -> str:
-        fn = {"sum": "tl.sum", "mean": "tl.sum", "amax": "tl.max", "amin": "tl.min"}[op]
-        return f"{fn}(tl.where(mask, {v}, {_NEUTRAL[op]}), axis=1)[:, None]"
+        masked = f"tl.where(mask, {v}, {_NEUTRAL[op]})"
+        if op in ("amax", "amin"):
+            return f"{reduce_expr(op, masked, 1)}[:, None]"
+        return f"tl.sum({masked}, axis=1)[:, None]"
 
     free = unfenced(g.nodes)
     for node in g.nodes:
@@ -189,6 +192,8 @@ def _lower(fm: FamilyMatch, lowp: bool = False, fastexp: bool = False,
                 lines.append(f"{name} = {name} + {env[b.name].expr}")
             lines.append(f"{name} = {rnd(name)}")
         elif node.op in ("_softmax", "_log_softmax"):
+            # tl.max may skip a NaN here (max_expr's note); its exponential still makes the row sum, and so the
+            # whole row, NaN, as torch's is.
             lines.append(f"{name}_m = tl.max(tl.where(mask, {src}, -float('inf')), axis=1)[:, None]")
             if node.op == "_softmax" and lowp:
                 # exp recomputed against the log-sum-exp: no fp32 row of exponentials stays live.

@@ -46,7 +46,9 @@ def _softmax_online(x_ptr, out_ptr, n_cols, sx, so, BLOCK: tl.constexpr, LOG: tl
             s_s = s_s * alpha + tl.sum(tl.where(x == -float('inf'), 0.0, tl.exp(x - m_new)), axis=0)
             m_s = m_new
         else:
-            m_new = tl.maximum(m, x)
+            # NaN kept: a lane that saw only NaN and -inf would otherwise keep m = -inf, and the fold below drops
+            # such lanes' sums, NaN included, where torch's row is all NaN.
+            m_new = tl.maximum(m, x, propagate_nan=tl.PropagateNan.ALL)
             alpha = tl.where(m_new == -float('inf'), 1.0, tl.exp(m - m_new))
             s = s * alpha + tl.where(x == -float('inf'), 0.0, tl.exp(x - m_new))
             m = m_new
