@@ -87,7 +87,11 @@ def test_a_kernel_that_drops_nan_is_rejected_on_the_nan_trial(judge, expr, reduc
     assert good.accepted, good.feedback_text()
     assert not bad.correct and bad.mismatch is not None, bad.feedback_text()
     assert bad.mismatch.distribution == "nan", bad.mismatch
-    assert "'nan'" in bad.feedback_text()
+    assert bad.mismatch.nan_dropped >= 1 and bad.mismatch.nan_added == 0, bad.mismatch
+    # The feedback names the cause and the fix, for the LLM that makes the next change.
+    text = bad.feedback_text()
+    assert "'nan'" in text and f"NaN at {bad.mismatch.nan_dropped} elements" in text
+    assert "propagate_nan=tl.PropagateNan.ALL" in text
 
 
 def test_nan_inputs_are_sparse_reproducible_and_follow_the_strides():

@@ -82,6 +82,7 @@ def _exact(r: Any, o: Any, atol: float, rtol: float, trial: int, i: int,
            dist: str) -> tuple[Mismatch | None, str | None]:
     import torch
 
+    nan_dropped = nan_added = 0
     if not r.is_floating_point():
         bad = o != r
         rel_l2 = float(bad.float().mean())
@@ -97,6 +98,7 @@ def _exact(r: Any, o: Any, atol: float, rtol: float, trial: int, i: int,
         ref_nan, out_nan = torch.isnan(r64), torch.isnan(o64)
         special = ref_nan | out_nan | torch.isinf(r64) | torch.isinf(o64)
         bad = torch.where(special, (ref_nan != out_nan) | (~ref_nan & (o64 != r64)), diff > bound)
+        nan_dropped, nan_added = int((ref_nan & ~out_nan).sum()), int((out_nan & ~ref_nan).sum())
         finite = torch.isfinite(r64) & torch.isfinite(o64)
         num = float(torch.linalg.vector_norm(torch.where(finite, o64 - r64, 0.0)))
         den = float(torch.linalg.vector_norm(torch.where(finite, r64, 0.0)))
@@ -113,7 +115,7 @@ def _exact(r: Any, o: Any, atol: float, rtol: float, trial: int, i: int,
     m = Mismatch(
         trial=trial, output_index=i, max_abs_error=float(diff_f.max()), max_rel_error=float(rel.max()),
         fraction_mismatched=n_bad / r.numel(), first_bad_index=first, rel_l2_error=rel_l2,
-        distribution=dist, atol=atol, rtol=rtol,
+        distribution=dist, atol=atol, rtol=rtol, nan_dropped=nan_dropped, nan_added=nan_added,
     )
     why = (f"{n_bad} of {r.numel()} elements outside tolerance" if n_bad
            else f"relative L2 error {rel_l2:.3g} above {rtol:g}")

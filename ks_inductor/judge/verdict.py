@@ -44,6 +44,8 @@ class Mismatch:
     distribution: str = ""
     atol: float = 0.0
     rtol: float = 0.0
+    nan_dropped: int = 0  # elements where the reference is NaN and the candidate a number
+    nan_added: int = 0  # and the other way round
 
 
 @dataclass
@@ -176,6 +178,14 @@ class EvalResult:
                 f"{m.max_rel_error:.3g}, {100 * m.fraction_mismatched:.2f}% of elements outside atol={m.atol:g} "
                 f"rtol={m.rtol:g}, relative L2 error {m.rel_l2_error:.3g}; first bad index {m.first_bad_index}."
             )
+            if m.nan_dropped:
+                lines.append(
+                    f"The reference is NaN at {m.nan_dropped} elements where the candidate gives numbers. torch's "
+                    "max, min, clamp and relu return NaN when an operand is NaN; Triton's tl.maximum, tl.minimum, "
+                    "tl.max and tl.min drop it unless told otherwise (tl.maximum(a, b, "
+                    "propagate_nan=tl.PropagateNan.ALL); tl.reduce with such a combine function).")
+            if m.nan_added:
+                lines.append(f"The candidate gives NaN at {m.nan_added} elements where the reference has numbers.")
         if self.correct and self.timing_meaningful and "candidate" in self.timings:
             c = self.timings["candidate"]
             parts = [f"candidate {c.median_ms:.4f} ms (IQR {c.iqr_ms:.4f})"]
