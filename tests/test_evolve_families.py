@@ -144,6 +144,23 @@ EXTRA = {
                                         "[torch.randn(3, 50, 7), torch.rand(3, 50, 7) > 0.5]"), "scan"),
     "cumsum_bf16_minus_input": (module("        return torch.cumsum(xs[0], dim=-1) - xs[0]",
                                        "[torch.randn(4, 600).bfloat16()]"), "scan"),
+    # Pools: the 1-d ones reach aten as 2-d pools of an unsqueezed input; ceil_mode windows overhang the input.
+    "max_pool1d_dilated": (module("        return F.max_pool1d(xs[0], 5, stride=2, padding=2, dilation=2)",
+                                  "[torch.randn(2, 3, 37)]"), "pool"),
+    "max_pool2d_ceil": (module("        return F.max_pool2d(xs[0], 3, stride=2, padding=1, ceil_mode=True)",
+                               "[torch.randn(2, 3, 15, 17)]"), "pool"),
+    "max_pool3d_bf16": (module("        return F.max_pool3d(xs[0], 2)", "[torch.randn(2, 3, 6, 7, 9).bfloat16()]"),
+                        "pool"),
+    "avg_pool1d_padded_bf16": (module("        return F.avg_pool1d(xs[0], 4, stride=3, padding=2, ceil_mode=True)",
+                                      "[torch.randn(2, 3, 29).bfloat16()]"), "pool"),
+    "avg_pool2d_ceil_uncounted_pad": (module(
+        "        return F.avg_pool2d(xs[0], 3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)",
+        "[torch.randn(2, 3, 15, 17)]"), "pool"),
+    "avg_pool3d_divisor": (module(
+        "        return F.avg_pool3d(xs[0], (2, 3, 2), stride=(1, 2, 2), padding=(1, 1, 0), divisor_override=5)",
+        "[torch.randn(2, 3, 5, 8, 7)]"), "pool"),
+    "max_pool_indices_are_not_here": (module("        return F.max_pool2d(xs[0], 2, return_indices=True)",
+                                             "[torch.randn(1, 2, 6, 6)]"), None),
     "cummax_is_not_here": (module("        return torch.cummax(xs[0], dim=1)[0]", "[torch.randn(3, 10)]"), None),
     "amax_of_everything_is_not_here": (module("        return xs[0].amax()", "[torch.randn(3, 10)]"), None),
     "two_totals_are_not_here": (module("        return xs[0].sum() + xs[1].mean()",
@@ -178,6 +195,19 @@ def test_family_parameters_come_from_the_graph() -> None:
     assert ln.init_signature.startswith("dim, eps=")
     mm = classify(problem_from_source(EXTRA["matmul_mish_mish"][0], "mmm"))
     assert mm is not None and mm.attrs["bias"] is not None and len(mm.attrs["epilogue"]) >= 10
+
+
+def test_pool_parameters_come_from_the_graph() -> None:
+    fm = classify(problem_from_source(EXTRA["max_pool1d_dilated"][0], name="p"))
+    a = fm.attrs
+    assert (a["kind"], a["nd"], a["kernel"], a["stride"], a["padding"], a["dilation"]) == (
+        "max", 2, [1, 5], [1, 2], [0, 2], [1, 2])
+    assert a["out_shape"] == [2, 3, 17] and a["out_spatial"] == [1, 17] and a["in_spatial"] == [1, 37]
+    a = classify(problem_from_source(EXTRA["avg_pool2d_ceil_uncounted_pad"][0], name="p")).attrs
+    assert a["out_spatial"] == [8, 9] and not a["count_include_pad"] and a["divisor_override"] is None
+    a = classify(problem_from_source(EXTRA["avg_pool3d_divisor"][0], name="p")).attrs
+    assert (a["kernel"], a["stride"], a["padding"], a["divisor_override"], a["dtype"]) == (
+        [2, 3, 2], [1, 2, 2], [1, 1, 0], 5, "float32")
 
 
 def test_graph_parser_reads_constants() -> None:

@@ -242,3 +242,19 @@ def test_scan_variants_compile_for_sm90(tmp_path) -> None:
     assert {k["variant"] for k in report["masked_cumsum_middle_dim"]} == {"col"}
     assert {k["variant"] for k in report["cumsum_reverse"]} == {"row"}
     assert {k["rnd"] for k in report["cumsum_bf16_minus_input"]} == {0, 1}
+
+
+def test_pool_kernels_compile_for_sm90(tmp_path) -> None:
+    """Max and average pools over 2 and 3 dims, with dilation, uncounted padding, a divisor override and bf16."""
+    pytest.importorskip("triton.backends.nvidia")
+    from tests.test_evolve_families import EXTRA
+
+    names = ("max_pool1d_dilated", "max_pool2d_ceil", "max_pool3d_bf16", "avg_pool2d_ceil_uncounted_pad",
+             "avg_pool3d_divisor")
+    paths = []
+    for name in names:
+        paths.append(tmp_path / f"{name}.py")
+        paths[-1].write_text(EXTRA[name][0])
+    report = _run(paths, "all")
+    assert set(report) == set(names)
+    assert all(k["cubin"] > 0 and not k["spills"] for ks in report.values() for k in ks), report

@@ -10,6 +10,7 @@ from ks_inductor.evolve.templates.base import Template, TemplateError
 from ks_inductor.evolve.templates.cross_entropy import CrossEntropyTemplate
 from ks_inductor.evolve.templates.matmul import MatmulTemplate
 from ks_inductor.evolve.templates.pointwise import PointwiseTemplate
+from ks_inductor.evolve.templates.pool import PoolTemplate
 from ks_inductor.evolve.templates.reduction import ReductionTemplate
 from ks_inductor.evolve.templates.rope import RopeTemplate
 from ks_inductor.evolve.templates.rowwise import RowwiseTemplate
@@ -20,7 +21,7 @@ from ks_inductor.evolve.templates.total import TotalTemplate
 TEMPLATES: tuple[Template, ...] = (
     RowwiseTemplate(), SoftmaxLoopTemplate(), CrossEntropyTemplate(), MatmulTemplate(), PointwiseTemplate(),
     RopeTemplate(), ReductionTemplate(), AttentionTemplate(), TotalTemplate(),
-    ScanTemplate(),
+    ScanTemplate(), PoolTemplate(),
 )
 
 
