@@ -772,6 +772,21 @@ def _pointwise_match(graph: Graph) -> dict[str, Any] | None:
     return {"outputs": [o.name for o in graph.outputs]}
 
 
+# The matchers classify tries, in order, before and after the row-wise families; the first that matches names the
+# family.
+_BEFORE_ROWS = (("matmul", _matmul_match), ("attention", _attention_match), ("cross_entropy", _is_cross_entropy),
+                ("rope", _is_rope))
+_AFTER_ROWS = (("reduction", _reduction_match), ("total", _total_match), ("scan", _scan_match),
+               ("pool", _pool_match))
+
+
+def _first_match(graph: Graph, matchers: tuple[tuple[str, Any], ...]) -> tuple[str, dict[str, Any]] | None:
+    for family, match in matchers:
+        if (m := match(graph)) is not None:
+            return family, m
+    return None
+
+
 def classify(problem: Problem) -> FamilyMatch | None:
     """Classify a problem, or None where no template covers it (then the LLM writes the first seed)."""
     graph = parse_graph(problem.graph_text)
@@ -780,14 +795,8 @@ def classify(problem: Problem) -> FamilyMatch | None:
     attrs: dict[str, Any] = {}
     if not graph.nodes:
         return None
-    if (m := _matmul_match(graph)) is not None:
-        family, attrs = "matmul", m
-    elif (m := _attention_match(graph)) is not None:
-        family, attrs = "attention", m
-    elif (m := _is_cross_entropy(graph)) is not None:
-        family, attrs = "cross_entropy", m
-    elif (m := _is_rope(graph)) is not None:
-        family, attrs = "rope", m
+    if (hit := _first_match(graph, _BEFORE_ROWS)) is not None:
+        family, attrs = hit
     elif (dims := _row_dims(graph)) is not None:
         if ops & {"_softmax", "_log_softmax"} and len(ops - {"_to_copy"}) == 1:
             family = "log_softmax" if "_log_softmax" in ops else "softmax"
@@ -801,14 +810,8 @@ def classify(problem: Problem) -> FamilyMatch | None:
         else:
             family = "rowwise"
         attrs = {"dims": list(dims)}
-    elif (m := _reduction_match(graph)) is not None:
-        family, attrs = "reduction", m
-    elif (m := _total_match(graph)) is not None:
-        family, attrs = "total", m
-    elif (m := _scan_match(graph)) is not None:
-        family, attrs = "scan", m
-    elif (m := _pool_match(graph)) is not None:
-        family, attrs = "pool", m
+    elif (hit := _first_match(graph, _AFTER_ROWS)) is not None:
+        family, attrs = hit
     elif (m := _pointwise_match(graph)) is not None:
         act = ops & {"sigmoid", "gelu", "tanh", "silu", "relu"}
         muls = [n for n in graph.compute_nodes() if n.op == "mul" and len(n.args) == 2

@@ -9,6 +9,7 @@ dilation and the spatial sizes are literals of the render: a region's shapes are
 
 from __future__ import annotations
 
+from math import prod
 from typing import Any
 
 from ks_inductor.evolve.families import FamilyMatch
@@ -22,22 +23,14 @@ from ks_inductor.evolve.templates.base import (
     torch_dtype,
 )
 
-_INT32_LIMIT = 2**31
 
-
-def _prod(xs: list[int]) -> int:
-    n = 1
-    for x in xs:
-        n *= x
-    return n
-
-
-def _kernel(a: dict[str, Any], numel: int) -> str:
+def _kernel(a: dict[str, Any], numel: int, block: int) -> str:
     nd, kind = a["nd"], a["kind"]
     ins, outs = a["in_spatial"], a["out_spatial"]
     ks, st, pad, dil = a["kernel"], a["stride"], a["padding"], a["dilation"]
-    # 32-bit index arithmetic where every offset fits: 64-bit division costs several times as much on a GPU.
-    idx = "tl.int64" if numel >= _INT32_LIMIT else "tl.int32"
+    # 32-bit index arithmetic where every offset fits, the last block's lanes past the end included: 64-bit
+    # division costs several times as much on a GPU.
+    idx = "tl.int64" if numel + block >= 2**31 else "tl.int32"
     k = ["@triton.jit",
          "def _pool(x_ptr, out_ptr, n_out, BLOCK: tl.constexpr):",
          f"    offs = tl.program_id(0).to({idx}) * BLOCK + tl.arange(0, BLOCK).to({idx})",
@@ -45,7 +38,7 @@ def _kernel(a: dict[str, Any], numel: int) -> str:
          "    r = offs"]
     for d in reversed(range(nd)):
         k += [f"    o{d} = r % {outs[d]}", f"    r = r // {outs[d]}"]
-    k.append(f"    base = x_ptr + r * {_prod(ins)}")
+    k.append(f"    base = x_ptr + r * {prod(ins)}")
     other = "-float('inf')" if kind == "max" else "0.0"
     k.append(f"    acc = tl.full([BLOCK], {other}, tl.float32)")
     ind = "    "
@@ -54,7 +47,7 @@ def _kernel(a: dict[str, Any], numel: int) -> str:
               f"{ind}    i{d} = o{d} * {st[d]} - {pad[d]} + k{d} * {dil[d]}",
               f"{ind}    m{d} = {'mask' if d == 0 else f'm{d - 1}'} & (i{d} >= 0) & (i{d} < {ins[d]})"]
         ind += "    "
-    addr = " + ".join(f"i{d} * {_prod(ins[d + 1:])}" if d < nd - 1 else f"i{d}" for d in range(nd))
+    addr = " + ".join(f"i{d} * {prod(ins[d + 1:])}" if d < nd - 1 else f"i{d}" for d in range(nd))
     k.append(f"{ind}v = tl.load(base + {addr}, mask=m{nd - 1}, other={other}).to(tl.float32)")
     k.append(f"{ind}acc = {max_expr('acc', 'v') if kind == 'max' else 'acc + v'}")
     if kind == "avg":
@@ -106,7 +99,7 @@ class PoolTemplate(Template):
     def render(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> str:
         a = fm.attrs
         x_t = fm.graph.type_of(a["x"])
-        numel = max(x_t.numel, _prod(a["out_shape"])) if x_t is not None else _INT32_LIMIT
+        numel = max(x_t.numel if x_t is not None else 0, prod(a["out_shape"]))
         block = int(params["BLOCK"])
         body = [
             f"x = {fm.operand(a['x'])}.contiguous()",
@@ -117,4 +110,4 @@ class PoolTemplate(Template):
             "return out",
         ]
         what = f"{a['kind']} pool over {a['nd']} dims, window {a['kernel']}"
-        return module_source(fm, f"{what} ({variant}), rendered by kernelsmith.", _kernel(a, numel), body)
+        return module_source(fm, f"{what} ({variant}), rendered by kernelsmith.", _kernel(a, numel, block), body)
