@@ -39,7 +39,10 @@ def make_inputs(mod: types.ModuleType, specs: list[dict], seed: int, dist: str, 
     native: list[Any] | None = None
     if dist == "native" or _needs_native(specs):
         torch.manual_seed(seed)
-        native = list(mod.get_inputs())
+        # Drawn on the trial's device: KernelBench's inputs reach 16 GiB (avg pool 2d), more than the worker may
+        # hold in host memory, and a host draw would cross to the device once more for every trial.
+        with torch.device(device):
+            native = list(mod.get_inputs())
     if dist == "native":
         return [x.to(device) if isinstance(x, torch.Tensor) else x for x in native or []]
     gen = torch.Generator(device=device)
