@@ -213,6 +213,31 @@ def test_graphed_timing_cycles_through_enough_input_sets_to_miss_the_l2():
     assert cold_set_count(16 * l2, l2) == 1 and cold_set_count(8 * 2**30, l2) == 1
 
 
+def test_steady_state_timing_is_skipped_with_a_note_where_device_memory_cannot_hold_it():
+    from ks_inductor.judge import EvalResult, Judge, JudgeConfig
+    from ks_inductor.judge.timing import cold_set_count, steady_state_bytes
+    from ks_inductor.problem import load_problem
+
+    l2, gib = 60 * 2**20, 2**30
+    h200_share = int(0.8 * 139.8 * gib)
+    # KernelBench's avg pool 2d: 16 GiB in and out, two rotating sets, three tools. Its graphs alone would take more
+    # than a worker's share of an H200, before the 48 GiB the per-call timing holds.
+    big = steady_state_bytes(16 * gib, 16 * gib, cold_set_count(32 * gib, l2), 2, 3)
+    assert big > h200_share - 48 * gib
+    # A 4096x4096 bf16 norm: eight cold sets, a few hundred MiB.
+    small = steady_state_bytes(32 * 2**20, 32 * 2**20, cold_set_count(64 * 2**20, l2), 3, 3)
+    assert small < 2 * gib and small > cold_set_count(64 * 2**20, l2) * 4 * 32 * 2**20
+
+    problem = load_problem(PROBLEMS / "rmsnorm.py")
+    per_call = {"eager": [[1.0] * 5] * 5, "inductor": [[0.6] * 5] * 5, "candidate": [[0.3] * 5] * 5}
+    with Judge(JudgeConfig(backend="triton-interpret"), spares=False) as judge:
+        judge.backend.timed = True  # synthetic GPU samples
+        r = EvalResult(correct=True, verdict="accepted")
+        judge._judge_speed(r, problem, {"samples": per_call, "wall": None, "steady_skipped": "needs 140 GiB"})
+        assert r.verdict == "accepted" and r.faster and not r.steady_timings
+        assert any("steady state not timed: needs 140 GiB" in n for n in r.notes)
+
+
 def test_plausibility_gate_quarantines_implausible_speed():
     from ks_inductor.judge import EvalResult, Judge, JudgeConfig
     from ks_inductor.problem import load_problem

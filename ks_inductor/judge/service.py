@@ -437,6 +437,8 @@ class Judge:
         if "inductor" in samples:
             res.speedup_inductor, res.speedup_inductor_lcb = T.ratio_with_lcb(samples["inductor"], cand)
             lcbs.append(res.speedup_inductor_lcb)
+        if msg.get("steady_skipped"):
+            res.notes.append(f"steady state not timed: {msg['steady_skipped']}; served on the per-call timing alone")
         if "candidate" in steady:
             res.steady_timings = {name: T.summarize(rounds) for name, rounds in steady.items()}
             for name in samples:

@@ -156,6 +156,28 @@ def cold_set_count(set_bytes: int, l2_bytes: int) -> int:
     return max(2, -(-4 * l2_bytes // max(set_bytes, 1)))
 
 
+def steady_state_bytes(in_bytes: int, out_bytes: int, count: int, n_sets: int, n_tools: int) -> int:
+    """Device memory the steady-state timing adds to what the per-call timing already holds: ``count`` graph input
+    sets, the reference's outputs for each of the ``n_sets`` contents they rotate through, and each tool's graph
+    keeping its ``count`` outputs in a pool of its own (graphs share no memory). A tenth more for what the tools
+    allocate inside a call. At KernelBench's 16 GiB tensors this is over 100 GiB, more than an H200 gives a worker."""
+    held = count * in_bytes + n_sets * out_bytes + n_tools * count * out_bytes
+    return held + held // 10
+
+
+def device_bytes_available(device: str) -> int | None:
+    """Bytes this process may still allocate on ``device``: its share of the memory (the per-process fraction the
+    judge sets) less what it holds, capped by what the device has free. None on the CPU (no such budget)."""
+    if device == "cpu":
+        return None
+    import torch
+
+    free, total = torch.cuda.mem_get_info()
+    fraction = getattr(torch.cuda, "get_per_process_memory_fraction", lambda: 1.0)()
+    reusable = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+    return max(0, min(int(fraction * total) - torch.cuda.memory_allocated(), free + reusable))
+
+
 def benchmark_graphed(
     calls: dict[str, list[Callable[[], Any]]],
     *,

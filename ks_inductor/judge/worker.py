@@ -463,9 +463,18 @@ def _steady_state(job: dict[str, Any], tools: dict[str, Any], reference: Any, se
     out_bytes = sum(math.prod(o["shape"]) * getattr(torch, o["dtype"]).itemsize for o in job["output_specs"])
     in_bytes = sum(x.numel() * x.element_size() for x in sets[0] if isinstance(x, torch.Tensor))
     count = T.cold_set_count(in_bytes + out_bytes, l2)
-    graph_sets = [[x.clone() if isinstance(x, torch.Tensor) else x for x in sets[k % len(sets)]]
-                  for k in range(count)]
-    expected = [_as_outputs(reference(*s)) for s in sets]
+    need = T.steady_state_bytes(in_bytes, out_bytes, count, len(sets), len(tools))
+    have = T.device_bytes_available(device)
+    if have is not None and need > have:
+        # Not timing the steady state is the judge's limit, not the candidate's fault: per call it is still timed.
+        return {"steady_skipped": f"the CUDA-graph timing needs {need / 2**30:.1f} GiB of device memory on top of "
+                                  f"the per-call timing's, and {have / 2**30:.1f} GiB is left"}
+    try:
+        graph_sets = [[x.clone() if isinstance(x, torch.Tensor) else x for x in sets[k % len(sets)]]
+                      for k in range(count)]
+        expected = [_as_outputs(reference(*s)) for s in sets]
+    except torch.cuda.OutOfMemoryError as e:
+        return {"steady_skipped": f"the CUDA-graph timing ran out of device memory setting up: {str(e)[:200]}"}
     held: dict[int, list[Any]] = {}
 
     def call(f: Any, k: int, keep: bool) -> Any:
@@ -503,6 +512,8 @@ def _steady_state(job: dict[str, Any], tools: dict[str, Any], reference: Any, se
 
     samples, errors = T.benchmark_graphed(calls, rounds=job["timing"]["rounds"], seed=job["order_seed"],
                                           before_replay=before_replay, after_replay=after_replay)
+    if "out of memory" in errors.get("candidate", "").lower():
+        return {"steady_skipped": f"the CUDA-graph timing ran out of device memory: {errors['candidate'][:200]}"}
     if "candidate" in errors:
         flags.append(("graph_capture", "the candidate cannot be captured in a CUDA graph, as serving runs kernels: "
                       + errors["candidate"]))
