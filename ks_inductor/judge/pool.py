@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ks_inductor.judge.backends import JudgeBackend, worker_environment
+from ks_inductor.judge.forkserver import ForkedProcess, ForkServer, ForkServerError
 
 log = logging.getLogger(__name__)
 
@@ -82,18 +83,27 @@ def _rss_mb(pid: int) -> float:
 
 
 class WorkerProcess:
-    def __init__(self, backend: JudgeBackend, device_index: int | None, log_dir: str) -> None:
+    def __init__(self, backend: JudgeBackend, device_index: int | None, log_dir: str,
+                 forks: ForkServer | None = None) -> None:
         self.device_index = device_index
-        r, w = os.pipe()
         os.makedirs(log_dir, exist_ok=True)
         self.log_path = os.path.join(log_dir, f"worker-{os.getpid()}-{id(self):x}.log")
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - lives as long as the process
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ks_inductor.judge.worker", str(w)],
-            stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT, pass_fds=(w,),
-            env=worker_environment(backend, device_index), start_new_session=True, cwd=log_dir,
-        )
-        os.close(w)
+        self.proc: subprocess.Popen[bytes] | ForkedProcess
+        r = None
+        if forks is not None and forks.alive:
+            try:
+                self.proc, r = forks.fork(self._log.fileno(), log_dir)
+            except ForkServerError as e:
+                log.warning("%s; starting the worker from scratch", e)
+        if r is None:
+            r, w = os.pipe()
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "ks_inductor.judge.worker", str(w)],
+                stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT, pass_fds=(w,),
+                env=worker_environment(backend, device_index), start_new_session=True, cwd=log_dir,
+            )
+            os.close(w)
         self._events: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, args=(r,), daemon=True)
         self._reader.start()
@@ -223,6 +233,19 @@ def _describe_exit(code: int | None) -> str:
     return f"the worker exited with code {code} before reporting a result"
 
 
+def _start_fork_server(backend: JudgeBackend, log_dir: str) -> ForkServer | None:
+    """The warm parent for this backend's workers, where forking is safe: on the CPU, where no device context can
+    exist in the parent. Off with KERNELSMITH_JUDGE_FORK=0; if it cannot start, workers start from scratch."""
+    if backend.device != "cpu" or os.environ.get("KERNELSMITH_JUDGE_FORK", "1") == "0":
+        return None
+    os.makedirs(log_dir, exist_ok=True)
+    try:
+        return ForkServer(worker_environment(backend, None), log_dir)
+    except (ForkServerError, OSError) as e:
+        log.warning("%s; workers start from scratch", e)
+        return None
+
+
 class WorkerPool:
     """Hands out fresh, already-started workers per device and keeps one spare warm for each."""
 
@@ -236,10 +259,12 @@ class WorkerPool:
         self.device_locks = {d: DeviceLock() for d in devices}
         self._next = 0
         self._closed = False
+        self.forks = _start_fork_server(backend, log_dir)
+        self._fork_restarts = 0
         # Enough warm spares that every job in flight starts on an already-imported worker.
         for d in devices:
             for _ in range(spares):
-                self._spares[d].append(WorkerProcess(backend, d, log_dir))
+                self._spares[d].append(WorkerProcess(backend, d, log_dir, self.forks))
 
     def pick_device(self) -> int | None:
         with self._lock:
@@ -247,14 +272,24 @@ class WorkerPool:
             self._next += 1
             return d
 
+    def _revive_forks(self) -> None:
+        # A candidate can kill its parent (the fork server) as easily as itself; start another, a few times over.
+        if self.forks is None or self.forks.alive or self._fork_restarts >= 3 or self._closed:
+            return
+        self._fork_restarts += 1
+        log.warning("the judge's fork server died; starting it again (%d of 3)", self._fork_restarts)
+        self.forks.close()
+        self.forks = _start_fork_server(self.backend, self.log_dir)
+
     def take(self, device: int | None) -> WorkerProcess:
         with self._lock:
+            self._revive_forks()
             ready = [w for w in self._spares[device] if w.proc.poll() is None]
             self._spares[device] = ready
             w = ready.pop(0) if ready else None
             if self.spares_enabled and not self._closed:
-                self._spares[device].append(WorkerProcess(self.backend, device, self.log_dir))
-        return w or WorkerProcess(self.backend, device, self.log_dir)
+                self._spares[device].append(WorkerProcess(self.backend, device, self.log_dir, self.forks))
+        return w or WorkerProcess(self.backend, device, self.log_dir, self.forks)
 
     def close(self) -> None:
         with self._lock:
@@ -264,3 +299,5 @@ class WorkerPool:
                 ws.clear()
         for w in spares:
             w.kill()
+        if self.forks is not None:
+            self.forks.close()

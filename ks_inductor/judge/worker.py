@@ -1,7 +1,8 @@
 """The judge's worker process: runs one job (a reference, a candidate, or test vectors) and exits.
 
-Started as ``python -m ks_inductor.judge.worker FD``. It imports torch and triton, installs the runtime guards,
-says ``ready`` on FD, then reads one JSON job from stdin. Progress (stage changes, requests for the device's timing
+Started as ``python -m ks_inductor.judge.worker FD``, or forked from the judge's warm fork server
+(``forkserver.py``) on the interpreter backend. It imports torch and triton, installs the runtime guards, says
+``ready`` on FD, then reads one JSON job from stdin. Progress (stage changes, requests for the device's timing
 lock, each output handed over for the judge to compare) and the result go out on FD as JSON lines; tensors go to
 safetensors files in the job's folder. Anything the candidate prints lands in the worker's log, never in the
 protocol.
@@ -563,16 +564,32 @@ def run_vectors(job: dict[str, Any]) -> dict[str, Any]:
     return {"cand_files": files, "flags": flags, "launches": dict(counter.counts)}
 
 
-def main() -> None:
-    global _events
-    _events = os.fdopen(int(sys.argv[1]), "w")
-    import torch  # noqa: F401 - imported before "ready" so spares hide the import time
+def preload(warm: bool = False) -> None:
+    """Imports done before "ready", so that spares (or the fork server) hide them. ``warm`` adds what the first
+    candidate call would import anyway: torch._dynamo, which the op recorder's dispatch mode pulls in (1.2-1.6 s)."""
+    import torch  # noqa: F401
     import triton  # noqa: F401
+    import triton.language  # noqa: F401
 
     import ks_inductor.judge.guards  # noqa: F401
     import ks_inductor.judge.inputs  # noqa: F401
     import ks_inductor.problem  # noqa: F401
 
+    if warm:
+        import torch._dynamo  # noqa: F401
+
+
+def main() -> None:
+    preload()
+    serve(int(sys.argv[1]))
+
+
+def serve(events_fd: int) -> None:
+    """Say ready on ``events_fd``, run the one job that comes on stdin, and exit."""
+    global _events
+    import torch
+
+    _events = os.fdopen(events_fd, "w")
     send({"event": "ready", "pid": os.getpid()})
     line = sys.stdin.readline()
     if not line:

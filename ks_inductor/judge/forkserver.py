@@ -1,0 +1,255 @@
+"""A warm parent for the judge's workers: it imports torch, triton and the worker's modules once, then forks a fresh
+child for every job.
+
+A worker started from nothing spends about 3 s of CPU importing before it runs a job that takes well under one on the
+interpreter backend, so on a small CPU box the imports were most of a judgment. A forked child starts from the warm
+parent's memory, which no job has touched: each job still gets a process of its own that dies with it, as before.
+
+Only backends that never initialise a device in the parent use it (the Triton interpreter): CUDA cannot be used in a
+child forked after the parent touched it. The protocol is JSON over a Unix socket; the child's stdin, protocol pipe
+and log travel as file descriptors (SCM_RIGHTS), and the parent reports each child's exit status, since the judge is
+not the child's parent and cannot wait for it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, BinaryIO
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 120.0
+_MSG_MAX = 65536
+
+
+class ForkServerError(RuntimeError):
+    pass
+
+
+class ForkedProcess:
+    """The handle the judge keeps on a forked worker: the part of ``subprocess.Popen`` the pool uses."""
+
+    def __init__(self, server: ForkServer, pid: int, stdin: BinaryIO) -> None:
+        self.server = server
+        self.pid = pid
+        self.stdin = stdin
+
+    @property
+    def returncode(self) -> int | None:
+        return self.server.exit_code(self.pid)
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self.server.wait_exit(self.pid, timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(f"forked worker {self.pid}", timeout or 0.0)
+        return code
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+class ForkServer:
+    """The judge's side: starts the warm parent and asks it for children."""
+
+    def __init__(self, env: dict[str, str], cwd: str) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock = ours
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ks_inductor.judge.forkserver", str(theirs.fileno())],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            pass_fds=(theirs.fileno(),), env=env, cwd=cwd, start_new_session=True,
+        )
+        theirs.close()
+        self._exits: dict[int, int] = {}
+        self._replies: list[dict[str, Any]] = []
+        self._cond = threading.Condition()
+        self._request = threading.Lock()
+        self._closed = False
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        if self._next_reply(START_TIMEOUT_S).get("event") != "ready":
+            self.close()
+            raise ForkServerError("the judge's fork server did not start")
+
+    def _read(self) -> None:
+        buf = b""
+        while True:
+            try:
+                data = self._sock.recv(_MSG_MAX)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            buf += data
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                msg = json.loads(line)
+                with self._cond:
+                    if msg.get("event") == "exit":
+                        self._exits[int(msg["pid"])] = int(msg["code"])
+                    else:
+                        self._replies.append(msg)
+                    self._cond.notify_all()
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def _next_reply(self, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not self._replies:
+                left = deadline - time.monotonic()
+                if self._closed or left <= 0:
+                    return {}
+                self._cond.wait(left)
+            return self._replies.pop(0)
+
+    @property
+    def alive(self) -> bool:
+        return not self._closed and self.proc.poll() is None
+
+    def fork(self, log_fd: int, cwd: str) -> tuple[ForkedProcess, int]:
+        """A new worker: its handle, and the read end of its protocol pipe (the caller's to close)."""
+        in_r, in_w = os.pipe()
+        ev_r, ev_w = os.pipe()
+        try:
+            with self._request:
+                payload = (json.dumps({"cwd": cwd}) + "\n").encode()
+                socket.send_fds(self._sock, [payload], [in_r, ev_w, log_fd])
+                reply = self._next_reply(30.0)
+        except OSError as e:
+            os.close(in_w)
+            os.close(ev_r)
+            raise ForkServerError(f"the judge's fork server is gone: {e}") from e
+        finally:
+            os.close(in_r)
+            os.close(ev_w)
+        if "pid" not in reply:
+            os.close(in_w)
+            os.close(ev_r)
+            raise ForkServerError(f"the judge's fork server did not fork: {reply.get('error', 'no answer')}")
+        return ForkedProcess(self, int(reply["pid"]), os.fdopen(in_w, "wb")), ev_r
+
+    def exit_code(self, pid: int) -> int | None:
+        with self._cond:
+            return self._exits.get(pid)
+
+    def wait_exit(self, pid: int, timeout: float | None) -> int | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while pid not in self._exits:
+                if self._closed:
+                    # The parent is gone, so nobody reports this child; it is either dead or orphaned and killed.
+                    return self._exits.get(pid, -signal.SIGKILL)
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                self._cond.wait(left)
+            return self._exits[pid]
+
+    def close(self) -> None:
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+# The warm parent's side.
+
+def _child(sock: socket.socket, fds: list[int], cwd: str) -> None:
+    """Runs in the forked child and never returns."""
+    code = 3
+    try:
+        os.setsid()  # a process group of its own, so the judge's killpg reaches whatever it starts
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        sock.close()
+        in_r, ev_w, log_fd = fds
+        os.dup2(in_r, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        for fd in (in_r, log_fd):
+            if fd > 2:
+                os.close(fd)
+        sys.stdin = os.fdopen(0, "r", closefd=False)
+        sys.stdout = os.fdopen(1, "w", closefd=False)
+        sys.stderr = os.fdopen(2, "w", closefd=False)
+        os.chdir(cwd)
+        from ks_inductor.judge import worker
+
+        worker.serve(ev_w)
+        code = 0
+    except BaseException:  # noqa: BLE001 - the child must never return into the parent's loop
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def _reap(sock: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        sock.sendall((json.dumps({"event": "exit", "pid": pid, "code": os.waitstatus_to_exitcode(status)})
+                      + "\n").encode())
+
+
+def serve(fd: int) -> None:
+    sock = socket.socket(fileno=fd)
+    from ks_inductor.judge import worker
+
+    worker.preload(warm=True)
+    sock.sendall(b'{"event": "ready"}\n')
+    while True:
+        readable, _, _ = select.select([sock], [], [], 0.05)
+        _reap(sock)
+        if not readable:
+            continue
+        msg, fds, _, _ = socket.recv_fds(sock, _MSG_MAX, 3)
+        if not msg:
+            return  # the judge closed its end
+        try:
+            req = json.loads(msg)
+            if len(fds) != 3:
+                raise ValueError(f"expected 3 descriptors, got {len(fds)}")
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                _child(sock, fds, req["cwd"])
+            reply: dict[str, Any] = {"event": "forked", "pid": pid}
+        except Exception as e:  # noqa: BLE001 - a bad request is answered, never fatal to the server
+            reply = {"event": "error", "error": f"{type(e).__name__}: {e}"}
+        finally:
+            for f in fds:
+                os.close(f)
+        sock.sendall((json.dumps(reply) + "\n").encode())
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]))
