@@ -1,7 +1,8 @@
 """Worker processes and their supervision: time limits per stage, a memory limit, the per-device timing lock.
 
 Each job gets a fresh process (a crash, a hang or a CUDA error can never leak into the next candidate); a spare
-per device is started ahead so that the torch import is off the critical path.
+per device is started ahead so that the torch import is off the critical path. On the CPU the processes are forked
+from a warm parent that did the imports once (``forkserver.py``); on a GPU each starts from scratch.
 """
 
 from __future__ import annotations
