@@ -43,12 +43,8 @@ class ForkedProcess:
         self.pid = pid
         self.stdin = stdin
 
-    @property
-    def returncode(self) -> int | None:
-        return self.server.exit_code(self.pid)
-
     def poll(self) -> int | None:
-        return self.returncode
+        return self.server.exit_code(self.pid)
 
     def wait(self, timeout: float | None = None) -> int:
         code = self.server.wait_exit(self.pid, timeout)
@@ -69,11 +65,13 @@ class ForkServer:
     def __init__(self, env: dict[str, str], cwd: str) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock = ours
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ks_inductor.judge.forkserver", str(theirs.fileno())],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            pass_fds=(theirs.fileno(),), env=env, cwd=cwd, start_new_session=True,
-        )
+        self.log_path = os.path.join(cwd, "forkserver.log")
+        with open(self.log_path, "wb") as log_file:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "ks_inductor.judge.forkserver", str(theirs.fileno())],
+                stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                pass_fds=(theirs.fileno(),), env=env, cwd=cwd, start_new_session=True,
+            )
         theirs.close()
         self._exits: dict[int, int] = {}
         self._replies: list[dict[str, Any]] = []
@@ -84,7 +82,7 @@ class ForkServer:
         self._reader.start()
         if self._next_reply(START_TIMEOUT_S).get("event") != "ready":
             self.close()
-            raise ForkServerError("the judge's fork server did not start")
+            raise ForkServerError(f"the judge's fork server did not start (its output: {self.log_path})")
 
     def _read(self) -> None:
         buf = b""
