@@ -159,6 +159,14 @@ EXTRA = {
     "avg_pool3d_divisor": (module(
         "        return F.avg_pool3d(xs[0], (2, 3, 2), stride=(1, 2, 2), padding=(1, 1, 0), divisor_override=5)",
         "[torch.randn(2, 3, 5, 8, 7)]"), "pool"),
+    # Windows that overlap along the rows (the window variant reuses each input row's partial across output rows).
+    "max_pool2d_stride1": (module("        return F.max_pool2d(xs[0], 4, stride=1, padding=1)",
+                                  "[torch.randn(2, 3, 21, 19)]"), "pool"),
+    "max_pool2d_dilated_rows": (module(
+        "        return F.max_pool2d(xs[0], (3, 2), stride=(1, 2), padding=(1, 1), dilation=(2, 1))",
+        "[torch.randn(2, 3, 17, 23)]"), "pool"),
+    "avg_pool3d_overlap": (module("        return F.avg_pool3d(xs[0], 3, stride=(2, 1, 2), padding=1)",
+                                       "[torch.randn(2, 2, 7, 9, 11)]"), "pool"),
     "max_pool_indices_are_not_here": (module("        return F.max_pool2d(xs[0], 2, return_indices=True)",
                                              "[torch.randn(1, 2, 6, 6)]"), None),
     "cummax_is_not_here": (module("        return torch.cummax(xs[0], dim=1)[0]", "[torch.randn(3, 10)]"), None),

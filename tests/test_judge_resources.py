@@ -21,3 +21,43 @@ def test_a_full_scratch_disk_is_an_error_of_the_judge_not_a_rejection(judge) -> 
     other = judge._new_result("def f(): pass", "k")
     judge._absorb_outcome(other, JobOutcome(result={**sent, "no_space": False}, stage="correctness"))
     assert other.verdict == "rejected" and "correctness_error" in other.flags
+
+
+def test_a_job_too_large_to_share_the_device_waits_for_the_jobs_in_flight(judge) -> None:
+    """KernelBench's 16 GiB avg pool ran the H200 out of memory when three of its jobs overlapped (session 25): a job
+    whose working set is a large share of the device runs alone. The gate is held here as a job in flight holds it."""
+    import time
+
+    from ks_inductor.judge.admission import input_bytes, runs_alone
+    from ks_inductor.problem import load_problem
+    from tests.conftest import CANDIDATES, PROBLEMS
+
+    gib = 2**30
+    assert runs_alone(16 * gib, 2 * gib, int(139.8 * gib))  # 45: 16 GiB in, 2 GiB out, on an H200
+    assert not runs_alone(32 * 2**20, 32 * 2**20, int(139.8 * gib))  # a serving norm
+    assert not runs_alone(16 * gib, 16 * gib, 0)  # no size known: nothing is held back
+
+    problem = load_problem(PROBLEMS / "rmsnorm.py")
+    src = (CANDIDATES / "rmsnorm_ok.py").read_text()
+    assert input_bytes(problem.input_specs) > 0
+    gate = judge._pool.job_gates[None]
+    device_bytes = judge._device_bytes
+    try:
+        # At its true size this problem shares the host: a job in flight does not hold it back.
+        gate.acquire("shared")
+        try:
+            assert judge.submit(problem, src).result(timeout=300).accepted
+        finally:
+            gate.release("shared")
+        # On a device of a few bytes the same problem is large: it waits until the job in flight has ended.
+        judge._device_bytes = 64
+        gate.acquire("shared")
+        try:
+            fut = judge.submit(problem, src)
+            time.sleep(4.0)
+            assert not fut.done()
+        finally:
+            gate.release("shared")
+        assert fut.result(timeout=300).accepted
+    finally:
+        judge._device_bytes = device_bytes

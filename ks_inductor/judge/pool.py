@@ -258,6 +258,8 @@ class WorkerPool:
         self._spares: dict[int | None, list[WorkerProcess]] = {d: [] for d in devices}
         self._lock = threading.Lock()
         self.device_locks = {d: DeviceLock() for d in devices}
+        # Whole jobs, not stages: shared by jobs that may overlap, exclusive for one that must run alone (admission).
+        self.job_gates = {d: DeviceLock() for d in devices}
         self._next = 0
         self._closed = False
         self.forks = _start_fork_server(backend, log_dir)

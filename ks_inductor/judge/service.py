@@ -16,6 +16,7 @@ from typing import Any
 
 from ks_inductor.candidate import normalized_source_hash
 from ks_inductor.fingerprint import EnvFingerprint
+from ks_inductor.judge.admission import input_bytes, runs_alone
 from ks_inductor.judge.backends import JudgeBackend, detect_backend
 from ks_inductor.judge.compare import compare_outputs
 from ks_inductor.judge.config import JudgeConfig
@@ -44,10 +45,12 @@ _REJECTING_FLAGS = frozenset({
 
 
 class _Reference:
-    def __init__(self, trials: list[dict[str, Any]], timing: list[dict[str, Any]], note: str = "") -> None:
+    def __init__(self, trials: list[dict[str, Any]], timing: list[dict[str, Any]], note: str = "",
+                 out_bytes: int = 0) -> None:
         self.trials = trials
         self.timing = timing
         self.note = note  # why fewer trials or timing sets than configured, if so
+        self.out_bytes = out_bytes  # one trial's outputs
 
 
 class _Streamed:
@@ -121,10 +124,13 @@ class Judge:
         self.backend: JudgeBackend = detect_backend(self.config.backend)
         if self.backend.device == "cpu":
             dev_list: list[int | None] = [None]
+            # The interpreter's workers share the host's memory as GPU workers share the device's (admission).
+            self._device_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         else:
             import torch
 
             dev_list = list(devices) if devices is not None else list(range(torch.cuda.device_count()))
+            self._device_bytes = int(torch.cuda.get_device_properties(dev_list[0] or 0).total_memory)
         self._secret = self.config.seed if self.config.seed is not None else int.from_bytes(os.urandom(4), "little")
         self._root = tempfile.mkdtemp(prefix="ks-judge-")
         n = max_workers or (2 if self.backend.device == "cpu" else
@@ -249,11 +255,26 @@ class Judge:
         return {"start": c.compile_timeout_s, "load": c.compile_timeout_s, "compile": c.compile_timeout_s,
                 "correctness": c.run_timeout_s, "timing": max(c.run_timeout_s, 300.0)}
 
-    def _run(self, job: dict[str, Any], on_output: Any = None) -> JobOutcome:
+    def _run(self, job: dict[str, Any], on_output: Any = None, alone: bool = False) -> JobOutcome:
+        """Run a job on a fresh worker; ``alone``: with no other job on its device (``admission``)."""
         device = self._pool.pick_device()
-        worker = self._pool.take(device)
-        return worker.run_job(job, self._stage_limits(), self.config.memory_limit_mb,
-                              self._pool.device_locks.get(device), on_output)
+        gate = self._pool.job_gates[device]
+        mode = "exclusive" if alone else "shared"
+        gate.acquire(mode)
+        try:
+            worker = self._pool.take(device)
+            return worker.run_job(job, self._stage_limits(), self.config.memory_limit_mb,
+                                  self._pool.device_locks.get(device), on_output)
+        finally:
+            gate.release(mode)
+
+    def _alone(self, problem: Problem, out_bytes: int | None) -> bool:
+        in_b = input_bytes(problem.input_specs)
+        # The reference's outputs are not known before it runs: taken as large as its inputs.
+        alone = runs_alone(in_b, in_b if out_bytes is None else out_bytes, self._device_bytes)
+        if alone:
+            log.info("%s: inputs of %.1f GiB; its jobs run alone on the device", problem.name, in_b / 2**30)
+        return alone
 
     def _problem_seed(self, problem: Problem) -> int:
         h = int(hashlib.sha256(problem.key.encode()).hexdigest()[:8], 16)
@@ -279,7 +300,7 @@ class Judge:
                    "specs": [s.__dict__ for s in problem.input_specs],
                    "memory_limit_mb": self.config.memory_limit_mb,
                    "device_memory_fraction": self.config.device_memory_fraction}
-            out = self._run(job)
+            out = self._run(job, alone=self._alone(problem, None))
             if out.result is None or not out.result.get("ok"):
                 detail = out.detail or (out.result or {}).get("error", "")
                 if (out.result or {}).get("no_space"):
@@ -292,7 +313,7 @@ class Judge:
                                   int(out.result.get("out_bytes") or 0), free)
             if note:
                 log.warning("%s: %s", problem.name, note)
-            ref = _Reference(got_trials, got_sets, note)
+            ref = _Reference(got_trials, got_sets, note, int(out.result.get("out_bytes") or 0))
             nonfinite = [i for i, t in enumerate(ref.trials) if not t["finite"]]
             if len(nonfinite) == len(ref.trials):
                 err = RuntimeError("the reference produces NaN or inf on every trial; the problem cannot be judged")
@@ -379,7 +400,7 @@ class Judge:
             if ref.note:
                 res.notes.append(ref.note)
             streamed = _Streamed(res, ref, work, trials, cfg.tolerance)
-            out = self._run(job, streamed)
+            out = self._run(job, streamed, alone=self._alone(problem, ref.out_bytes))
             if res.verdict == ERROR or (res.verdict == REJECTED and res.reasons):
                 # An output was rejected (or could not be compared) and the worker stopped there; what its guards
                 # saw until then still counts.
