@@ -167,6 +167,17 @@ EXTRA = {
         "[torch.randn(2, 3, 17, 23)]"), "pool"),
     "avg_pool3d_overlap": (module("        return F.avg_pool3d(xs[0], 3, stride=(2, 1, 2), padding=1)",
                                        "[torch.randn(2, 2, 7, 9, 11)]"), "pool"),
+    # Long contiguous groups: group norm, layer norm over trailing dims, instance norm (through batch norm).
+    "group_norm_affine": (module("        return self.gn(xs[0])", "[torch.randn(2, 6, 5, 7) * 3 + 40]",
+                                 init="        self.gn = nn.GroupNorm(3, 6)\n"
+                                      "        nn.init.normal_(self.gn.weight); nn.init.normal_(self.gn.bias)"),
+                          "group_norm"),
+    "layer_norm_3d": (module("        return self.ln(xs[0])", "[torch.randn(3, 4, 6, 7)]",
+                             init="        self.ln = nn.LayerNorm((4, 6, 7))\n"
+                                  "        nn.init.normal_(self.ln.weight); nn.init.normal_(self.ln.bias)"),
+                      "group_norm"),
+    "instance_norm": (module("        return self.inorm(xs[0])", "[torch.randn(2, 3, 9, 11)]",
+                             init="        self.inorm = nn.InstanceNorm2d(3)"), "group_norm"),
     "max_pool_indices_are_not_here": (module("        return F.max_pool2d(xs[0], 2, return_indices=True)",
                                              "[torch.randn(1, 2, 6, 6)]"), None),
     "cummax_is_not_here": (module("        return torch.cummax(xs[0], dim=1)[0]", "[torch.randn(3, 10)]"), None),

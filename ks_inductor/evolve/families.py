@@ -560,6 +560,71 @@ def _pool_match(graph: Graph) -> dict[str, Any] | None:
             "divisor_override": args.get("divisor_override")}
 
 
+def _group_norm_match(graph: Graph) -> dict[str, Any] | None:
+    """One normalization of contiguous groups of a float input, its mean and rstd unused: group norm
+    (``native_group_norm``: a group is C/G channels of H*W), layer norm over two or more trailing dims (an affine
+    weight and bias per element of the group), or instance norm (``native_batch_norm`` in training mode, without
+    weight or running statistics, of the input viewed as [1, N*C, ...]: a group is one (n, c) plane)."""
+    comp = graph.compute_nodes()
+    if len(comp) != 1 or len(graph.outputs) != 1 or not graph.placeholders:
+        return None
+    n = comp[0]
+    if any(v.op not in _GROUP_NORM_VIEWS for v in graph.nodes if v is not n):
+        return None
+    if any(v.op == "getitem" and v.refs() == [n.name] and v.args[1] != 0 for v in graph.nodes):
+        return None  # the mean or rstd is used
+    x_ref = n.args[0] if n.args else None
+    if not isinstance(x_ref, Ref):
+        return None
+    x_name = x_ref.name
+    while (v := graph.node(x_name)) is not None:  # instance norm reaches its op through a view
+        if v.op not in ("view", "_unsafe_view", "reshape", "alias") or not isinstance(v.args[0], Ref):
+            return None
+        x_name = v.args[0].name
+    x_t, out_ref = graph.type_of(x_name), graph.outputs[0]
+    out_t = graph.type_of(out_ref.name) if isinstance(out_ref, Ref) else None
+    if x_t is None or out_t is None or x_t.dtype not in _FLOATS or out_t.numel != x_t.numel or not x_t.numel:
+        return None
+
+    def operand(v: Any) -> str | None | bool:
+        """A weight or bias: a placeholder's name, None where absent, False for anything else."""
+        if v is None:
+            return None
+        return v.name if isinstance(v, Ref) and any(p == v.name for p, _ in graph.placeholders) else False
+
+    a: dict[str, Any] = {"x": x_name, "dtype": x_t.dtype, "out_shape": out_t.shape}
+    if n.op == "native_group_norm" and len(n.args) >= 8:
+        _, w, b, batch, chans, hw, groups, eps = n.args[:8]
+        if not all(isinstance(v, int) for v in (batch, chans, hw, groups)) or groups < 1 or chans % groups:
+            return None
+        a.update(rows=batch * groups, length=chans // groups * hw, affine="channel", groups=groups,
+                 cpg=chans // groups, hw=hw, w=operand(w), b=operand(b), eps=float(eps))
+    elif n.op == "native_layer_norm" and len(n.args) >= 5:
+        _, shape, w, b, eps = n.args[:5]
+        if not isinstance(shape, list) or len(shape) < 2 or list(x_t.shape[-len(shape):]) != list(shape):
+            return None
+        length = 1
+        for d in shape:
+            length *= d
+        a.update(rows=x_t.numel // length, length=length, affine="element", w=operand(w), b=operand(b),
+                 eps=float(eps))
+    elif n.op == "native_batch_norm" and len(n.args) >= 8:
+        _, w, b, rmean, rvar, training, _, eps = n.args[:8]
+        in_t = graph.type_of(x_ref.name)
+        if (w, b, rmean, rvar) != (None, None, None, None) or training is not True or in_t is None \
+                or len(in_t.shape) < 3 or in_t.shape[0] != 1:
+            return None
+        a.update(rows=in_t.shape[1], length=in_t.numel // in_t.shape[1], affine="none", w=None, b=None,
+                 eps=float(eps))
+    else:
+        return None
+    if a["w"] is False or a["b"] is False:
+        return None
+    return a
+
+
+_GROUP_NORM_VIEWS = frozenset({"getitem", "view", "_unsafe_view", "reshape", "alias"})
+
 TOTAL_REDUCTIONS = ("sum", "mean", "linalg_vector_norm")
 _FLOATS = ("float32", "bfloat16", "float16")
 
@@ -777,7 +842,7 @@ def _pointwise_match(graph: Graph) -> dict[str, Any] | None:
 _BEFORE_ROWS = (("matmul", _matmul_match), ("attention", _attention_match), ("cross_entropy", _is_cross_entropy),
                 ("rope", _is_rope))
 _AFTER_ROWS = (("reduction", _reduction_match), ("total", _total_match), ("scan", _scan_match),
-               ("pool", _pool_match))
+               ("pool", _pool_match), ("group_norm", _group_norm_match))
 
 
 def _first_match(graph: Graph, matchers: tuple[tuple[str, Any], ...]) -> tuple[str, dict[str, Any]] | None:

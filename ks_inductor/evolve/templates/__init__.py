@@ -8,6 +8,7 @@ from ks_inductor.evolve.families import FamilyMatch
 from ks_inductor.evolve.templates.attention import AttentionTemplate
 from ks_inductor.evolve.templates.base import Template, TemplateError
 from ks_inductor.evolve.templates.cross_entropy import CrossEntropyTemplate
+from ks_inductor.evolve.templates.group_norm import GroupNormTemplate
 from ks_inductor.evolve.templates.matmul import MatmulTemplate
 from ks_inductor.evolve.templates.pointwise import PointwiseTemplate
 from ks_inductor.evolve.templates.pool import PoolTemplate
@@ -21,7 +22,7 @@ from ks_inductor.evolve.templates.total import TotalTemplate
 TEMPLATES: tuple[Template, ...] = (
     RowwiseTemplate(), SoftmaxLoopTemplate(), CrossEntropyTemplate(), MatmulTemplate(), PointwiseTemplate(),
     RopeTemplate(), ReductionTemplate(), AttentionTemplate(), TotalTemplate(),
-    ScanTemplate(), PoolTemplate(),
+    ScanTemplate(), PoolTemplate(), GroupNormTemplate(),
 )
 
 

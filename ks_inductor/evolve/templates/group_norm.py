@@ -1,0 +1,162 @@
+"""Normalization of long contiguous groups: group norm, layer norm over several trailing dims, instance norm.
+
+A group here runs to millions of values (a GroupNorm group of 8 channels of 512x512, a LayerNorm over 64x256x256),
+far more than one program holds, and there can be as few groups as there are rows of a batch, fewer than the GPU
+has SMs. So each group is split into chunks of ``BLOCK * ITERS`` values, and two kernels run:
+- statistics: each program reads one chunk and writes its mean and its sum of squared deviations from that mean
+  (tile by tile, merged with Chan's formula), never the raw sum of squares, which cancels where the mean is large
+  against the spread;
+- apply: each program merges its group's chunk statistics (all of them, as one vector), then normalizes its chunk
+  and applies the affine step: per element of the group (layer norm), per channel (group norm), or none.
+The input is read twice and the output written once. Variance is the biased one, as torch's norms use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ks_inductor.evolve.families import FamilyMatch
+from ks_inductor.evolve.pointwise import literal, store_expr
+from ks_inductor.evolve.templates.base import (
+    Template,
+    block_class,
+    elems_per_thread,
+    module_source,
+    torch_dtype,
+)
+
+MAX_ELEMS = 64  # fp32 values a thread holds for one tile
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def _chunks(a: dict[str, Any], params: dict[str, Any]) -> int:
+    return -(-a["length"] // (int(params["BLOCK"]) * int(params["ITERS"])))
+
+
+def _kernels(a: dict[str, Any], params: dict[str, Any]) -> str:
+    length, block, iters = a["length"], int(params["BLOCK"]), int(params["ITERS"])
+    chunk = block * iters
+    n_chunks = _chunks(a, params)
+    stats = [
+        "@triton.jit",
+        "def _group_stats(x_ptr, part_ptr, BLOCK: tl.constexpr, ITERS: tl.constexpr):",
+        "    pid = tl.program_id(0)",
+        f"    row = pid // {n_chunks}",
+        f"    c = pid % {n_chunks}",
+        f"    base = x_ptr + row.to(tl.int64) * {length}",
+        "    lanes = tl.arange(0, BLOCK)",
+        "    mean = tl.sum(tl.zeros([BLOCK], tl.float32), 0)",
+        "    m2 = mean",
+        "    cnt = mean",
+        f"    for it in tl.range(0, ITERS, num_stages={int(params['num_stages'])}):",
+        f"        offs = c * {chunk} + it * BLOCK + lanes",
+        f"        m = offs < {length}",
+        "        x = tl.load(base + offs, mask=m, other=0.0).to(tl.float32)",
+        f"        n_t = tl.minimum(tl.maximum({length} - (c * {chunk} + it * BLOCK), 0), BLOCK).to(tl.float32)",
+        "        mean_t = tl.sum(x, 0) / tl.maximum(n_t, 1.0)",
+        "        d = tl.where(m, x - mean_t, 0.0)",
+        "        m2_t = tl.sum(d * d, 0)",
+        "        tot = cnt + n_t",
+        "        delta = mean_t - mean",
+        "        frac = n_t / tl.maximum(tot, 1.0)",
+        "        mean = mean + delta * frac",
+        "        m2 = m2 + m2_t + delta * delta * cnt * frac",
+        "        cnt = tot",
+        "    tl.store(part_ptr + 2 * pid, mean)",
+        "    tl.store(part_ptr + 2 * pid + 1, m2)",
+    ]
+    if a["affine"] == "element":
+        windex = "offs"
+    elif a["affine"] == "channel":
+        windex = f"(row % {a['groups']}) * {a['cpg']} + offs // {a['hw']}"
+    else:
+        windex = ""
+    apply = [
+        "@triton.jit",
+        "def _group_apply(x_ptr, part_ptr, w_ptr, b_ptr, out_ptr, BLOCK: tl.constexpr, ITERS: tl.constexpr,",
+        "                 CP: tl.constexpr):",
+        "    pid = tl.program_id(0)",
+        f"    row = pid // {n_chunks}",
+        f"    c = pid % {n_chunks}",
+        "    k = tl.arange(0, CP)",
+        f"    km = k < {n_chunks}",
+        f"    pbase = part_ptr + row * {2 * n_chunks}",
+        "    means = tl.load(pbase + 2 * k, mask=km, other=0.0)",
+        "    m2s = tl.load(pbase + 2 * k + 1, mask=km, other=0.0)",
+        # Every chunk holds `chunk` values but the last, which holds what is left.
+        f"    cnts = tl.where(km, tl.minimum({length} - k * {chunk}, {chunk}), 0).to(tl.float32)",
+        f"    mean = tl.sum(cnts * means, 0) / {literal(float(length))}",
+        "    dm = tl.where(km, means - mean, 0.0)",
+        f"    var = (tl.sum(m2s, 0) + tl.sum(cnts * dm * dm, 0)) / {literal(float(length))}",
+        f"    rstd = 1.0 / tl.sqrt(var + {literal(a['eps'])})",
+        f"    base = row.to(tl.int64) * {length}",
+        "    lanes = tl.arange(0, BLOCK)",
+        f"    for it in tl.range(0, ITERS, num_stages={int(params['num_stages'])}):",
+        f"        offs = c * {chunk} + it * BLOCK + lanes",
+        f"        m = offs < {length}",
+        "        x = tl.load(x_ptr + base + offs, mask=m, other=0.0).to(tl.float32)",
+        "        y = (x - mean) * rstd",
+    ]
+    if a["w"] is not None:
+        apply.append(f"        y = y * tl.load(w_ptr + {windex}, mask=m, other=0.0).to(tl.float32)")
+    if a["b"] is not None:
+        apply.append(f"        y = y + tl.load(b_ptr + {windex}, mask=m, other=0.0).to(tl.float32)")
+    apply.append(f"        tl.store(out_ptr + base + offs, {store_expr('y', a['dtype'])}, mask=m)")
+    return "\n".join(stats) + "\n\n\n" + "\n".join(apply)
+
+
+class GroupNormTemplate(Template):
+    name = "group_norm"
+    families = ("group_norm",)
+
+    def variants(self, fm: FamilyMatch) -> list[str]:
+        return ["split"]
+
+    def space(self, fm: FamilyMatch, variant: str) -> dict[str, list[Any]]:
+        return {"BLOCK": [64, 128, 256, 512, 1024, 2048, 4096], "ITERS": [1, 2, 4, 8, 16, 32],
+                "num_warps": [1, 2, 4, 8, 16], "num_stages": [1, 2, 3]}
+
+    def default(self, fm: FamilyMatch, variant: str, device: str) -> dict[str, Any]:
+        a = fm.attrs
+        block = max(64, min(2048, _pow2(a["length"])))
+        iters = 1
+        # Longer chunks while a group still splits into enough programs to fill the GPU (and, in the interpreter,
+        # few programs: it pays per program).
+        want = 1 if device == "cpu" else 4 * 132
+        while iters < 32 and a["rows"] * -(-a["length"] // (block * iters * 2)) >= want \
+                and block * iters * 2 <= _pow2(a["length"]):
+            iters *= 2
+        return {"BLOCK": block, "ITERS": iters, "num_warps": 8 if block >= 1024 else 4, "num_stages": 1}
+
+    def feasible(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> bool:
+        return elems_per_thread(params["BLOCK"], params["num_warps"]) <= MAX_ELEMS \
+            and _pow2(_chunks(fm.attrs, params)) <= 8192
+
+    def descriptor(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> dict[str, Any]:
+        d = super().descriptor(fm, params, variant)
+        d["block"] = block_class(params["BLOCK"] * params["ITERS"])
+        return d
+
+    def render(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> str:
+        a = fm.attrs
+        n_chunks = _chunks(a, params)
+        grid = a["rows"] * n_chunks
+        launch = (f"BLOCK={int(params['BLOCK'])}, ITERS={int(params['ITERS'])}, "
+                  f"num_warps={int(params['num_warps'])}, num_stages={int(params['num_stages'])}")
+        w = f"{fm.operand(a['w'])}.contiguous()" if a["w"] is not None else "x"
+        b = f"{fm.operand(a['b'])}.contiguous()" if a["b"] is not None else "x"
+        body = [
+            f"x = {fm.operand(a['x'])}.contiguous()",
+            f"part = torch.empty({2 * grid}, dtype=torch.float32, device=x.device)",
+            f"out = torch.empty({list(a['out_shape'])!r}, dtype={torch_dtype(a['dtype'])}, device=x.device)",
+            f"_group_stats[({grid},)](x, part, {launch})",
+            f"_group_apply[({grid},)](x, part, {w}, {b}, out, {launch}, CP={_pow2(n_chunks)})",
+            "return out",
+        ]
+        what = {"channel": "group norm", "element": "layer norm over several dims", "none": "instance norm"}
+        return module_source(fm, f"{what[a['affine']]} of {a['rows']} groups of {a['length']} values, in chunks of "
+                             f"{int(params['BLOCK']) * int(params['ITERS'])}, rendered by kernelsmith.",
+                             _kernels(a, params), body)
