@@ -585,6 +585,11 @@ def _group_norm_match(graph: Graph) -> dict[str, Any] | None:
     out_t = graph.type_of(out_ref.name) if isinstance(out_ref, Ref) else None
     if x_t is None or out_t is None or x_t.dtype not in _FLOATS or out_t.numel != x_t.numel or not x_t.numel:
         return None
+    src = graph.node(out_ref.name)  # the output is the normalized tensor, through getitem and views
+    while src is not None and src is not n and src.refs():
+        src = graph.node(src.refs()[0])
+    if src is not n:
+        return None
 
     def operand(v: Any) -> str | None | bool:
         """A weight or bias: a placeholder's name, None where absent, False for anything else."""

@@ -140,6 +140,7 @@ class Judge:
         self._executor = ThreadPoolExecutor(max_workers=n, thread_name_prefix="ks-judge")
         self._in_flight = n  # judgments that may each hold one candidate output on the scratch disk
         self._refs: dict[str, _Reference | Exception] = {}
+        self._alone_said: set[str] = set()
         self._ref_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self._fingerprint: EnvFingerprint | None = None
@@ -272,7 +273,8 @@ class Judge:
         in_b = input_bytes(problem.input_specs)
         # The reference's outputs are not known before it runs: taken as large as its inputs.
         alone = runs_alone(in_b, in_b if out_bytes is None else out_bytes, self._device_bytes)
-        if alone:
+        if alone and problem.key not in self._alone_said:
+            self._alone_said.add(problem.key)
             log.info("%s: inputs of %.1f GiB; its jobs run alone on the device", problem.name, in_b / 2**30)
         return alone
 
