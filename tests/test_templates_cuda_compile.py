@@ -258,3 +258,24 @@ def test_pool_kernels_compile_for_sm90(tmp_path) -> None:
     report = _run(paths, "all")
     assert set(report) == set(names)
     assert all(k["cubin"] > 0 and not k["spills"] for ks in report.values() for k in ks), report
+
+
+def test_pool_and_group_norm_kernels_compile_for_sm90(tmp_path) -> None:
+    """The pool template's flat and window variants (2-d at stride 1, 3-d, a 1-d pool as 2-d) and the group-norm
+    family's two kernels (group norm per channel, layer norm per element, instance norm), without spills."""
+    pytest.importorskip("triton.backends.nvidia")
+    from tests.test_evolve_families import EXTRA
+
+    names = ["max_pool2d_stride1", "avg_pool3d_overlap", "max_pool1d_dilated", "group_norm_affine", "layer_norm_3d",
+             "instance_norm"]
+    paths = []
+    for n in names:
+        path = tmp_path / f"{n}.py"
+        path.write_text(EXTRA[n][0])
+        paths.append(path)
+    report = _run(paths, "all")
+    for n in names[:3]:
+        assert {k["variant"] for k in report[n]} == {"flat", "window"}, report[n]
+    for n in names[3:]:
+        assert {k["kernel"] for k in report[n]} == {"_group_stats", "_group_apply"}, report[n]
+    assert all(k["cubin"] > 0 and not k["spills"] for ks in report.values() for k in ks), report
