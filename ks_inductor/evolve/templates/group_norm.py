@@ -123,8 +123,8 @@ class GroupNormTemplate(Template):
         a = fm.attrs
         block = max(64, min(2048, _pow2(a["length"])))
         iters = 1
-        # Longer chunks while a group still splits into enough programs to fill the GPU (and, in the interpreter,
-        # few programs: it pays per program).
+        # Longer chunks while the groups still split into four programs for each of an H200's 132 SMs (the search
+        # moves ITERS from there); in the interpreter, which pays per program, as few programs as the groups allow.
         want = 1 if device == "cpu" else 4 * 132
         while iters < 32 and a["rows"] * -(-a["length"] // (block * iters * 2)) >= want \
                 and block * iters * 2 <= _pow2(a["length"]):
