@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import logging
 from dataclasses import dataclass, field
+from math import prod
 from typing import Any
 
 from ks_inductor.candidate import parse_source
@@ -560,6 +561,9 @@ def _pool_match(graph: Graph) -> dict[str, Any] | None:
             "divisor_override": args.get("divisor_override")}
 
 
+_GROUP_NORM_VIEWS = frozenset({"getitem", "view", "_unsafe_view", "reshape", "alias"})
+
+
 def _group_norm_match(graph: Graph) -> dict[str, Any] | None:
     """One normalization of contiguous groups of a float input, its mean and rstd unused: group norm
     (``native_group_norm``: a group is C/G channels of H*W), layer norm over two or more trailing dims (an affine
@@ -608,9 +612,7 @@ def _group_norm_match(graph: Graph) -> dict[str, Any] | None:
         _, shape, w, b, eps = n.args[:5]
         if not isinstance(shape, list) or len(shape) < 2 or list(x_t.shape[-len(shape):]) != list(shape):
             return None
-        length = 1
-        for d in shape:
-            length *= d
+        length = prod(shape)
         a.update(rows=x_t.numel // length, length=length, affine="element", w=operand(w), b=operand(b),
                  eps=float(eps))
     elif n.op == "native_batch_norm" and len(n.args) >= 8:
@@ -626,9 +628,6 @@ def _group_norm_match(graph: Graph) -> dict[str, Any] | None:
     if a["w"] is False or a["b"] is False:
         return None
     return a
-
-
-_GROUP_NORM_VIEWS = frozenset({"getitem", "view", "_unsafe_view", "reshape", "alias"})
 
 TOTAL_REDUCTIONS = ("sum", "mean", "linalg_vector_norm")
 _FLOATS = ("float32", "bfloat16", "float16")

@@ -14,8 +14,6 @@ from collections.abc import Iterable
 from math import prod
 from typing import Any
 
-ITEMSIZE = {"float64": 8, "int64": 8, "complex64": 8, "float32": 4, "int32": 4, "float16": 2, "bfloat16": 2,
-            "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
 # A job holds its inputs several times over (a trial's inputs and their saved copies, the timing sets) and each output
 # at least twice (the candidate's and the reference's): a working set of about this many times inputs plus outputs.
 HOLD_FACTOR = 3
@@ -24,11 +22,10 @@ ALONE_SHARE = 0.25  # of the device's memory: a working set above it runs alone
 
 def input_bytes(specs: Iterable[Any]) -> int:
     """Bytes of a problem's tensor inputs, from its input specs (``Problem.input_specs``)."""
-    total = 0
-    for s in specs:
-        if getattr(s, "kind", None) == "tensor" and s.shape is not None:
-            total += prod(s.shape) * ITEMSIZE.get(str(s.dtype), 8)
-    return total
+    import torch
+
+    return sum(prod(s.shape) * getattr(torch, s.dtype).itemsize for s in specs
+               if s.kind == "tensor" and s.shape is not None)
 
 
 def runs_alone(in_bytes: int, out_bytes: int, device_bytes: int) -> bool:

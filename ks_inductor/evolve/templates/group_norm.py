@@ -22,14 +22,11 @@ from ks_inductor.evolve.templates.base import (
     block_class,
     elems_per_thread,
     module_source,
+    next_pow2,
     torch_dtype,
 )
 
 MAX_ELEMS = 64  # fp32 values a thread holds for one tile
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
 
 
 def _chunks(a: dict[str, Any], params: dict[str, Any]) -> int:
@@ -121,19 +118,19 @@ class GroupNormTemplate(Template):
 
     def default(self, fm: FamilyMatch, variant: str, device: str) -> dict[str, Any]:
         a = fm.attrs
-        block = max(64, min(2048, _pow2(a["length"])))
+        block = max(64, min(2048, next_pow2(a["length"])))
         iters = 1
         # Longer chunks while the groups still split into four programs for each of an H200's 132 SMs (the search
         # moves ITERS from there); in the interpreter, which pays per program, as few programs as the groups allow.
         want = 1 if device == "cpu" else 4 * 132
         while iters < 32 and a["rows"] * -(-a["length"] // (block * iters * 2)) >= want \
-                and block * iters * 2 <= _pow2(a["length"]):
+                and block * iters * 2 <= next_pow2(a["length"]):
             iters *= 2
         return {"BLOCK": block, "ITERS": iters, "num_warps": 8 if block >= 1024 else 4, "num_stages": 1}
 
     def feasible(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> bool:
         return elems_per_thread(params["BLOCK"], params["num_warps"]) <= MAX_ELEMS \
-            and _pow2(_chunks(fm.attrs, params)) <= 8192
+            and next_pow2(_chunks(fm.attrs, params)) <= 8192
 
     def descriptor(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> dict[str, Any]:
         d = super().descriptor(fm, params, variant)
@@ -153,7 +150,7 @@ class GroupNormTemplate(Template):
             f"part = torch.empty({2 * grid}, dtype=torch.float32, device=x.device)",
             f"out = torch.empty({list(a['out_shape'])!r}, dtype={torch_dtype(a['dtype'])}, device=x.device)",
             f"_group_stats[({grid},)](x, part, {launch})",
-            f"_group_apply[({grid},)](x, part, {w}, {b}, out, {launch}, CP={_pow2(n_chunks)})",
+            f"_group_apply[({grid},)](x, part, {w}, {b}, out, {launch}, CP={next_pow2(n_chunks)})",
             "return out",
         ]
         what = {"channel": "group norm", "element": "layer norm over several dims", "none": "instance norm"}

@@ -27,6 +27,7 @@ from ks_inductor.evolve.templates.base import (
     block_class,
     elems_per_thread,
     module_source,
+    next_pow2,
     torch_dtype,
 )
 
@@ -87,10 +88,6 @@ def _divisor(a: dict[str, Any], pos: list[str] | None = None, dims: list[int] | 
     return lines + [f"    {name} = ({' * '.join(sizes) or '1'}).to(tl.float32)"]
 
 
-def _pow2(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
-
-
 def _window_rows(a: dict[str, Any], rows: int) -> list[list[int]]:
     """For each output row of a strip, the input rows (relative to the strip's first window) its window covers."""
     h = a["nd"] - 2
@@ -103,7 +100,7 @@ def _window_kernel(a: dict[str, Any], bw: int, rows: int) -> str:
     ks, st, pad, dil = a["kernel"], a["stride"], a["padding"], a["dilation"]
     w, h = nd - 1, nd - 2
     ncb, nstrip = -(-outs[w] // bw), -(-outs[h] // rows)
-    kpw = _pow2(ks[w])
+    kpw = next_pow2(ks[w])
     other = "-float('inf')" if kind == "max" else "0.0"
     plane_in, plane_out = prod(ins), prod(outs)
     # Offsets inside one (outer) plane stay 32-bit where they fit; the plane's base is always 64-bit.
@@ -191,16 +188,16 @@ class PoolTemplate(Template):
         if variant == "window":
             a = fm.attrs
             nd = a["nd"]
-            kpw = _pow2(a["kernel"][nd - 1])
+            kpw = next_pow2(a["kernel"][nd - 1])
             h = nd - 2
             overlap = (a["kernel"][h] - 1) * a["dilation"][h] + 1 > a["stride"][h]
             if device == "cpu":
                 # The interpreter pays per program, not per lane: the fewest programs the space allows.
-                bw, rows = min(512, _pow2(a["out_spatial"][nd - 1])), 32
+                bw, rows = min(512, next_pow2(a["out_spatial"][nd - 1])), 32
             else:
-                bw, rows = min(256, _pow2(a["out_spatial"][nd - 1]), 2048 // kpw), 16 if overlap else 1
+                bw, rows = min(256, next_pow2(a["out_spatial"][nd - 1]), 2048 // kpw), 16 if overlap else 1
             bw = max(16, bw)
-            rows = min(rows, _pow2(a["out_spatial"][h]))
+            rows = min(rows, next_pow2(a["out_spatial"][h]))
             while rows > 1 and not self.feasible(fm, {"BW": bw, "ROWS": rows, "num_warps": 4}, variant):
                 rows //= 2
             return {"BW": bw, "ROWS": rows, "num_warps": 4, "num_stages": 1}
@@ -209,7 +206,7 @@ class PoolTemplate(Template):
     def feasible(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> bool:
         if variant == "window":
             a = fm.attrs
-            kpw = _pow2(a["kernel"][a["nd"] - 1])
+            kpw = next_pow2(a["kernel"][a["nd"] - 1])
             # Every input row of the strip is a static load (per depth tap): bound the unrolled body.
             loads = len({r for rs in _window_rows(a, params["ROWS"]) for r in rs})
             loads *= a["kernel"][0] if a["nd"] == 3 else 1
@@ -250,7 +247,7 @@ class PoolTemplate(Template):
         body = [
             f"x = {fm.operand(a['x'])}.contiguous()",
             f"out = torch.empty({list(a['out_shape'])!r}, dtype={torch_dtype(a['dtype'])}, device=x.device)",
-            f"_pool_window[({grid},)](x, out, BW={bw}, KPW={_pow2(a['kernel'][nd - 1])}, "
+            f"_pool_window[({grid},)](x, out, BW={bw}, KPW={next_pow2(a['kernel'][nd - 1])}, "
             f"num_warps={int(params['num_warps'])}, num_stages={int(params['num_stages'])})",
             "return out",
         ]
