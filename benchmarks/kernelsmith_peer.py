@@ -119,6 +119,8 @@ def load_kernel_module(source: str) -> Any:
 
 def build_kernel_model(source: str, init_inputs: list[Any], ref_model: Any, device: str) -> Any:
     """``ModelNew(*init_inputs)`` with the reference model's weights, as the judge verified it."""
+    from ks_inductor.judge.inputs import place_model
+
     mod = load_kernel_module(source)
     model = mod.ModelNew(*init_inputs)
     ref_state = ref_model.state_dict()
@@ -126,4 +128,4 @@ def build_kernel_model(source: str, init_inputs: list[Any], ref_model: Any, devi
     if ref_state and set(ref_state) == set(new_state) and all(
             ref_state[k].shape == new_state[k].shape for k in ref_state):
         model.load_state_dict(ref_state)
-    return model.to(device).eval()
+    return place_model(model, device)

@@ -77,5 +77,14 @@ def build_model(mod: types.ModuleType, cls_name: str, init_seed: int, device: st
     import torch
 
     torch.manual_seed(init_seed)
-    model = getattr(mod, cls_name)(*mod.get_init_inputs())
-    return model.to(device).eval()
+    return place_model(getattr(mod, cls_name)(*mod.get_init_inputs()), device)
+
+
+def place_model(model: Any, device: str) -> Any:
+    """``model`` on ``device``, in the mode its constructor left it in.
+
+    That is training mode for an ``nn.Module``: KernelBench's harness never calls ``eval()``, and the problem's
+    graph (``trace_problem_module``) is traced from the model as built. In eval mode a batch norm would be judged
+    by running statistics the traced graph never reads, and a dropout would vanish from the reference.
+    """
+    return model.to(device)

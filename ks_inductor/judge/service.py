@@ -310,6 +310,14 @@ class Judge:
                 err = RuntimeError(f"the reference failed ({out.failure or 'error'} in stage {out.stage}): {detail}")
                 self._refs[problem.key] = err
                 raise err
+            unstable = self._unstable_reference(out.result.get("repeat_file"))
+            if unstable:
+                err = RuntimeError(
+                    f"the reference is not a function of its inputs: two runs on the same inputs differ ({unstable}). "
+                    "Random operations (dropout in training mode, sampling) leave nothing to compare a kernel with; "
+                    "make the problem deterministic (dropout p=0, or call eval() in Model.__init__) to judge it")
+                self._refs[problem.key] = err
+                raise err
             got_trials, got_sets = out.result["trials"], out.result["timing"]
             note = shortfall_note(len(got_trials), len(trials), len(got_sets), len(timing_sets),
                                   int(out.result.get("out_bytes") or 0), free)
@@ -323,6 +331,20 @@ class Judge:
                 raise err
             self._refs[problem.key] = ref
             return ref
+
+    def _unstable_reference(self, path: str | None) -> str | None:
+        """Why the reference's second run on trial 0's inputs disagrees with its first, by the judge's own
+        tolerance (so atomics' rounding passes), or None."""
+        if not path or not os.path.exists(path):
+            return None
+        from safetensors.torch import load_file
+
+        got = load_file(path)
+        os.unlink(path)
+        n = sum(1 for k in got if k.startswith("a"))
+        _, why = compare_outputs([got[f"a{j}"] for j in range(n)], [got[f"b{j}"] for j in range(n)],
+                                 self.config.tolerance, 0, "repeat")
+        return why
 
     def _no_space_message(self, detail: str) -> str:
         free = shutil.disk_usage(self._root).free / 2**30

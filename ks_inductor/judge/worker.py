@@ -157,6 +157,15 @@ def run_reference(job: dict[str, Any]) -> dict[str, Any]:
         bad_types = [type(o).__name__ for o in outs if not isinstance(o, torch.Tensor)]
         if bad_types:
             raise TypeError(f"reference returned non-tensor outputs {bad_types}")
+        if i == 0:
+            def again() -> list[Any]:
+                inputs = make_inputs(mod, job["specs"], seed, dist, device)
+                # Drawing native inputs seeds the global RNG, which would replay a dropout's mask; a reference
+                # that is a function of its inputs does not notice the RNG's state.
+                torch.manual_seed(seed + 7919)
+                return _as_outputs(model(*inputs))
+
+            _repeat_sample(outs, again, os.path.join(job["workdir"], "ref_repeat.safetensors"))
         path = os.path.join(job["workdir"], f"ref_{i}.safetensors")
         _save(path, outs)
         return ({"seed": seed, "dist": dist, "file": path, "finite": bool(finite),
@@ -172,7 +181,28 @@ def run_reference(job: dict[str, Any]) -> dict[str, Any]:
     order = list(range(kept_trials)) + [n_trials + k for k in range(kept_sets)]  # starts with run 0, done above
     results = [first] + [run(i)[0] for i in order[1:]]
     release("shared")
-    return {"trials": results[:kept_trials], "timing": results[kept_trials:], "out_bytes": out_bytes}
+    return {"trials": results[:kept_trials], "timing": results[kept_trials:], "out_bytes": out_bytes,
+            "repeat_file": os.path.join(job["workdir"], "ref_repeat.safetensors")}
+
+
+def _repeat_sample(outs: list[Any], again: Any, path: str, per_output: int = 1 << 16) -> None:
+    """Run the reference once more on the same inputs and save evenly spaced samples of both runs' outputs, for the
+    judge to check that the reference is a function of its inputs (dropout in training mode is not). Samples keep
+    the second run's memory and disk cost small on multi-GiB outputs."""
+    import torch
+
+    def sample(o: Any) -> Any:
+        flat = o.detach().reshape(-1)
+        return flat[:: max(1, flat.numel() // per_output)][:per_output].to("cpu").contiguous()
+
+    first = [sample(o) for o in outs]
+    with torch.no_grad():
+        second = [sample(o) for o in again()]
+    from safetensors.torch import save_file
+
+    tensors = {f"a{j}": t for j, t in enumerate(first)}
+    tensors.update({f"b{j}": t for j, t in enumerate(second)})
+    save_file(tensors, path)
 
 
 def _load_candidate(source: str, workdir: str) -> Any:
@@ -195,13 +225,15 @@ def _load_matching_state(model: Any, state: dict[str, Any]) -> None:
 
 def _kernel_model(mod: Any, ref_mod: Any, ref_model: Any, seed: int, device: str) -> Any:
     """``mod``'s ModelNew built as the reference was (same seed, same init inputs), with the reference's weights
-    where it holds the same parameters, on ``device`` in eval mode."""
+    where it holds the same parameters, on ``device`` in the reference's mode."""
     import torch
+
+    from ks_inductor.judge.inputs import place_model
 
     torch.manual_seed(seed)
     model = mod.ModelNew(*ref_mod.get_init_inputs())
     _load_matching_state(model, ref_model.state_dict())
-    return model.to(device).eval()
+    return place_model(model, device)
 
 
 def _check_output_objects(outs: list[Any], device: str) -> list[tuple[str, str]]:
@@ -532,6 +564,7 @@ def run_vectors(job: dict[str, Any]) -> dict[str, Any]:
     from safetensors.torch import load_file
 
     from ks_inductor.judge import guards
+    from ks_inductor.judge.inputs import place_model
 
     device = job["device"]
     counter = guards.LaunchCounter(device)
@@ -542,7 +575,7 @@ def run_vectors(job: dict[str, Any]) -> dict[str, Any]:
     model = cand_mod.ModelNew(*job.get("init_inputs", []))
     if job.get("state_file"):
         _load_matching_state(model, load_file(job["state_file"]))
-    model = model.to(device).eval()
+    model = place_model(model, device)
     stage("correctness")
     acquire("shared")
     files, flags = [], []
