@@ -178,6 +178,16 @@ EXTRA = {
                       "group_norm"),
     "instance_norm": (module("        return self.inorm(xs[0])", "[torch.randn(2, 3, 9, 11)]",
                              init="        self.inorm = nn.InstanceNorm2d(3)"), "group_norm"),
+    # Batch norm in training mode: a group is a channel, one strided segment per batch entry; running statistics.
+    "batch_norm_2d": (module("        return self.bn(xs[0])", "[torch.randn(3, 4, 5, 7) * 3 + 40]",
+                             init="        self.bn = nn.BatchNorm2d(4, momentum=0.3)\n"
+                                  "        nn.init.normal_(self.bn.weight); nn.init.normal_(self.bn.bias)"),
+                      "group_norm"),
+    "batch_norm_1d_plain": (module("        return self.bn(xs[0])", "[torch.randn(5, 3, 9).bfloat16()]",
+                                   init="        self.bn = nn.BatchNorm1d(3, affine=False)"), "group_norm"),
+    "batch_norm_untracked": (module("        return self.bn(xs[0])", "[torch.randn(4, 6, 11)]",
+                                    init="        self.bn = nn.BatchNorm1d(6, track_running_stats=False)"),
+                             "group_norm"),
     "max_pool_indices_are_not_here": (module("        return F.max_pool2d(xs[0], 2, return_indices=True)",
                                              "[torch.randn(1, 2, 6, 6)]"), None),
     "cummax_is_not_here": (module("        return torch.cummax(xs[0], dim=1)[0]", "[torch.randn(3, 10)]"), None),

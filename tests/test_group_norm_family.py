@@ -1,5 +1,5 @@
-"""The group-norm family: group norm, layer norm over several trailing dims and instance norm, normalized in chunks
-by two kernels (statistics, then apply), judged by the real judge (interpreter backend). A file of its own so that
+"""The group-norm family: group norm, layer norm over several trailing dims, instance norm and batch norm in training
+mode, normalized in chunks by two kernels (statistics, then apply), judged by the real judge (interpreter backend). A file of its own so that
 the test runner's workers share the template judgments (they split work by file)."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from ks_inductor.evolve.templates import template_named
 from ks_inductor.problem import problem_from_source
 from tests.test_evolve_families import EXTRA
 
-NORMS = ["group_norm_affine", "layer_norm_3d", "instance_norm"]
+NORMS = ["group_norm_affine", "layer_norm_3d", "instance_norm", "batch_norm_2d", "batch_norm_1d_plain",
+         "batch_norm_untracked"]
 
 
 def test_group_norm_parameters_come_from_the_graph() -> None:
@@ -20,6 +21,10 @@ def test_group_norm_parameters_come_from_the_graph() -> None:
     assert (ln["rows"], ln["length"], ln["affine"]) == (3, 168, "element")
     inorm = classify(problem_from_source(EXTRA["instance_norm"][0], name="p")).attrs
     assert (inorm["rows"], inorm["length"], inorm["affine"], inorm["w"]) == (6, 99, "none", None)
+    bn = classify(problem_from_source(EXTRA["batch_norm_2d"][0], name="p")).attrs
+    assert (bn["rows"], bn["segs"], bn["seg"], bn["seg_stride"], bn["affine"]) == (4, 3, 35, 140, "group")
+    assert bn["running"][2] == 0.3 and bn["counter"] is not None
+    assert classify(problem_from_source(EXTRA["batch_norm_untracked"][0], name="p")).attrs["running"] is None
 
 
 def _judge(judge, params: dict | None) -> None:
@@ -47,3 +52,35 @@ def test_group_norms_are_accepted_in_ragged_chunks(judge) -> None:
     statistics of unequal counts. Chunks of two tiles: the statistics kernel merges a full tile with a ragged one."""
     _judge(judge, {"BLOCK": 64, "ITERS": 1, "num_warps": 1})
     _judge(judge, {"BLOCK": 64, "ITERS": 2, "num_warps": 1})
+
+
+def test_batch_norm_updates_running_statistics_as_torch_does(tmp_path) -> None:
+    """The judge compares outputs only; a batch norm's kernel must still leave the running mean, the running
+    (unbiased) variance and the batch counter where torch's module leaves them, or a model switched to eval mode
+    afterwards would normalize by stale statistics. Chunks of 16 values split each 35-value segment in three."""
+    import torch
+
+    from ks_inductor.problem import exec_problem_source
+    from ks_inductor.source_module import load_source_module
+
+    for n in ("batch_norm_2d", "batch_norm_1d_plain"):
+        src = EXTRA[n][0]
+        fm = classify(problem_from_source(src, name=n))
+        fm.target = "cpu"
+        t = template_named("group_norm")
+        params = {**t.default(fm, "split", "cpu"), "BLOCK": 16, "ITERS": 1, "num_warps": 1}
+        ref_mod = exec_problem_source(src, n)
+        torch.manual_seed(0)
+        ref = ref_mod.Model(*ref_mod.get_init_inputs())
+        new = load_source_module(t.render(fm, params, "split"), "ks_bn", str(tmp_path)).ModelNew(
+            *ref_mod.get_init_inputs())
+        new.load_state_dict(ref.state_dict())
+        for _step in range(2):
+            x = ref_mod.get_inputs()[0]
+            with torch.no_grad():
+                want, got = ref(x), new(x)
+            tol = 2e-2 if x.dtype == torch.bfloat16 else 1e-4
+            torch.testing.assert_close(got, want, atol=tol, rtol=tol)
+            for key, value in ref.state_dict().items():
+                torch.testing.assert_close(new.state_dict()[key], value, atol=1e-5, rtol=1e-5, msg=f"{n} {key}")
+        assert int(new.state_dict()["bn.num_batches_tracked"]) == 2

@@ -565,15 +565,25 @@ _GROUP_NORM_VIEWS = frozenset({"getitem", "view", "_unsafe_view", "reshape", "al
 
 
 def _group_norm_match(graph: Graph) -> dict[str, Any] | None:
-    """One normalization of contiguous groups of a float input, its mean and rstd unused: group norm
-    (``native_group_norm``: a group is C/G channels of H*W), layer norm over two or more trailing dims (an affine
-    weight and bias per element of the group), or instance norm (``native_batch_norm`` in training mode, without
-    weight or running statistics, of the input viewed as [1, N*C, ...]: a group is one (n, c) plane)."""
+    """One normalization of groups of a float input, its mean and rstd unused: group norm (``native_group_norm``: a
+    group is C/G channels of H*W), layer norm over two or more trailing dims (an affine weight and bias per element
+    of the group), or batch norm in training mode (``native_batch_norm``: a group is one channel, N strided segments
+    of H*W, with an optional weight and bias per channel and running statistics updated in place). Instance norm is
+    the batch norm of the input viewed as [1, N*C, ...]: a group is one (n, c) plane.
+
+    A group is ``segs`` segments of ``seg`` contiguous values, ``seg_stride`` apart; groups start ``group_stride``
+    apart."""
     comp = graph.compute_nodes()
-    if len(comp) != 1 or len(graph.outputs) != 1 or not graph.placeholders:
+    if len(graph.outputs) != 1 or not graph.placeholders:
         return None
-    n = comp[0]
-    if any(v.op not in _GROUP_NORM_VIEWS for v in graph.nodes if v is not n):
+    norms = [v for v in comp if v.op in ("native_group_norm", "native_layer_norm", "native_batch_norm")]
+    if len(norms) != 1:
+        return None
+    n = norms[0]
+    counter = _batch_counter(graph, [v for v in comp if v is not n])
+    if counter is False:
+        return None
+    if any(v.op not in _GROUP_NORM_VIEWS for v in graph.nodes if v is not n and v.name not in (counter or ())):
         return None
     if any(v.op == "getitem" and v.refs() == [n.name] and v.args[1] != 0 for v in graph.nodes):
         return None  # the mean or rstd is used
@@ -596,12 +606,13 @@ def _group_norm_match(graph: Graph) -> dict[str, Any] | None:
         return None
 
     def operand(v: Any) -> str | None | bool:
-        """A weight or bias: a placeholder's name, None where absent, False for anything else."""
+        """A weight, bias or running statistic: a placeholder's name, None where absent, False for anything else."""
         if v is None:
             return None
         return v.name if isinstance(v, Ref) and any(p == v.name for p, _ in graph.placeholders) else False
 
-    a: dict[str, Any] = {"x": x_name, "dtype": x_t.dtype, "out_shape": out_t.shape}
+    a: dict[str, Any] = {"x": x_name, "dtype": x_t.dtype, "out_shape": out_t.shape, "segs": 1,
+                         "running": None, "counter": None}
     if n.op == "native_group_norm" and len(n.args) >= 8:
         _, w, b, batch, chans, hw, groups, eps = n.args[:8]
         if not all(isinstance(v, int) for v in (batch, chans, hw, groups)) or groups < 1 or chans % groups:
@@ -616,18 +627,44 @@ def _group_norm_match(graph: Graph) -> dict[str, Any] | None:
         a.update(rows=x_t.numel // length, length=length, affine="element", w=operand(w), b=operand(b),
                  eps=float(eps))
     elif n.op == "native_batch_norm" and len(n.args) >= 8:
-        _, w, b, rmean, rvar, training, _, eps = n.args[:8]
+        _, w, b, rmean, rvar, training, momentum, eps = n.args[:8]
         in_t = graph.type_of(x_ref.name)
-        if (w, b, rmean, rvar) != (None, None, None, None) or training is not True or in_t is None \
-                or len(in_t.shape) < 3 or in_t.shape[0] != 1:
+        if training is not True or in_t is None or len(in_t.shape) < 2 or not isinstance(momentum, (int, float)):
             return None
-        a.update(rows=in_t.shape[1], length=in_t.numel // in_t.shape[1], affine="none", w=None, b=None,
-                 eps=float(eps))
+        rm, rv = operand(rmean), operand(rvar)
+        if rm is False or rv is False or (rm is None) != (rv is None) or (counter is not None and rm is None):
+            return None
+        batch, chans = in_t.shape[0], in_t.shape[1]
+        seg = in_t.numel // (batch * chans)
+        a.update(rows=chans, length=batch * seg, segs=batch, seg=seg, seg_stride=chans * seg, group_stride=seg,
+                 affine="group" if (w, b) != (None, None) else "none", w=operand(w), b=operand(b), eps=float(eps),
+                 running=(rm, rv, float(momentum)) if rm is not None else None,
+                 counter=graph.node(counter[0]).args[0].name if counter else None)
     else:
         return None
     if a["w"] is False or a["b"] is False:
         return None
+    if a["segs"] == 1:
+        a.update(seg=a["length"], seg_stride=0, group_stride=a["length"])
     return a
+
+
+def _batch_counter(graph: Graph, others: list[Node]) -> tuple[str, str] | None | bool:
+    """A batch norm's ``num_batches_tracked += 1`` (an ``add`` of 1 to a placeholder, copied back into it): the
+    names of its two nodes; None where the graph has no other compute; False for anything else."""
+    others = [v for v in others if v.op not in _GROUP_NORM_VIEWS]
+    if not others:
+        return None
+    if len(others) != 2:
+        return False
+    add, copy = others
+    if add.op != "add" or copy.op != "copy_" or len(add.args) < 2 or add.args[1] != 1 \
+            or not isinstance(add.args[0], Ref) or not add.args[0].name.startswith("p"):
+        return False
+    if len(copy.args) < 2 or copy.args[0] != add.args[0] or copy.args[1] != Ref(add.name):
+        return False
+    return add.name, copy.name
+
 
 TOTAL_REDUCTIONS = ("sum", "mean", "linalg_vector_norm")
 _FLOATS = ("float32", "bfloat16", "float16")

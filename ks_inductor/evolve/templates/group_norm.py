@@ -1,13 +1,18 @@
-"""Normalization of long contiguous groups: group norm, layer norm over several trailing dims, instance norm.
+"""Normalization of long groups: group norm, layer norm over several trailing dims, instance norm, batch norm in
+training mode.
 
-A group here runs to millions of values (a GroupNorm group of 8 channels of 512x512, a LayerNorm over 64x256x256),
-far more than one program holds, and there can be as few groups as there are rows of a batch, fewer than the GPU
-has SMs. So each group is split into chunks of ``BLOCK * ITERS`` values, and two kernels run:
+A group here runs to millions of values (a GroupNorm group of 8 channels of 512x512, a LayerNorm over 64x256x256,
+a BatchNorm channel over a batch of 64 planes of 512x512), far more than one program holds, and there can be as few
+groups as there are rows of a batch, fewer than the GPU has SMs. A group is one contiguous segment, or (batch norm)
+one segment per batch entry, strided. Each segment is split into chunks of ``BLOCK * ITERS`` values, and two
+kernels run:
 - statistics: each program reads one chunk and writes its mean and its sum of squared deviations from that mean
   (tile by tile, merged with Chan's formula), never the raw sum of squares, which cancels where the mean is large
   against the spread;
 - apply: each program merges its group's chunk statistics (all of them, as one vector), then normalizes its chunk
-  and applies the affine step: per element of the group (layer norm), per channel (group norm), or none.
+  and applies the affine step: per element of the group (layer norm), per channel (group norm), per group (batch
+  norm), or none. The first chunk's program of each group also updates a batch norm's running statistics (with
+  the unbiased variance, as torch does) and the first program its batch counter.
 The input is read twice and the output written once. Variance is the biased one, as torch's norms use.
 """
 
@@ -29,30 +34,44 @@ from ks_inductor.evolve.templates.base import (
 MAX_ELEMS = 64  # fp32 values a thread holds for one tile
 
 
+def _per_seg(a: dict[str, Any], params: dict[str, Any]) -> int:
+    return -(-a["seg"] // (int(params["BLOCK"]) * int(params["ITERS"])))
+
+
 def _chunks(a: dict[str, Any], params: dict[str, Any]) -> int:
-    return -(-a["length"] // (int(params["BLOCK"]) * int(params["ITERS"])))
+    """Chunks per group."""
+    return a["segs"] * _per_seg(a, params)
+
+
+def _locate(a: dict[str, Any], params: dict[str, Any]) -> list[str]:
+    """The program's group (``row``), chunk within its segment (``c``) and the offset of its segment (``base``)."""
+    n_chunks, per_seg = _chunks(a, params), _per_seg(a, params)
+    lines = ["    pid = tl.program_id(0)", f"    row = pid // {n_chunks}", f"    r = pid % {n_chunks}"]
+    if a["segs"] == 1:
+        return lines + ["    c = r", f"    base = row.to(tl.int64) * {a['group_stride']}"]
+    return lines + [f"    c = r % {per_seg}",
+                    f"    base = row.to(tl.int64) * {a['group_stride']} + (r // {per_seg}).to(tl.int64) * "
+                    f"{a['seg_stride']}"]
 
 
 def _kernels(a: dict[str, Any], params: dict[str, Any]) -> str:
-    length, block, iters = a["length"], int(params["BLOCK"]), int(params["ITERS"])
+    length, seg, block, iters = a["length"], a["seg"], int(params["BLOCK"]), int(params["ITERS"])
     chunk = block * iters
-    n_chunks = _chunks(a, params)
+    n_chunks, per_seg = _chunks(a, params), _per_seg(a, params)
+    stages = int(params["num_stages"])
     stats = [
         "@triton.jit",
         "def _group_stats(x_ptr, part_ptr, BLOCK: tl.constexpr, ITERS: tl.constexpr):",
-        "    pid = tl.program_id(0)",
-        f"    row = pid // {n_chunks}",
-        f"    c = pid % {n_chunks}",
-        f"    base = x_ptr + row.to(tl.int64) * {length}",
+        *_locate(a, params),
         "    lanes = tl.arange(0, BLOCK)",
         "    mean = tl.sum(tl.zeros([BLOCK], tl.float32), 0)",
         "    m2 = mean",
         "    cnt = mean",
-        f"    for it in tl.range(0, ITERS, num_stages={int(params['num_stages'])}):",
+        f"    for it in tl.range(0, ITERS, num_stages={stages}):",
         f"        offs = c * {chunk} + it * BLOCK + lanes",
-        f"        m = offs < {length}",
-        "        x = tl.load(base + offs, mask=m, other=0.0).to(tl.float32)",
-        f"        n_t = tl.minimum(tl.maximum({length} - (c * {chunk} + it * BLOCK), 0), BLOCK).to(tl.float32)",
+        f"        m = offs < {seg}",
+        "        x = tl.load(x_ptr + base + offs, mask=m, other=0.0).to(tl.float32)",
+        f"        n_t = tl.minimum(tl.maximum({seg} - (c * {chunk} + it * BLOCK), 0), BLOCK).to(tl.float32)",
         "        mean_t = tl.sum(x, 0) / tl.maximum(n_t, 1.0)",
         "        d = tl.where(m, x - mean_t, 0.0)",
         "        m2_t = tl.sum(d * d, 0)",
@@ -70,37 +89,61 @@ def _kernels(a: dict[str, Any], params: dict[str, Any]) -> str:
     elif a["affine"] == "channel":
         windex = f"(row % {a['groups']}) * {a['cpg']} + offs // {a['hw']}"
     else:
-        windex = ""
+        windex = "row"  # one weight per group, loaded once
+    k_in_seg = "k" if a["segs"] == 1 else f"(k % {per_seg})"
     apply = [
         "@triton.jit",
-        "def _group_apply(x_ptr, part_ptr, w_ptr, b_ptr, out_ptr, BLOCK: tl.constexpr, ITERS: tl.constexpr,",
-        "                 CP: tl.constexpr):",
-        "    pid = tl.program_id(0)",
-        f"    row = pid // {n_chunks}",
-        f"    c = pid % {n_chunks}",
+        "def _group_apply(x_ptr, part_ptr, w_ptr, b_ptr, out_ptr, rm_ptr, rv_ptr, nbt_ptr, BLOCK: tl.constexpr,",
+        "                 ITERS: tl.constexpr, CP: tl.constexpr):",
+        *_locate(a, params),
         "    k = tl.arange(0, CP)",
         f"    km = k < {n_chunks}",
         f"    pbase = part_ptr + row * {2 * n_chunks}",
         "    means = tl.load(pbase + 2 * k, mask=km, other=0.0)",
         "    m2s = tl.load(pbase + 2 * k + 1, mask=km, other=0.0)",
-        # Every chunk holds `chunk` values but the last, which holds what is left.
-        f"    cnts = tl.where(km, tl.minimum({length} - k * {chunk}, {chunk}), 0).to(tl.float32)",
+        # Every chunk of a segment holds `chunk` values but the last, which holds what is left.
+        f"    cnts = tl.where(km, tl.minimum({seg} - {k_in_seg} * {chunk}, {chunk}), 0).to(tl.float32)",
         f"    mean = tl.sum(cnts * means, 0) / {literal(float(length))}",
         "    dm = tl.where(km, means - mean, 0.0)",
         f"    var = (tl.sum(m2s, 0) + tl.sum(cnts * dm * dm, 0)) / {literal(float(length))}",
         f"    rstd = 1.0 / tl.sqrt(var + {literal(a['eps'])})",
-        f"    base = row.to(tl.int64) * {length}",
+    ]
+    if a["running"] is not None:
+        momentum = a["running"][2]
+        unbias = literal(float(length) / max(length - 1, 1))
+        apply += [
+            "    if r == 0:",
+            "        rm = tl.load(rm_ptr + row).to(tl.float32)",
+            "        rv = tl.load(rv_ptr + row).to(tl.float32)",
+            f"        tl.store(rm_ptr + row, (rm + {literal(momentum)} * (mean - rm)).to(rm_ptr.dtype.element_ty))",
+            f"        tl.store(rv_ptr + row, (rv + {literal(momentum)} * (var * {unbias} - rv))"
+            ".to(rv_ptr.dtype.element_ty))",
+        ]
+    if a["counter"] is not None:
+        apply += ["    if pid == 0:", "        tl.store(nbt_ptr, tl.load(nbt_ptr) + 1)"]
+    if a["affine"] == "group":
+        if a["w"] is not None:
+            apply.append("    wv = tl.load(w_ptr + row).to(tl.float32)")
+        if a["b"] is not None:
+            apply.append("    bv = tl.load(b_ptr + row).to(tl.float32)")
+    apply += [
         "    lanes = tl.arange(0, BLOCK)",
-        f"    for it in tl.range(0, ITERS, num_stages={int(params['num_stages'])}):",
+        f"    for it in tl.range(0, ITERS, num_stages={stages}):",
         f"        offs = c * {chunk} + it * BLOCK + lanes",
-        f"        m = offs < {length}",
+        f"        m = offs < {seg}",
         "        x = tl.load(x_ptr + base + offs, mask=m, other=0.0).to(tl.float32)",
         "        y = (x - mean) * rstd",
     ]
-    if a["w"] is not None:
-        apply.append(f"        y = y * tl.load(w_ptr + {windex}, mask=m, other=0.0).to(tl.float32)")
-    if a["b"] is not None:
-        apply.append(f"        y = y + tl.load(b_ptr + {windex}, mask=m, other=0.0).to(tl.float32)")
+    if a["affine"] == "group":
+        if a["w"] is not None:
+            apply.append("        y = y * wv")
+        if a["b"] is not None:
+            apply.append("        y = y + bv")
+    else:
+        if a["w"] is not None:
+            apply.append(f"        y = y * tl.load(w_ptr + {windex}, mask=m, other=0.0).to(tl.float32)")
+        if a["b"] is not None:
+            apply.append(f"        y = y + tl.load(b_ptr + {windex}, mask=m, other=0.0).to(tl.float32)")
     apply.append(f"        tl.store(out_ptr + base + offs, {store_expr('y', a['dtype'])}, mask=m)")
     return "\n".join(stats) + "\n\n\n" + "\n".join(apply)
 
@@ -118,13 +161,13 @@ class GroupNormTemplate(Template):
 
     def default(self, fm: FamilyMatch, variant: str, device: str) -> dict[str, Any]:
         a = fm.attrs
-        block = max(64, min(2048, next_pow2(a["length"])))
+        block = max(64, min(2048, next_pow2(a["seg"])))
         iters = 1
         # Longer chunks while the groups still split into four programs for each of an H200's 132 SMs (the search
         # moves ITERS from there); in the interpreter, which pays per program, as few programs as the groups allow.
         want = 1 if device == "cpu" else 4 * 132
-        while iters < 32 and a["rows"] * -(-a["length"] // (block * iters * 2)) >= want \
-                and block * iters * 2 <= next_pow2(a["length"]):
+        while iters < 32 and a["rows"] * a["segs"] * -(-a["seg"] // (block * iters * 2)) >= want \
+                and block * iters * 2 <= next_pow2(a["seg"]):
             iters *= 2
         return {"BLOCK": block, "ITERS": iters, "num_warps": 8 if block >= 1024 else 4, "num_stages": 1}
 
@@ -145,15 +188,20 @@ class GroupNormTemplate(Template):
                   f"num_warps={int(params['num_warps'])}, num_stages={int(params['num_stages'])}")
         w = f"{fm.operand(a['w'])}.contiguous()" if a["w"] is not None else "x"
         b = f"{fm.operand(a['b'])}.contiguous()" if a["b"] is not None else "x"
+        # Running statistics and the batch counter are buffers, updated in place (never copies).
+        rm, rv = (fm.operand(a["running"][0]), fm.operand(a["running"][1])) if a["running"] else ("x", "x")
+        nbt = fm.operand(a["counter"]) if a["counter"] else "x"
         body = [
             f"x = {fm.operand(a['x'])}.contiguous()",
             f"part = torch.empty({2 * grid}, dtype=torch.float32, device=x.device)",
             f"out = torch.empty({list(a['out_shape'])!r}, dtype={torch_dtype(a['dtype'])}, device=x.device)",
             f"_group_stats[({grid},)](x, part, {launch})",
-            f"_group_apply[({grid},)](x, part, {w}, {b}, out, {launch}, CP={next_pow2(n_chunks)})",
+            f"_group_apply[({grid},)](x, part, {w}, {b}, out, {rm}, {rv}, {nbt}, {launch}, "
+            f"CP={next_pow2(n_chunks)})",
             "return out",
         ]
-        what = {"channel": "group norm", "element": "layer norm over several dims", "none": "instance norm"}
+        what = {"channel": "group norm", "element": "layer norm over several dims", "group": "batch norm",
+                "none": "batch norm" if a["segs"] > 1 else "instance norm"}
         return module_source(fm, f"{what[a['affine']]} of {a['rows']} groups of {a['length']} values, in chunks of "
                              f"{int(params['BLOCK']) * int(params['ITERS'])}, rendered by kernelsmith.",
                              _kernels(a, params), body)
