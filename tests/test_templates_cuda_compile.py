@@ -262,12 +262,13 @@ def test_pool_kernels_compile_for_sm90(tmp_path) -> None:
 
 def test_pool_and_group_norm_kernels_compile_for_sm90(tmp_path) -> None:
     """The pool template's flat and window variants (2-d at stride 1, 3-d, a 1-d pool as 2-d) and the group-norm
-    family's two kernels (group norm per channel, layer norm per element, instance norm), without spills."""
+    family's two kernels (group norm per channel, layer norm per element, instance norm, batch norm with running
+    statistics), without spills."""
     pytest.importorskip("triton.backends.nvidia")
     from tests.test_evolve_families import EXTRA
 
     names = ["max_pool2d_stride1", "avg_pool3d_overlap", "max_pool1d_dilated", "group_norm_affine", "layer_norm_3d",
-             "instance_norm"]
+             "instance_norm", "batch_norm_2d"]
     paths = []
     for n in names:
         path = tmp_path / f"{n}.py"
