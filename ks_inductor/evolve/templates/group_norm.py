@@ -13,7 +13,9 @@ kernels run:
   and applies the affine step: per element of the group (layer norm), per channel (group norm), per group (batch
   norm), or none. The first chunk's program of each group also updates a batch norm's running statistics (with
   the unbiased variance, as torch does) and the first program its batch counter.
-The input is read twice and the output written once. Variance is the biased one, as torch's norms use.
+The input is read twice and the output written once. With ``REV`` the apply kernel takes the chunks from the last
+back, so that its first reads find what the statistics kernel read last still in the L2. Variance is the biased one,
+as torch's norms use.
 """
 
 from __future__ import annotations
@@ -43,10 +45,12 @@ def _chunks(a: dict[str, Any], params: dict[str, Any]) -> int:
     return a["segs"] * _per_seg(a, params)
 
 
-def _locate(a: dict[str, Any], params: dict[str, Any]) -> list[str]:
-    """The program's group (``row``), chunk within its segment (``c``) and the offset of its segment (``base``)."""
+def _locate(a: dict[str, Any], params: dict[str, Any], reverse: bool = False) -> list[str]:
+    """The program's group (``row``), chunk within its segment (``c``) and the offset of its segment (``base``);
+    ``reverse``: programs take chunks from the last one back."""
     n_chunks, per_seg = _chunks(a, params), _per_seg(a, params)
-    lines = ["    pid = tl.program_id(0)", f"    row = pid // {n_chunks}", f"    r = pid % {n_chunks}"]
+    pid = f"{a['rows'] * n_chunks - 1} - tl.program_id(0)" if reverse else "tl.program_id(0)"
+    lines = [f"    pid = {pid}", f"    row = pid // {n_chunks}", f"    r = pid % {n_chunks}"]
     if a["segs"] == 1:
         return lines + ["    c = r", f"    base = row.to(tl.int64) * {a['group_stride']}"]
     return lines + [f"    c = r % {per_seg}",
@@ -95,7 +99,7 @@ def _kernels(a: dict[str, Any], params: dict[str, Any]) -> str:
         "@triton.jit",
         "def _group_apply(x_ptr, part_ptr, w_ptr, b_ptr, out_ptr, rm_ptr, rv_ptr, nbt_ptr, BLOCK: tl.constexpr,",
         "                 ITERS: tl.constexpr, CP: tl.constexpr):",
-        *_locate(a, params),
+        *_locate(a, params, reverse=bool(params.get("REV", 0))),
         "    k = tl.arange(0, CP)",
         f"    km = k < {n_chunks}",
         f"    pbase = part_ptr + row * {2 * n_chunks}",
@@ -157,7 +161,7 @@ class GroupNormTemplate(Template):
 
     def space(self, fm: FamilyMatch, variant: str) -> dict[str, list[Any]]:
         return {"BLOCK": [64, 128, 256, 512, 1024, 2048, 4096], "ITERS": [1, 2, 4, 8, 16, 32],
-                "num_warps": [1, 2, 4, 8, 16], "num_stages": [1, 2, 3]}
+                "num_warps": [1, 2, 4, 8, 16], "num_stages": [1, 2, 3], "REV": [0, 1]}
 
     def default(self, fm: FamilyMatch, variant: str, device: str) -> dict[str, Any]:
         a = fm.attrs
@@ -169,7 +173,7 @@ class GroupNormTemplate(Template):
         while iters < 32 and a["rows"] * a["segs"] * -(-a["seg"] // (block * iters * 2)) >= want \
                 and block * iters * 2 <= next_pow2(a["seg"]):
             iters *= 2
-        return {"BLOCK": block, "ITERS": iters, "num_warps": 8 if block >= 1024 else 4, "num_stages": 1}
+        return {"BLOCK": block, "ITERS": iters, "num_warps": 8 if block >= 1024 else 4, "num_stages": 1, "REV": 0}
 
     def feasible(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> bool:
         return elems_per_thread(params["BLOCK"], params["num_warps"]) <= MAX_ELEMS \
