@@ -27,18 +27,18 @@ def test_group_norm_parameters_come_from_the_graph() -> None:
     assert classify(problem_from_source(EXTRA["batch_norm_untracked"][0], name="p")).attrs["running"] is None
 
 
-def _judge(judge, params: dict | None) -> None:
+def _judge(judge, params: dict | None, variant: str = "split") -> None:
     jobs = []
     for n in NORMS:
         problem = problem_from_source(EXTRA[n][0], name=n)
         fm = classify(problem)
         fm.target = "cpu"
         t = template_named("group_norm")
-        p = {**t.default(fm, "split", "cpu"), **(params or {})}
-        jobs.append((n, p, judge.submit(problem, t.render(fm, p, "split"))))
+        p = {**t.default(fm, variant, "cpu"), **(params or {})}
+        jobs.append((n, p, judge.submit(problem, t.render(fm, p, variant))))
     for n, p, fut in jobs:
         r = fut.result()
-        assert r.accepted, (n, p, r.verdict, r.reasons[:2], r.error)
+        assert r.accepted, (n, variant, p, r.verdict, r.reasons[:2], r.error)
 
 
 def test_group_norms_are_accepted_in_one_chunk(judge) -> None:
@@ -55,6 +55,11 @@ def test_group_norms_are_accepted_in_ragged_chunks(judge) -> None:
     _judge(judge, {"BLOCK": 64, "ITERS": 2, "num_warps": 1, "REV": 1})
 
 
+def test_group_norms_are_accepted_with_a_finalize_kernel(judge) -> None:
+    """The finalize variant (one program per group merges the chunk statistics) over ragged chunks."""
+    _judge(judge, {"BLOCK": 64, "ITERS": 1, "num_warps": 1}, "finalize")
+
+
 def test_batch_norm_updates_running_statistics_as_torch_does(tmp_path) -> None:
     """The judge compares outputs only; a batch norm's kernel must still leave the running mean, the running
     (unbiased) variance and the batch counter where torch's module leaves them, or a model switched to eval mode
@@ -64,16 +69,16 @@ def test_batch_norm_updates_running_statistics_as_torch_does(tmp_path) -> None:
     from ks_inductor.problem import exec_problem_source
     from ks_inductor.source_module import load_source_module
 
-    for n in ("batch_norm_2d", "batch_norm_1d_plain"):
+    for n, variant in (("batch_norm_2d", "split"), ("batch_norm_1d_plain", "split"), ("batch_norm_2d", "finalize")):
         src = EXTRA[n][0]
         fm = classify(problem_from_source(src, name=n))
         fm.target = "cpu"
         t = template_named("group_norm")
-        params = {**t.default(fm, "split", "cpu"), "BLOCK": 16, "ITERS": 1, "num_warps": 1}
+        params = {**t.default(fm, variant, "cpu"), "BLOCK": 16, "ITERS": 1, "num_warps": 1}
         ref_mod = exec_problem_source(src, n)
         torch.manual_seed(0)
         ref = ref_mod.Model(*ref_mod.get_init_inputs())
-        new = load_source_module(t.render(fm, params, "split"), "ks_bn", str(tmp_path)).ModelNew(
+        new = load_source_module(t.render(fm, params, variant), "ks_bn", str(tmp_path)).ModelNew(
             *ref_mod.get_init_inputs())
         new.load_state_dict(ref.state_dict())
         for _step in range(2):

@@ -1,8 +1,9 @@
 """Probe (never cached or served): does the group-norm template's apply kernel gain from taking its chunks in
-reverse (``REV=1``), so that its first reads hit what the statistics kernel left in the L2?
+reverse (``REV=1``), so that its first reads hit what the statistics kernel left in the L2? And from a finalize
+kernel that merges each group's chunk statistics once?
 
-For each KernelBench problem given, the template's cuda default is rendered with REV 0 and 1 (and ITERS halved and
-doubled), checked against the problem's Model, and timed per call (L2 flushed, interleaved rounds) next to the
+For each KernelBench problem given, the template's cuda default is rendered in both variants with REV 0 and 1,
+ITERS as is and doubled, one or two stages, checked against the problem's Model, and timed per call (L2 flushed, interleaved rounds) next to the
 Model itself and a torch copy of the input; the floor is the problem's bytes at the copy rate of the anchors
 (the two-kernel form moves 1.5 times those bytes: the input is read twice).
 
@@ -43,20 +44,21 @@ def probe(path: str) -> dict:
         want = ref(x)
     tools = {"model": lambda: ref(x), "torch_copy": lambda o=torch.empty_like(x): o.copy_(x)}
     res: dict = {"problem": problem.name, "shape": list(x.shape), "default": base, "variants": {}}
-    for iters in sorted({max(1, base["ITERS"] // 2), base["ITERS"], min(32, base["ITERS"] * 2)}):
-        for rev in (0, 1):
-            p = {**base, "ITERS": iters, "REV": rev}
-            if not t.feasible(fm, p, "split"):
-                continue
-            new = load_source_module(t.render(fm, p, "split"), "ks_gn_probe", "/tmp/ks_probe").ModelNew(
-                *mod.get_init_inputs()).cuda()
-            new.load_state_dict(ref.state_dict())
-            with torch.no_grad():
-                got = new(x)
-            err = float((got.float() - want.float()).abs().max())
-            name = f"I{iters}R{rev}"
-            res["variants"][name] = {"params": p, "max_abs_err": err}
-            tools[name] = lambda m=new: m(x)
+    for variant, iters, rev, stages in [(v, i, r, st) for v in ("split", "finalize")
+                                        for i in sorted({base["ITERS"], min(32, base["ITERS"] * 2)})
+                                        for r in (0, 1) for st in (1, 2)]:
+        p = {**base, "ITERS": iters, "REV": rev, "num_stages": stages}
+        if not t.feasible(fm, p, variant):
+            continue
+        new = load_source_module(t.render(fm, p, variant), "ks_gn_probe", "/tmp/ks_probe").ModelNew(
+            *mod.get_init_inputs()).cuda()
+        new.load_state_dict(ref.state_dict())
+        with torch.no_grad():
+            got = new(x)
+        err = float((got.float() - want.float()).abs().max())
+        name = f"{variant[0]}I{iters}R{rev}S{stages}"
+        res["variants"][name] = {"params": p, "max_abs_err": err}
+        tools[name] = lambda m=new: m(x)
     samples = T.benchmark_interleaved(tools, rounds=5, rep_ms=100, flush=T.make_l2_flush("cuda"))
     floor_ms = 2 * x.numel() * x.element_size() / (COPY_GBPS * 1e9) * 1e3
     res["floor_ms"] = floor_ms

@@ -13,6 +13,8 @@ kernels run:
   and applies the affine step: per element of the group (layer norm), per channel (group norm), per group (batch
   norm), or none. The first chunk's program of each group also updates a batch norm's running statistics (with
   the unbiased variance, as torch does) and the first program its batch counter.
+The ``finalize`` variant puts a third kernel between them: one program per group merges the chunk statistics once
+(and updates the running statistics), so that each apply program reads two numbers before it streams its chunk.
 The input is read twice and the output written once. With ``REV`` the apply kernel takes the chunks from the last
 back, so that its first reads find what the statistics kernel read last still in the L2. Variance is the biased one,
 as torch's norms use.
@@ -58,10 +60,48 @@ def _locate(a: dict[str, Any], params: dict[str, Any], reverse: bool = False) ->
                     f"{a['seg_stride']}"]
 
 
-def _kernels(a: dict[str, Any], params: dict[str, Any]) -> str:
-    length, seg, block, iters = a["length"], a["seg"], int(params["BLOCK"]), int(params["ITERS"])
-    chunk = block * iters
+def _merge(a: dict[str, Any], params: dict[str, Any], indent: str) -> list[str]:
+    """Lines that merge group ``row``'s chunk statistics (as one vector) into its ``mean``, ``var`` and ``rstd``."""
     n_chunks, per_seg = _chunks(a, params), _per_seg(a, params)
+    length, seg, chunk = a["length"], a["seg"], int(params["BLOCK"]) * int(params["ITERS"])
+    k_in_seg = "k" if a["segs"] == 1 else f"(k % {per_seg})"
+    lines = [
+        "k = tl.arange(0, CP)",
+        f"km = k < {n_chunks}",
+        f"pbase = part_ptr + row * {2 * n_chunks}",
+        "means = tl.load(pbase + 2 * k, mask=km, other=0.0)",
+        "m2s = tl.load(pbase + 2 * k + 1, mask=km, other=0.0)",
+        # Every chunk of a segment holds `chunk` values but the last, which holds what is left.
+        f"cnts = tl.where(km, tl.minimum({seg} - {k_in_seg} * {chunk}, {chunk}), 0).to(tl.float32)",
+        f"mean = tl.sum(cnts * means, 0) / {literal(float(length))}",
+        "dm = tl.where(km, means - mean, 0.0)",
+        f"var = (tl.sum(m2s, 0) + tl.sum(cnts * dm * dm, 0)) / {literal(float(length))}",
+        f"rstd = 1.0 / tl.sqrt(var + {literal(a['eps'])})",
+    ]
+    return [indent + ln for ln in lines]
+
+
+def _running(a: dict[str, Any], once: str | None, first: str) -> list[str]:
+    """Lines that update the running statistics (under ``once`` where given) and the counter (under ``first``)."""
+    lines: list[str] = []
+    if a["running"] is not None:
+        momentum, length = literal(a["running"][2]), a["length"]
+        unbias = literal(float(length) / max(length - 1, 1))
+        body = [
+            "rm = tl.load(rm_ptr + row).to(tl.float32)",
+            "rv = tl.load(rv_ptr + row).to(tl.float32)",
+            f"tl.store(rm_ptr + row, (rm + {momentum} * (mean - rm)).to(rm_ptr.dtype.element_ty))",
+            f"tl.store(rv_ptr + row, (rv + {momentum} * (var * {unbias} - rv)).to(rv_ptr.dtype.element_ty))",
+        ]
+        lines += [f"    if {once}:"] + ["        " + ln for ln in body] if once else ["    " + ln for ln in body]
+    if a["counter"] is not None:
+        lines += [f"    if {first}:", "        tl.store(nbt_ptr, tl.load(nbt_ptr) + 1)"]
+    return lines
+
+
+def _kernels(a: dict[str, Any], params: dict[str, Any], variant: str) -> str:
+    seg, block, iters = a["seg"], int(params["BLOCK"]), int(params["ITERS"])
+    chunk = block * iters
     stages = int(params["num_stages"])
     stats = [
         "@triton.jit",
@@ -88,44 +128,34 @@ def _kernels(a: dict[str, Any], params: dict[str, Any]) -> str:
         "    tl.store(part_ptr + 2 * pid, mean)",
         "    tl.store(part_ptr + 2 * pid + 1, m2)",
     ]
+    kernels = ["\n".join(stats)]
+    if variant == "finalize":
+        # One program per group merges its chunks once; the apply programs then read two numbers, not the vector.
+        kernels.append("\n".join([
+            "@triton.jit",
+            "def _group_final(part_ptr, stat_ptr, rm_ptr, rv_ptr, nbt_ptr, CP: tl.constexpr):",
+            "    row = tl.program_id(0)",
+            *_merge(a, params, "    "),
+            "    tl.store(stat_ptr + 2 * row, mean)",
+            "    tl.store(stat_ptr + 2 * row + 1, rstd)",
+            *_running(a, None, "row == 0"),
+        ]))
+        head = ["def _group_apply(x_ptr, stat_ptr, w_ptr, b_ptr, out_ptr, BLOCK: tl.constexpr, ITERS: tl.constexpr):",
+                *_locate(a, params, reverse=bool(params.get("REV", 0))),
+                "    mean = tl.load(stat_ptr + 2 * row)",
+                "    rstd = tl.load(stat_ptr + 2 * row + 1)"]
+    else:
+        head = ["def _group_apply(x_ptr, part_ptr, w_ptr, b_ptr, out_ptr, rm_ptr, rv_ptr, nbt_ptr, BLOCK: tl.constexpr,",
+                "                 ITERS: tl.constexpr, CP: tl.constexpr):",
+                *_locate(a, params, reverse=bool(params.get("REV", 0))),
+                *_merge(a, params, "    "),
+                *_running(a, "r == 0", "pid == 0")]
     if a["affine"] == "element":
         windex = "offs"
     elif a["affine"] == "channel":
         windex = f"(row % {a['groups']}) * {a['cpg']} + offs // {a['hw']}"
-    else:
-        windex = "row"  # one weight per group, loaded once
-    k_in_seg = "k" if a["segs"] == 1 else f"(k % {per_seg})"
-    apply = [
-        "@triton.jit",
-        "def _group_apply(x_ptr, part_ptr, w_ptr, b_ptr, out_ptr, rm_ptr, rv_ptr, nbt_ptr, BLOCK: tl.constexpr,",
-        "                 ITERS: tl.constexpr, CP: tl.constexpr):",
-        *_locate(a, params, reverse=bool(params.get("REV", 0))),
-        "    k = tl.arange(0, CP)",
-        f"    km = k < {n_chunks}",
-        f"    pbase = part_ptr + row * {2 * n_chunks}",
-        "    means = tl.load(pbase + 2 * k, mask=km, other=0.0)",
-        "    m2s = tl.load(pbase + 2 * k + 1, mask=km, other=0.0)",
-        # Every chunk of a segment holds `chunk` values but the last, which holds what is left.
-        f"    cnts = tl.where(km, tl.minimum({seg} - {k_in_seg} * {chunk}, {chunk}), 0).to(tl.float32)",
-        f"    mean = tl.sum(cnts * means, 0) / {literal(float(length))}",
-        "    dm = tl.where(km, means - mean, 0.0)",
-        f"    var = (tl.sum(m2s, 0) + tl.sum(cnts * dm * dm, 0)) / {literal(float(length))}",
-        f"    rstd = 1.0 / tl.sqrt(var + {literal(a['eps'])})",
-    ]
-    if a["running"] is not None:
-        momentum = a["running"][2]
-        unbias = literal(float(length) / max(length - 1, 1))
-        apply += [
-            "    if r == 0:",
-            "        rm = tl.load(rm_ptr + row).to(tl.float32)",
-            "        rv = tl.load(rv_ptr + row).to(tl.float32)",
-            f"        tl.store(rm_ptr + row, (rm + {literal(momentum)} * (mean - rm)).to(rm_ptr.dtype.element_ty))",
-            f"        tl.store(rv_ptr + row, (rv + {literal(momentum)} * (var * {unbias} - rv))"
-            ".to(rv_ptr.dtype.element_ty))",
-        ]
-    if a["counter"] is not None:
-        apply += ["    if pid == 0:", "        tl.store(nbt_ptr, tl.load(nbt_ptr) + 1)"]
-    if a["affine"] == "group":
+    apply = ["@triton.jit", *head]
+    if a["affine"] == "group":  # one weight and bias per group, loaded once
         if a["w"] is not None:
             apply.append("    wv = tl.load(w_ptr + row).to(tl.float32)")
         if a["b"] is not None:
@@ -149,7 +179,8 @@ def _kernels(a: dict[str, Any], params: dict[str, Any]) -> str:
         if a["b"] is not None:
             apply.append(f"        y = y + tl.load(b_ptr + {windex}, mask=m, other=0.0).to(tl.float32)")
     apply.append(f"        tl.store(out_ptr + base + offs, {store_expr('y', a['dtype'])}, mask=m)")
-    return "\n".join(stats) + "\n\n\n" + "\n".join(apply)
+    kernels.append("\n".join(apply))
+    return "\n\n\n".join(kernels)
 
 
 class GroupNormTemplate(Template):
@@ -157,7 +188,7 @@ class GroupNormTemplate(Template):
     families = ("group_norm",)
 
     def variants(self, fm: FamilyMatch) -> list[str]:
-        return ["split"]
+        return ["split", "finalize"]
 
     def space(self, fm: FamilyMatch, variant: str) -> dict[str, list[Any]]:
         return {"BLOCK": [64, 128, 256, 512, 1024, 2048, 4096], "ITERS": [1, 2, 4, 8, 16, 32],
@@ -200,12 +231,19 @@ class GroupNormTemplate(Template):
             f"part = torch.empty({2 * grid}, dtype=torch.float32, device=x.device)",
             f"out = torch.empty({list(a['out_shape'])!r}, dtype={torch_dtype(a['dtype'])}, device=x.device)",
             f"_group_stats[({grid},)](x, part, {launch})",
-            f"_group_apply[({grid},)](x, part, {w}, {b}, out, {rm}, {rv}, {nbt}, {launch}, "
-            f"CP={next_pow2(n_chunks)})",
-            "return out",
         ]
+        if variant == "finalize":
+            body += [
+                f"stat = torch.empty({2 * a['rows']}, dtype=torch.float32, device=x.device)",
+                f"_group_final[({a['rows']},)](part, stat, {rm}, {rv}, {nbt}, CP={next_pow2(n_chunks)}, num_warps=4)",
+                f"_group_apply[({grid},)](x, stat, {w}, {b}, out, {launch})",
+            ]
+        else:
+            body.append(f"_group_apply[({grid},)](x, part, {w}, {b}, out, {rm}, {rv}, {nbt}, {launch}, "
+                        f"CP={next_pow2(n_chunks)})")
+        body.append("return out")
         what = {"channel": "group norm", "element": "layer norm over several dims", "group": "batch norm",
                 "none": "batch norm" if a["segs"] > 1 else "instance norm"}
         return module_source(fm, f"{what[a['affine']]} of {a['rows']} groups of {a['length']} values, in chunks of "
                              f"{int(params['BLOCK']) * int(params['ITERS'])}, rendered by kernelsmith.",
-                             _kernels(a, params), body)
+                             _kernels(a, params, variant), body)
