@@ -7,8 +7,8 @@ groups as there are rows of a batch, fewer than the GPU has SMs. A group is one 
 one segment per batch entry, strided. Each segment is split into chunks of ``BLOCK * ITERS`` values, and two
 kernels run:
 - statistics: each program reads one chunk and writes its mean and its sum of squared deviations from that mean
-  (tile by tile, merged with Chan's formula), never the raw sum of squares, which cancels where the mean is large
-  against the spread;
+  (a running mean and M2 per lane, the lanes merged with Chan's formula at the end), never the raw sum of squares,
+  which cancels where the mean is large against the spread;
 - apply: each program merges its group's chunk statistics (all of them, as one vector), then normalizes its chunk
   and applies the affine step: per element of the group (layer norm), per channel (group norm), per group (batch
   norm), or none. The first chunk's program of each group also updates a batch norm's running statistics (with
@@ -103,28 +103,30 @@ def _kernels(a: dict[str, Any], params: dict[str, Any], variant: str) -> str:
     seg, block, iters = a["seg"], int(params["BLOCK"]), int(params["ITERS"])
     chunk = block * iters
     stages = int(params["num_stages"])
+    # Each lane keeps its own running mean and M2 (Welford) across the chunk's tiles and the lanes are merged once at
+    # the end: a reduction across the block per tile would put a barrier between every two tiles' loads. A lane is
+    # valid from the chunk's first tile up to some tile and masked after, so after tile `it` every valid lane has
+    # seen it + 1 values: one reciprocal per tile serves them all.
     stats = [
         "@triton.jit",
         "def _group_stats(x_ptr, part_ptr, BLOCK: tl.constexpr, ITERS: tl.constexpr):",
         *_locate(a, params),
         "    lanes = tl.arange(0, BLOCK)",
-        "    mean = tl.sum(tl.zeros([BLOCK], tl.float32), 0)",
-        "    m2 = mean",
-        "    cnt = mean",
+        "    mean_l = tl.zeros([BLOCK], tl.float32)",
+        "    m2_l = tl.zeros([BLOCK], tl.float32)",
         f"    for it in tl.range(0, ITERS, num_stages={stages}):",
         f"        offs = c * {chunk} + it * BLOCK + lanes",
         f"        m = offs < {seg}",
         "        x = tl.load(x_ptr + base + offs, mask=m, other=0.0).to(tl.float32)",
-        f"        n_t = tl.minimum(tl.maximum({seg} - (c * {chunk} + it * BLOCK), 0), BLOCK).to(tl.float32)",
-        "        mean_t = tl.sum(x, 0) / tl.maximum(n_t, 1.0)",
-        "        d = tl.where(m, x - mean_t, 0.0)",
-        "        m2_t = tl.sum(d * d, 0)",
-        "        tot = cnt + n_t",
-        "        delta = mean_t - mean",
-        "        frac = n_t / tl.maximum(tot, 1.0)",
-        "        mean = mean + delta * frac",
-        "        m2 = m2 + m2_t + delta * delta * cnt * frac",
-        "        cnt = tot",
+        "        delta = x - mean_l",
+        "        mean_l = tl.where(m, mean_l + delta * (1.0 / (it + 1.0)), mean_l)",
+        "        m2_l = tl.where(m, m2_l + delta * (x - mean_l), m2_l)",
+        # Values each lane saw: the tiles up to its last valid one.
+        f"    cnt_l = tl.minimum(tl.maximum(tl.cdiv({seg} - c * {chunk} - lanes, BLOCK), 0), ITERS).to(tl.float32)",
+        "    n = tl.sum(cnt_l, 0)",
+        "    mean = tl.sum(cnt_l * mean_l, 0) / tl.maximum(n, 1.0)",
+        "    dm = tl.where(cnt_l > 0, mean_l - mean, 0.0)",
+        "    m2 = tl.sum(m2_l, 0) + tl.sum(cnt_l * dm * dm, 0)",
         "    tl.store(part_ptr + 2 * pid, mean)",
         "    tl.store(part_ptr + 2 * pid + 1, m2)",
     ]
