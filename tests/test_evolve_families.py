@@ -55,6 +55,15 @@ def get_init_inputs():
 '''
 
 
+def norm_module(ctor: str, inputs: str, affine: bool = True) -> str:
+    """A problem applying the norm layer ``ctor`` to its input; an affine weight and bias drawn at random (not the
+    ones and zeros torch starts from, which would hide a missing or misplaced affine step)."""
+    init = f"        self.norm = {ctor}"
+    if affine:
+        init += "\n        nn.init.normal_(self.norm.weight); nn.init.normal_(self.norm.bias)"
+    return module("        return self.norm(xs[0])", inputs, init=init)
+
+
 EXTRA = {
     "log_softmax": (module("        return torch.log_softmax(xs[0], dim=1)", "[torch.randn(4, 40)]"),
                     "log_softmax"),
@@ -168,25 +177,15 @@ EXTRA = {
     "avg_pool3d_overlap": (module("        return F.avg_pool3d(xs[0], 3, stride=(2, 1, 2), padding=1)",
                                        "[torch.randn(2, 2, 7, 9, 11)]"), "pool"),
     # Long contiguous groups: group norm, layer norm over trailing dims, instance norm (through batch norm).
-    "group_norm_affine": (module("        return self.gn(xs[0])", "[torch.randn(2, 6, 5, 7) * 3 + 40]",
-                                 init="        self.gn = nn.GroupNorm(3, 6)\n"
-                                      "        nn.init.normal_(self.gn.weight); nn.init.normal_(self.gn.bias)"),
-                          "group_norm"),
-    "layer_norm_3d": (module("        return self.ln(xs[0])", "[torch.randn(3, 4, 6, 7)]",
-                             init="        self.ln = nn.LayerNorm((4, 6, 7))\n"
-                                  "        nn.init.normal_(self.ln.weight); nn.init.normal_(self.ln.bias)"),
-                      "group_norm"),
-    "instance_norm": (module("        return self.inorm(xs[0])", "[torch.randn(2, 3, 9, 11)]",
-                             init="        self.inorm = nn.InstanceNorm2d(3)"), "group_norm"),
+    "group_norm_affine": (norm_module("nn.GroupNorm(3, 6)", "[torch.randn(2, 6, 5, 7) * 3 + 40]"), "group_norm"),
+    "layer_norm_3d": (norm_module("nn.LayerNorm((4, 6, 7))", "[torch.randn(3, 4, 6, 7)]"), "group_norm"),
+    "instance_norm": (norm_module("nn.InstanceNorm2d(3)", "[torch.randn(2, 3, 9, 11)]", affine=False), "group_norm"),
     # Batch norm in training mode: a group is a channel, one strided segment per batch entry; running statistics.
-    "batch_norm_2d": (module("        return self.bn(xs[0])", "[torch.randn(3, 4, 5, 7) * 3 + 40]",
-                             init="        self.bn = nn.BatchNorm2d(4, momentum=0.3)\n"
-                                  "        nn.init.normal_(self.bn.weight); nn.init.normal_(self.bn.bias)"),
+    "batch_norm_2d": (norm_module("nn.BatchNorm2d(4, momentum=0.3)", "[torch.randn(3, 4, 5, 7) * 3 + 40]"),
                       "group_norm"),
-    "batch_norm_1d_plain": (module("        return self.bn(xs[0])", "[torch.randn(5, 3, 9).bfloat16()]",
-                                   init="        self.bn = nn.BatchNorm1d(3, affine=False)"), "group_norm"),
-    "batch_norm_untracked": (module("        return self.bn(xs[0])", "[torch.randn(4, 6, 11)]",
-                                    init="        self.bn = nn.BatchNorm1d(6, track_running_stats=False)"),
+    "batch_norm_1d_plain": (norm_module("nn.BatchNorm1d(3, affine=False)", "[torch.randn(5, 3, 9).bfloat16()]",
+                                        affine=False), "group_norm"),
+    "batch_norm_untracked": (norm_module("nn.BatchNorm1d(6, track_running_stats=False)", "[torch.randn(4, 6, 11)]"),
                              "group_norm"),
     "max_pool_indices_are_not_here": (module("        return F.max_pool2d(xs[0], 2, return_indices=True)",
                                              "[torch.randn(1, 2, 6, 6)]"), None),

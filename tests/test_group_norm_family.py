@@ -89,4 +89,4 @@ def test_batch_norm_updates_running_statistics_as_torch_does(tmp_path) -> None:
             torch.testing.assert_close(got, want, atol=tol, rtol=tol)
             for key, value in ref.state_dict().items():
                 torch.testing.assert_close(new.state_dict()[key], value, atol=1e-5, rtol=1e-5, msg=f"{n} {key}")
-        assert int(new.state_dict()["bn.num_batches_tracked"]) == 2
+        assert int(new.state_dict()["norm.num_batches_tracked"]) == 2

@@ -590,11 +590,10 @@ def _group_norm_match(graph: Graph) -> dict[str, Any] | None:
     x_ref = n.args[0] if n.args else None
     if not isinstance(x_ref, Ref):
         return None
-    x_name = x_ref.name
-    while (v := graph.node(x_name)) is not None:  # instance norm reaches its op through a view
-        if v.op not in ("view", "_unsafe_view", "reshape", "alias") or not isinstance(v.args[0], Ref):
-            return None
-        x_name = v.args[0].name
+    leaf = leaf_of(graph, x_ref)  # instance norm reaches its op through a reshape of the input
+    if leaf is None or any(v.op not in _GROUP_NORM_VIEWS - {"getitem"} for v in leaf[1]):
+        return None
+    x_name = leaf[0]
     x_t, out_ref = graph.type_of(x_name), graph.outputs[0]
     out_t = graph.type_of(out_ref.name) if isinstance(out_ref, Ref) else None
     if x_t is None or out_t is None or x_t.dtype not in _FLOATS or out_t.numel != x_t.numel or not x_t.numel:

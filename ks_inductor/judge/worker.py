@@ -135,6 +135,7 @@ def run_reference(job: dict[str, Any]) -> dict[str, Any]:
     acquire("shared")
     n_trials, n_sets = len(job["trials"]), len(job["timing_sets"])
     runs = [tuple(t) for t in job["trials"]] + [tuple(t) for t in job["timing_sets"]]
+    repeat_file = os.path.join(job["workdir"], "ref_repeat.safetensors")
 
     def run(i: int) -> tuple[dict[str, Any], int]:
         seed, dist = runs[i]
@@ -165,7 +166,7 @@ def run_reference(job: dict[str, Any]) -> dict[str, Any]:
                 torch.manual_seed(seed + 7919)
                 return _as_outputs(model(*inputs))
 
-            _repeat_sample(outs, again, os.path.join(job["workdir"], "ref_repeat.safetensors"))
+            _repeat_sample(outs, again, repeat_file)
         path = os.path.join(job["workdir"], f"ref_{i}.safetensors")
         _save(path, outs)
         return ({"seed": seed, "dist": dist, "file": path, "finite": bool(finite),
@@ -182,7 +183,7 @@ def run_reference(job: dict[str, Any]) -> dict[str, Any]:
     results = [first] + [run(i)[0] for i in order[1:]]
     release("shared")
     return {"trials": results[:kept_trials], "timing": results[kept_trials:], "out_bytes": out_bytes,
-            "repeat_file": os.path.join(job["workdir"], "ref_repeat.safetensors")}
+            "repeat_file": repeat_file}
 
 
 def _repeat_sample(outs: list[Any], again: Any, path: str, per_output: int = 1 << 16) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 from ks_inductor.evolve.families import FamilyMatch
 from ks_inductor.evolve.pointwise import literal, store_expr
 from ks_inductor.evolve.templates.base import (
+    MAX_ELEMS_PER_THREAD,
     Template,
     block_class,
     elems_per_thread,
@@ -34,8 +35,6 @@ from ks_inductor.evolve.templates.base import (
     next_pow2,
     torch_dtype,
 )
-
-MAX_ELEMS = 64  # fp32 values a thread holds for one tile
 
 
 def _per_seg(a: dict[str, Any], params: dict[str, Any]) -> int:
@@ -93,7 +92,10 @@ def _running(a: dict[str, Any], once: str | None, first: str) -> list[str]:
             f"tl.store(rm_ptr + row, (rm + {momentum} * (mean - rm)).to(rm_ptr.dtype.element_ty))",
             f"tl.store(rv_ptr + row, (rv + {momentum} * (var * {unbias} - rv)).to(rv_ptr.dtype.element_ty))",
         ]
-        lines += [f"    if {once}:"] + ["        " + ln for ln in body] if once else ["    " + ln for ln in body]
+        if once:
+            lines += [f"    if {once}:"] + ["        " + ln for ln in body]
+        else:
+            lines += ["    " + ln for ln in body]
     if a["counter"] is not None:
         lines += [f"    if {first}:", "        tl.store(nbt_ptr, tl.load(nbt_ptr) + 1)"]
     return lines
@@ -209,7 +211,8 @@ class GroupNormTemplate(Template):
         return {"BLOCK": block, "ITERS": iters, "num_warps": 8 if block >= 1024 else 4, "num_stages": 1, "REV": 0}
 
     def feasible(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> bool:
-        return elems_per_thread(params["BLOCK"], params["num_warps"]) <= MAX_ELEMS \
+        # Half the usual tile: the statistics kernel keeps a running mean and M2 per value of it.
+        return elems_per_thread(params["BLOCK"], params["num_warps"]) <= MAX_ELEMS_PER_THREAD // 2 \
             and next_pow2(_chunks(fm.attrs, params)) <= 8192
 
     def descriptor(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> dict[str, Any]:
