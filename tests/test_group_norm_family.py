@@ -7,7 +7,7 @@ from __future__ import annotations
 from ks_inductor.evolve.families import classify
 from ks_inductor.evolve.templates import template_named
 from ks_inductor.problem import problem_from_source
-from tests.test_evolve_families import EXTRA
+from tests.test_evolve_families import EXTRA, norm_module
 
 NORMS = ["group_norm_affine", "layer_norm_3d", "instance_norm", "batch_norm_2d", "batch_norm_1d_plain",
          "batch_norm_untracked"]
@@ -90,3 +90,26 @@ def test_batch_norm_updates_running_statistics_as_torch_does(tmp_path) -> None:
             for key, value in ref.state_dict().items():
                 torch.testing.assert_close(new.state_dict()[key], value, atol=1e-5, rtol=1e-5, msg=f"{n} {key}")
         assert int(new.state_dict()["norm.num_batches_tracked"]) == 2
+
+
+def test_gpu_seeds_add_a_shorter_chunk_for_long_groups() -> None:
+    """On a GPU, a batch norm whose default chunks are long (8 tiles of 2048) is also seeded at half the tile and a
+    quarter of the chunk, in the space and feasible; the interpreter, and groups too short for long chunks, get the
+    defaults only."""
+    from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
+
+    t = template_named("group_norm")
+    big = classify(problem_from_source(norm_module("nn.BatchNorm2d(16)", "[torch.randn(16, 16, 256, 256)]"), name="bn"))
+    big.target = "cpu"
+    cpu_seeds = EmbeddedMutator(big).seeds()
+    big.target = "cuda"
+    seeds = EmbeddedMutator(big).seeds()
+    default = t.default(big, "split", "cuda")
+    assert (default["BLOCK"], default["ITERS"]) == (2048, 8)
+    extra = [c for c in seeds if c.variant == "split" and c.params != default]
+    assert len(seeds) == len(cpu_seeds) + 1 and len(extra) == 1
+    assert (extra[0].params["BLOCK"], extra[0].params["ITERS"]) == (1024, 2)
+    space = t.space(big, "split")
+    assert all(extra[0].params[k] in space[k] for k in space) and t.feasible(big, extra[0].params, "split")
+    small = classify(problem_from_source(EXTRA["batch_norm_2d"][0], name="bn"))
+    assert t.alternates(small, "split", "cuda") == [] and t.alternates(big, "finalize", "cuda") == []
