@@ -28,18 +28,24 @@ OUT = os.environ.get("OUT", "/tmp")
 COPY_GBPS = 4227.0  # shared/anchors: device-to-device copy on this H200
 
 
-def probe(path: str) -> dict:
+def load(path: str):
+    """A KernelBench problem on the GPU: the problem, its family match, the group-norm template and its cuda default,
+    the problem's module, its Model (seed 0) and one input."""
     src = Path(path).read_text()
     problem = problem_from_source(src, name=Path(path).stem)
     fm = classify(problem)
     fm.target = "cuda"
     t = template_named("group_norm")
-    base = t.default(fm, "split", "cuda")
     mod = exec_problem_source(src, problem.name)
     torch.manual_seed(0)
     ref = mod.Model(*mod.get_init_inputs()).cuda()
     with torch.device("cuda"):
         x = mod.get_inputs()[0]
+    return problem, fm, t, t.default(fm, "split", "cuda"), mod, ref, x
+
+
+def probe(path: str) -> dict:
+    problem, fm, t, base, mod, ref, x = load(path)
     with torch.no_grad():
         want = ref(x)
     tools = {"model": lambda: ref(x), "torch_copy": lambda o=torch.empty_like(x): o.copy_(x)}

@@ -18,11 +18,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, os.getcwd())
-from ks_inductor.evolve.families import classify  # noqa: E402
-from ks_inductor.evolve.templates import template_named  # noqa: E402
+from benchmarks.gpu.probes.group_norm_order import load  # noqa: E402
 from ks_inductor.evolve.templates.group_norm import _chunks  # noqa: E402
 from ks_inductor.judge import timing as T  # noqa: E402
-from ks_inductor.problem import exec_problem_source, problem_from_source  # noqa: E402
 from ks_inductor.source_module import load_source_module  # noqa: E402
 
 OUT = os.environ.get("OUT", "/tmp")
@@ -30,17 +28,7 @@ OUT = os.environ.get("OUT", "/tmp")
 
 def main() -> None:
     path, tag = sys.argv[1], sys.argv[2]
-    src = Path(path).read_text()
-    problem = problem_from_source(src, name=Path(path).stem)
-    fm = classify(problem)
-    fm.target = "cuda"
-    t = template_named("group_norm")
-    base = t.default(fm, "split", "cuda")
-    mod = exec_problem_source(src, problem.name)
-    torch.manual_seed(0)
-    ref = mod.Model(*mod.get_init_inputs()).cuda()
-    with torch.device("cuda"):
-        x = mod.get_inputs()[0]
+    problem, fm, t, base, mod, ref, x = load(path)
     state = {k: v.clone() for k, v in ref.state_dict().items()}
     with torch.no_grad():
         want = ref(x)
