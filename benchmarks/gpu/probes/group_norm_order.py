@@ -28,7 +28,7 @@ OUT = os.environ.get("OUT", "/tmp")
 COPY_GBPS = 4227.0  # shared/anchors: device-to-device copy on this H200
 
 
-def load(path: str):
+def load(path: str) -> tuple:
     """A KernelBench problem on the GPU: the problem, its family match, the group-norm template and its cuda default,
     the problem's module, its Model (seed 0) and one input."""
     src = Path(path).read_text()
