@@ -114,6 +114,16 @@ def _compile_all(problem_path: str, which: str) -> list[dict]:
     return report
 
 
+def _extra_problems(tmp_path: Path, names: list[str] | tuple[str, ...]) -> list[Path]:
+    """The test problems ``names`` of ``test_evolve_families.EXTRA``, written as problem files."""
+    from tests.test_evolve_families import EXTRA
+
+    paths = [tmp_path / f"{name}.py" for name in names]
+    for name, path in zip(names, paths):
+        path.write_text(EXTRA[name][0])
+    return paths
+
+
 def _run(problems: list[Path], which: str = "first") -> dict[str, list[dict]]:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"
@@ -211,12 +221,8 @@ def test_whole_tensor_reduction_variants_compile_for_sm90(tmp_path) -> None:
     """The losses and x / ||x||, in both block orders: partial sums, finish and apply kernels, the NaN constant of
     the KL divergence, and the bf16 norm with either rounding."""
     pytest.importorskip("triton.backends.nvidia")
-    from tests.test_evolve_families import EXTRA
-
-    paths = []
-    for name in ("mse_loss", "kl_div_batchmean", "hinge_broadcast", "frobenius_normalize", "l1_norm_bf16_keepdim"):
-        paths.append(tmp_path / f"{name}.py")
-        paths[-1].write_text(EXTRA[name][0])
+    paths = _extra_problems(tmp_path, ("mse_loss", "kl_div_batchmean", "hinge_broadcast", "frobenius_normalize",
+                                       "l1_norm_bf16_keepdim"))
     report = _run(paths, "all")
     for name, kernels in report.items():
         assert {k["variant"] for k in kernels} == {"strided", "chunked"}, name
@@ -230,13 +236,8 @@ def test_scan_variants_compile_for_sm90(tmp_path) -> None:
     """Cumulative sums and products: forwards, backwards, exclusive, over a strided dim, and in bf16 with either
     rounding."""
     pytest.importorskip("triton.backends.nvidia")
-    from tests.test_evolve_families import EXTRA
-
-    paths = []
-    for name in ("cumsum_rows", "cumprod_rows", "cumsum_reverse", "cumsum_exclusive", "masked_cumsum_middle_dim",
-                 "cumsum_bf16_minus_input"):
-        paths.append(tmp_path / f"{name}.py")
-        paths[-1].write_text(EXTRA[name][0])
+    paths = _extra_problems(tmp_path, ("cumsum_rows", "cumprod_rows", "cumsum_reverse", "cumsum_exclusive",
+                                       "masked_cumsum_middle_dim", "cumsum_bf16_minus_input"))
     report = _run(paths, "all")
     assert all(k["cubin"] > 0 and not k["spills"] for ks in report.values() for k in ks), report
     assert {k["variant"] for k in report["masked_cumsum_middle_dim"]} == {"col"}
@@ -247,15 +248,9 @@ def test_scan_variants_compile_for_sm90(tmp_path) -> None:
 def test_pool_kernels_compile_for_sm90(tmp_path) -> None:
     """Max and average pools over 2 and 3 dims, with dilation, uncounted padding, a divisor override and bf16."""
     pytest.importorskip("triton.backends.nvidia")
-    from tests.test_evolve_families import EXTRA
-
     names = ("max_pool1d_dilated", "max_pool2d_ceil", "max_pool3d_bf16", "avg_pool2d_ceil_uncounted_pad",
              "avg_pool3d_divisor")
-    paths = []
-    for name in names:
-        paths.append(tmp_path / f"{name}.py")
-        paths[-1].write_text(EXTRA[name][0])
-    report = _run(paths, "all")
+    report = _run(_extra_problems(tmp_path, names), "all")
     assert set(report) == set(names)
     assert all(k["cubin"] > 0 and not k["spills"] for ks in report.values() for k in ks), report
 
@@ -265,16 +260,9 @@ def test_pool_and_group_norm_kernels_compile_for_sm90(tmp_path) -> None:
     family's two kernels (group norm per channel, layer norm per element, instance norm, batch norm with running
     statistics), without spills."""
     pytest.importorskip("triton.backends.nvidia")
-    from tests.test_evolve_families import EXTRA
-
     names = ["max_pool2d_stride1", "avg_pool3d_overlap", "max_pool1d_dilated", "group_norm_affine", "layer_norm_3d",
              "instance_norm", "batch_norm_2d"]
-    paths = []
-    for n in names:
-        path = tmp_path / f"{n}.py"
-        path.write_text(EXTRA[n][0])
-        paths.append(path)
-    report = _run(paths, "all")
+    report = _run(_extra_problems(tmp_path, names), "all")
     for n in names[:3]:
         assert {k["variant"] for k in report[n]} == {"flat", "window"}, report[n]
     for n in names[3:]:

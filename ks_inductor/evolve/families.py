@@ -658,7 +658,7 @@ def _batch_counter(graph: Graph, others: list[Node]) -> tuple[str, str] | None |
         return False
     add, copy = others
     if add.op != "add" or copy.op != "copy_" or len(add.args) < 2 or add.args[1] != 1 \
-            or not isinstance(add.args[0], Ref) or not add.args[0].name.startswith("p"):
+            or not isinstance(add.args[0], Ref) or all(p != add.args[0].name for p, _ in graph.placeholders):
         return False
     if len(copy.args) < 2 or copy.args[0] != add.args[0] or copy.args[1] != Ref(add.name):
         return False
