@@ -1,6 +1,6 @@
 """Markdown table and plots from a benchmark result JSON (CPU only; no device needed).
 
-    python -m benchmarks.report benchmarks/results/llm-ops-nvidia-h200-2026-11-22.json [--no-plots]
+    python -m benchmarks.report benchmarks/results/llm-ops-nvidia-h200-2026-11-21.json [--no-plots]
 
 Writes ``<stem>.md``, ``<stem>-speedup.png`` (kernelsmith's speedup over each peer, per workload) and
 ``<stem>-roofline.png`` (each tool's fraction of the roofline floor, per workload) next to the JSON.

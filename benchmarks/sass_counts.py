@@ -5,8 +5,8 @@ Triton's wheel carries ptxas and cuobjdump, so a rendered kernel can be compiled
 problem's ``ModelNew`` runs on CPU tensors of the problem's shapes with Triton's launches recorded instead of run, so
 the arguments a launch would pass (and the specializations Triton would derive from them: 16-byte alignment,
 multiples of 16, integers equal to 1) are the ones the GPU would see. What it does not see: the device's own
-triton, whose compiler may decide otherwise. On the H200 (triton 3.6) the session-15 winners took 64 registers
-(LayerNorm, as here) and 54 (RMSNorm, 56 here), and the 32-warp softmax winner spilled nothing, where triton 3.9
+triton, whose compiler may decide otherwise. On the H200 (triton 3.6) a 2-row 8-warp LayerNorm took 64 registers
+(as here) and an RMSNorm of the same shape 54 (56 here), and the 32-warp softmax winner spilled nothing, where triton 3.9
 here stores 14 values to local memory. Run it in a process started without TRITON_INTERPRET.
 
     python -m benchmarks.sass_counts --op layernorm --variant rowwise/block --params '{"ROWS": 2, "num_warps": 8}'

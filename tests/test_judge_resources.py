@@ -9,7 +9,7 @@ from ks_inductor.judge.pool import JobOutcome
 def test_a_full_scratch_disk_is_an_error_of_the_judge_not_a_rejection(judge) -> None:
     res = judge._new_result("def f(): pass", "k")
     # The message a worker sends when saving a trial's outputs hits ENOSPC (as on the H200 with KernelBench's
-    # 8 GiB outputs, session 20).
+    # 8 GiB outputs).
     sent = {"event": "result", "ok": False, "oom": False, "device_error": False, "no_space": True,
             "error": "SafetensorError: Error while serializing: I/O error: No space left on device (os error 28)"}
     assert judge._absorb_outcome(res, JobOutcome(result=sent, stage="correctness")) is False
@@ -24,7 +24,7 @@ def test_a_full_scratch_disk_is_an_error_of_the_judge_not_a_rejection(judge) -> 
 
 
 def test_a_job_too_large_to_share_the_device_waits_for_the_jobs_in_flight(judge) -> None:
-    """KernelBench's 16 GiB avg pool ran the H200 out of memory when three of its jobs overlapped (session 25): a job
+    """KernelBench's 16 GiB avg pool runs the H200 out of memory when three of its jobs overlap: a job
     whose working set is a large share of the device runs alone. The gate is held here as a job in flight holds it."""
     import time
 

@@ -214,7 +214,7 @@ class GroupNormTemplate(Template):
         """Half the default's tile and a quarter of its chunk length, where the default's chunks are long. On the
         H200 a BatchNorm2d over (64, 64, 512, 512) ran 3029 and 3043 us per call in two processes at 1024 x 8 against
         3151 for the default (2048 x 32): the statistics pass reads at 4.7 TB/s either way, the apply pass gains
-        (benchmarks/results/group-norm-passes-nvidia-h200-2026-11-23-session27-p{1,2}*.json). Judgments take a
+        (docs/findings.md, "Group norms"). Judgments take a
         minute at that size, so a search reaches few shapes on its own; a seed is judged once at least."""
         if variant != "split" or device == "cpu":  # the interpreter's clock cannot tell launch shapes apart
             return []

@@ -101,12 +101,12 @@ class MatmulTemplate(Template):
         if variant == "tma":
             # Warp specialization stays a search choice: on the H200, timed interleaved with the peers, a
             # 4096x4096x14336 GEMM + GELU took 706.7 us with it and 709.2 without, and it compiled about three
-            # times slower (benchmarks/results/timing-context-gemm-gelu-nvidia-h200-2026-11-22.json).
+            # times slower (benchmarks/results/timing-context-nvidia-h200-2026-11-22.json).
             p["WS"] = 0
             # On the H200, timed interleaved with the peers (per call, L2 flushed), the 4096x4096x14336 GEMM + GELU
             # took 675.6 us flattened and 694.3 us nested; Inductor took 691.7. Splitting the epilogue into column
             # halves (704.3) or storing through a descriptor (727.8) lost
-            # (benchmarks/results/l2-state-nvidia-h200-2026-11-22-session10-gemm-epilogue.json).
+            # (docs/findings.md, "GEMM + GELU").
             p["FLAT"] = 1
         if variant == "splitk":
             tiles = -(-m // p["BLOCK_M"]) * -(-n // p["BLOCK_N"])

@@ -303,8 +303,7 @@ class RowwiseTemplate(Template):
             return {"ROWS": rows, "num_warps": max(1, min(16, next_pow2(n * rows // 1024))), "EVICT": 0, "LOWP": 0,
                     **rounding_default(fm)}
         # 8192 values per program, 32 per thread: on the H200, 4 of 6 searches over the 4096-wide norms ended on 2
-        # rows and 8 warps (evolve-serving-ops-nvidia-h200-2026-11-22-{fastexp,session8-native,
-        # session8-layernorm64}.json); the other two ended on 1 row.
+        # rows and 8 warps; the other two ended on 1 row (docs/findings.md, "Row-wise norms").
         rows = max(1, min(16, 8192 // n))
         warps = max(1, min(32, next_pow2(n * rows // 1024)))
         p: dict[str, Any] = {"ROWS": rows, "num_warps": warps, "EVICT": 0, "LOWP": 0}
@@ -314,23 +313,23 @@ class RowwiseTemplate(Template):
             if n >= 16384:
                 # A row too long to hold twice in registers: one program per SM with 3 stages, so the next two rows
                 # are in flight (cp.async into shared memory) while one is reduced. On the H200 a 4096 x 32000 bf16
-                # softmax of that shape took 134.8 us per call against 140.6 for the row prefetched in registers
-                # and 143.3 for the session-15 winner (softmax-depth-probe-nvidia-h200-2026-11-23-run1.json); rendered
-                # by this template, 137.9 against 144.9 (l2-state-nvidia-h200-2026-11-23-session16-softmax-staged).
+                # softmax of that shape took 134.8 us per call against 140.6 for the row prefetched in registers;
+                # rendered by this template, 137.9 against 144.9 for one stage on the launch alone
+                # (benchmarks/results/l2-state-nvidia-h200-2026-11-23.json).
                 p.update(num_warps=max(1, min(32, next_pow2(n * rows // 1024))), WAVES=1, num_stages=3, EVICT=1)
         if variant == "prefetch":
             # One resident program per SM, with the row and the next one in registers: at most 32 of the row's
             # values per thread. On the H200 the 4096 x 32000 softmax took 139 us with 32 warps and 151 with 16
-            # (l2-state-configs-... and evolve-serving-ops-nvidia-h200-2026-11-22-fastexp.json).
+            # (docs/findings.md, "Softmax").
             p["num_warps"] = max(1, min(32, next_pow2(n * rows // 1024)))
             p["WAVES"] = 1
             p["EVICT"] = 1
         if _fastexp_offered(fm):
             # On the H200 the flushing exp took the whole-row bf16 softmax from 163 to 139 us
-            # (benchmarks/results/l2-state-configs-nvidia-h200-2026-11-22.json).
+            # (docs/findings.md, "Softmax").
             p["FASTEXP"] = 1
         if _stats_tile(fm) is not None:
-            # Not measured faster per call on the H200 (19.5 us either way, l2-state-configs-...-session8.json).
+            # Not measured faster per call on the H200 (19.5 us either way, docs/findings.md, "Row-wise norms").
             p["STATS"] = 0
         if variant == "block" and _has_vectors(fm):
             p["LATEVEC"] = 0
@@ -346,16 +345,15 @@ class RowwiseTemplate(Template):
         default, and the first three sit within 2% of one another on a 4096-wide RMSNorm on the H200, closer than one
         judgment separates: per call 19.2, 19.3 and 19.4 us against 19.5 for the default (2 rows, 8 warps), in a CUDA
         graph 18.5, 18.8 and 18.3 against 18.7
-        (benchmarks/results/l2-state-nvidia-h200-2026-11-22-session11-shapes.json). The last is where a 4096-wide
-        LayerNorm's search ended in session 17: 18.7 and 19.0 us per call in two processes against 18.8 and 19.1 for
-        session 16's winner (2 rows, 8 warps, unpinned), 18.3 against 19.4 in a CUDA graph
-        (vector-order-probe-nvidia-h200-2026-11-23-session17-run{3,4}).
+        (docs/findings.md, "Row-wise norms"). The VFIRST one is where a 4096-wide LayerNorm search can end: 18.7 and
+        19.0 us per call in two processes against 18.8 and 19.1 for 2 rows over 8 warps unpinned, 18.3 against 19.4
+        in a CUDA graph.
         Where a LayerNorm reads its rows as they are: half the default's tile over half its threads with the vectors
         pinned and one-pass statistics (STATS=1), three moves from the default and one the searches did not reach. On
         the H200 (triton 3.6), 4096 wide, 1 row and 4 warps of it took 72 registers (seven programs per SM, where the
-        2-row winner's 128 fit four) and ran ahead of session 17's winner in four processes: per call 18.98, 18.46,
+        2-row 4-warp pinned form's 128 fit four) and ran ahead of that form in four processes: per call 18.98, 18.46,
         18.75 and 19.58 us against 19.14, 18.59, 18.88 and 19.74; in a CUDA graph 18.06, 18.05, 18.15 and 18.17
-        against 18.28, 18.26, 18.35 and 18.36 (ln-screen-nvidia-h200-2026-11-23-session19-s{1,2,3,4}.json).
+        against 18.28, 18.26, 18.35 and 18.36 (docs/findings.md, "Row-wise norms").
         Seeded, each is judged once at least."""
         if variant != "block" or device == "cpu":  # the interpreter's clock cannot tell launch shapes apart
             return []
@@ -407,7 +405,7 @@ class RowwiseTemplate(Template):
         # VEVICT: every program of the one-block variant reads the broadcast vectors again; evict_last asks the
         # caches to keep them over the streamed rows. On the H200 that took a 4096-wide LayerNorm's late vector
         # loads from 20.2 to 19.9 us per call at 2 rows and 8 warps, from 20.7 to 20.0 at 1 row and 4 warps
-        # (benchmarks/results/ln-vector-probe-nvidia-h200-2026-11-22.json).
+        # (docs/findings.md, "Row-wise norms").
         v_hint = ', eviction_policy="evict_last"' if params.get("VEVICT") else ""
         vec_loads = {p: f"v_{p} = tl.load({p}_ptr + cols, mask=cmask, other=0.0{v_hint}).to(tl.float32)[None, :]"
                      for p in vecs}
@@ -417,7 +415,7 @@ class RowwiseTemplate(Template):
             # the reductions, instead of living in registers through them. On a 4096-wide LayerNorm of 16 warps
             # that took the kernel from 40 to 32 registers, so four programs of 512 threads fit an SM, not three:
             # 20.3 -> 19.2 us per call on the H200. The 8-warp form, already at four programs, gained nothing
-            # (19.0 -> 19.1; benchmarks/results/l2-state-nvidia-h200-2026-11-22-session10-latevec.json).
+            # (19.0 -> 19.1; docs/findings.md, "Row-wise norms").
             lines = _load_before_first_use(lines, vec_loads)
         else:
             k += ["    " + ln for ln in vec_loads.values()]
@@ -427,7 +425,7 @@ class RowwiseTemplate(Template):
                 # of 1 row and 8 warps 18.3 -> 17.7 us back to back in a CUDA graph, level per call; LayerNorm of 2
                 # rows and 4 warps 19.6 -> 18.7 per call and 19.2 -> 18.3 in a graph, but of 2 rows and 8 warps
                 # 18.8 -> 19.5 per call. So a knob for the search, not a default
-                # (benchmarks/results/vector-order-probe-nvidia-h200-2026-11-23-session17-run{1,2,3,4}.json).
+                # (docs/findings.md, "Row-wise norms").
                 k.append("    tl.debug_barrier()")
         for p in scalars:
             k.append(f"    v_{p} = tl.load({p}_ptr).to(tl.float32)")
