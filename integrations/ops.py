@@ -1,0 +1,100 @@
+"""Which serving layer computes which pack problem.
+
+A pack holds problems (KernelBench-style reference sources with a canonical key) and the kernels verified for
+them. A layer is matched to a problem by computing, not by name: its own computation, written as a function of its
+activations and weights (``reference``), is traced at the problem's input signature with the same tracer and key
+the backend and the optimizer use (``ks_inductor.problem.problem_from_callable``); equal keys mean the same aten
+graph, so the kernel computes what the layer computes, for that signature only. Two layers that compute the same
+thing with the same non-tensor settings (class, eps, activation) share one ``group`` and one key table.
+
+Ops covered:
+
+* ``rmsnorm``: an RMSNorm over the last dim with a weight: inputs (hidden_states, weight).
+* ``silu_mul``: a gated MLP's ``act_fn(gate) * up``: inputs (gate, up).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+OP_RMSNORM = "rmsnorm"
+OP_SILU_MUL = "silu_mul"
+
+
+@dataclass(frozen=True)
+class Binding:
+    """How one layer instance computes one op: ``reference(*inputs)`` is the layer's own computation of it,
+    ``group`` is equal for layers whose references trace to the same graph at every signature."""
+
+    op: str
+    reference: Callable[..., torch.Tensor]
+    group: tuple
+
+
+def _settings(obj: Any) -> tuple:
+    """An object's plain attributes (eps, flags): part of what its forward computes, so part of its group."""
+    return tuple(sorted((k, v) for k, v in vars(obj).items()
+                        if not k.startswith("_") and isinstance(v, (bool, int, float, str, type(None)))))
+
+
+def rmsnorm_binding(layer: torch.nn.Module) -> Binding | None:
+    """Any module with a 1-D ``weight`` whose forward takes the hidden states alone (LlamaRMSNorm and its many
+    copies). Whether it really is the pack's RMSNorm is decided by the key, not here."""
+    w = getattr(layer, "weight", None)
+    if not isinstance(w, torch.nn.Parameter) or w.dim() != 1:
+        return None
+    forward = type(layer).forward
+
+    def reference(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        # The class's forward with the weight as an input: an instance forward the integration installed is
+        # bypassed, so the reference is always the stack's own code.
+        with torch.nn.utils.stateless._reparametrize_module(layer, {"weight": weight}):
+            return forward(layer, x)
+
+    return Binding(OP_RMSNORM, reference, (type(layer), _settings(layer), tuple(w.shape), w.dtype))
+
+
+def silu_mul_binding(act_fn: torch.nn.Module | Callable[..., Any]) -> Binding:
+    """``act_fn(gate) * up`` as a gated MLP computes it (SiLU for Llama-style models; the key tells others apart)."""
+
+    def reference(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        return act_fn(gate) * up
+
+    settings = _settings(act_fn) if hasattr(act_fn, "__dict__") else ()
+    return Binding(OP_SILU_MUL, reference, (type(act_fn), settings))
+
+
+def layer_problem(binding: Binding, inputs: list[torch.Tensor], name: str | None = None) -> Any:
+    """The problem a binding computes at these inputs' signature (what a pack for this layer must hold)."""
+    from integrations.guard import call_signature, meta_inputs
+    from ks_inductor.problem import problem_from_callable
+
+    return problem_from_callable(binding.reference, meta_inputs(call_signature(inputs)), name=name or binding.op)
+
+
+_KEYS: dict[tuple[tuple, tuple], str] = {}
+_KEYS_LOCK = threading.Lock()
+
+
+def key_function(binding: Binding) -> Callable[[tuple], str | None]:
+    """``signature -> canonical key`` of the binding's reference, memoized per group and signature: every layer
+    of a group shares one trace per signature."""
+    from integrations.guard import meta_inputs
+    from ks_inductor.problem import problem_from_callable
+
+    def key_of(sig: tuple) -> str | None:
+        memo = (binding.group, sig)
+        with _KEYS_LOCK:
+            key = _KEYS.get(memo)
+        if key is None:
+            key = problem_from_callable(binding.reference, meta_inputs(sig), name=binding.op).key
+            with _KEYS_LOCK:
+                _KEYS[memo] = key
+        return key
+
+    return key_of

@@ -1,0 +1,236 @@
+"""Serving kernels from a pack in a Hugging Face ``transformers`` model.
+
+``apply_kernelsmith(model)`` swaps the layers a verified pack covers: RMSNorm layers (``rmsnorm``) and the gated
+MLP's ``act_fn(gate) * up`` (``silu_mul``). Each swapped layer runs our kernel only for the input signatures the
+kernel was verified for, after its golden vectors passed on the device in use; every other call runs the layer's
+own forward (``integrations.guard``).
+
+How layers are swapped: by rebinding the ``forward`` of each instance (the convention of Liger-Kernel's
+``_apply_liger_kernel_to_instance``), not through the Hugging Face ``kernels`` library that
+``@use_kernel_forward_from_hub`` wires. That library is version-locked by transformers (5.24 accepts only
+``kernels`` >= 0.18.2, < 0.19; with any other version the hooks are silent no-ops), and no such release is
+installable where this was built; instance patching also covers the MLP, which transformers does not decorate,
+touches only the model it is given, and is undone by ``remove_kernelsmith``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from integrations import guard as G
+from integrations.ops import (
+    OP_RMSNORM,
+    OP_SILU_MUL,
+    Binding,
+    key_function,
+    layer_problem,
+    rmsnorm_binding,
+    silu_mul_binding,
+)
+
+log = logging.getLogger("kernelsmith.integrations")
+
+STACK = "transformers"
+# Versions whose RMSNorm and gated-MLP forwards were read: (lowest, below).
+KNOWN_VERSIONS = ((4, 50), (6, 0))
+# Gated MLPs whose forward is exactly ``down_proj(act_fn(gate_proj(x)) * up_proj(x))``: the patched forward
+# computes that, so only classes known to compute it are patched.
+GATED_MLP_CLASSES = frozenset({"LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP", "GemmaMLP", "Gemma2MLP",
+                               "Olmo2MLP", "GraniteMLP"})
+_ORIGINAL = "_kernelsmith_original_forward"
+
+
+@dataclass
+class Report:
+    swapped: list[str] = field(default_factory=list)  # module names whose forward now serves pack kernels
+    ops: dict[str, str] = field(default_factory=dict)  # module name -> op
+    skipped: dict[str, str] = field(default_factory=dict)  # covered module -> why it was not swapped
+    refused: str = ""  # why nothing was swapped at all
+    guard: G.PackGuard | None = None
+
+    def stats(self) -> dict[str, Any]:
+        return self.guard.stats() if self.guard is not None else {"hits": {}, "fallbacks": {}, "kernels": {}}
+
+
+def stack_version() -> str | None:
+    try:
+        import transformers
+    except ImportError:
+        return None
+    return str(getattr(transformers, "__version__", "")) or None
+
+
+def _bindings(module: torch.nn.Module) -> list[Binding]:
+    name = type(module).__name__
+    if name.endswith("RMSNorm"):
+        b = rmsnorm_binding(module)
+        return [b] if b is not None else []
+    if name in GATED_MLP_CLASSES and all(hasattr(module, a) for a in ("gate_proj", "up_proj", "down_proj", "act_fn")):
+        return [silu_mul_binding(module.act_fn)]
+    return []
+
+
+def covered_layers(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module, Binding]]:
+    """The layers this integration can serve, with how each computes its op."""
+    return [(name, m, b) for name, m in model.named_modules() for b in _bindings(m)]
+
+
+# ============================================================================================ swapping
+
+
+def _norm_forward(module: torch.nn.Module, served: G.ServedOp, original: Any) -> Any:
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        if len(args) == 1 and not kwargs:
+            out = served(args[0], module.weight)
+            if out is not None:
+                return out
+        else:
+            served.guard.count_fallback(served.name, G.R_CALL)
+        return original(*args, **kwargs)
+
+    return forward
+
+
+def _mlp_forward(module: torch.nn.Module, served: G.ServedOp, original: Any) -> Any:
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        if len(args) != 1 or kwargs:
+            served.guard.count_fallback(served.name, G.R_CALL)
+            return original(*args, **kwargs)
+        x = args[0]
+        gate, up = module.gate_proj(x), module.up_proj(x)
+        h = served(gate, up)
+        if h is None:
+            h = module.act_fn(gate) * up
+        return module.down_proj(h)
+
+    return forward
+
+
+_FORWARDS = {OP_RMSNORM: _norm_forward, OP_SILU_MUL: _mlp_forward}
+
+
+def remove_kernelsmith(model: torch.nn.Module) -> int:
+    """Give every swapped layer its own forward back; returns how many were restored."""
+    n = 0
+    for m in model.modules():
+        if _ORIGINAL in m.__dict__:
+            m.__dict__.pop("forward", None)
+            del m.__dict__[_ORIGINAL]
+            n += 1
+    return n
+
+
+def apply_kernelsmith(model: torch.nn.Module, pack: str | os.PathLike[str] | None = None, db: str | None = None, *,
+                      trust_keys: list[str] | None = None) -> Report:
+    """Serve the kernels of ``pack`` (else ``KERNELSMITH_PACK``), or of the kernel cache ``db``, in ``model``.
+
+    Never raises for a pack, a kernel or a version problem: the model keeps its own layers and ``report.refused``
+    says why. Applying again replaces an earlier application."""
+    report = Report()
+    if G.disabled():
+        report.refused = f"{G.ENV_DISABLE}=1"
+        return report
+    if not G.version_known(STACK, stack_version(), *KNOWN_VERSIONS):
+        report.refused = f"transformers {stack_version()} is not a known version"
+        return report
+    remove_kernelsmith(model)
+    guard, why = G.load_guard(STACK, pack, db=db, trust_keys=trust_keys)
+    if guard is None:
+        report.refused = why
+        return report
+    report.guard = guard
+    served: dict[tuple, G.ServedOp] = {}
+    for name, module, binding in covered_layers(model):
+        op = served.get((binding.op, binding.group))
+        if op is None:
+            op = served[(binding.op, binding.group)] = guard.bind(binding.op, key_function(binding))
+        if not op:
+            report.skipped[name] = f"the pack has no kernel computing this {binding.op}"
+            continue
+        original = module.forward
+        module.__dict__[_ORIGINAL] = original
+        module.forward = _FORWARDS[binding.op](module, op, original)
+        report.swapped.append(name)
+        report.ops[name] = binding.op
+    if report.swapped:
+        sigs = sorted({str([list(s[0]) for s in sig]) for op in served.values() for sig in op.signatures})
+        log.info("kernelsmith: %d layers of %s serve pack %s kernels for %s", len(report.swapped),
+                 type(model).__name__, guard.path, ", ".join(sigs))
+    return report
+
+
+# ============================================================================================ the pack a model needs
+
+
+def layer_problems(model: torch.nn.Module, example_inputs: Sequence[Any]) -> list[Any]:
+    """The problems ``model``'s covered layers compute at the signatures they meet when run on each of
+    ``example_inputs`` (a tuple of positional arguments, a dict of keyword arguments, or a tensor)."""
+    found: dict[tuple, Any] = {}
+    handles = []
+
+    def record(binding: Binding, tensors: list[torch.Tensor]) -> None:
+        sig = G.call_signature(tensors)
+        if (binding.group, sig) not in found:
+            found[(binding.group, sig)] = layer_problem(binding, tensors)
+
+    for _name, module, binding in covered_layers(model):
+        if binding.op == OP_RMSNORM:
+            def hook(mod: Any, args: tuple, b: Binding = binding) -> None:
+                if len(args) == 1 and isinstance(args[0], torch.Tensor):
+                    record(b, [args[0], mod.weight])
+        else:
+            def hook(mod: Any, args: tuple, b: Binding = binding) -> None:
+                if len(args) == 1 and isinstance(args[0], torch.Tensor):
+                    record(b, [mod.gate_proj(args[0]), mod.up_proj(args[0])])
+        handles.append(module.register_forward_pre_hook(hook))
+    try:
+        with torch.no_grad():
+            for inp in example_inputs:
+                if isinstance(inp, dict):
+                    model(**inp)
+                elif isinstance(inp, torch.Tensor):
+                    model(inp)
+                else:
+                    model(*inp)
+    finally:
+        for h in handles:
+            h.remove()
+    return list(found.values())
+
+
+@dataclass
+class PackBuild:
+    problems: list[Any]
+    warm: Any  # ks_inductor.warm.WarmSummary
+    export: Any  # kernel_cache.pack.ExportResult | None (None when no problem got a kernel)
+    missing: list[str]  # keys with no verified kernel for this machine
+
+
+def pack_for_model(model: torch.nn.Module, example_inputs: Sequence[Any], path: str | os.PathLike[str], *,
+                   db: str | None = None, config: Any = None, judge: Any = None,
+                   sign_key: str | os.PathLike[str] | None = None, console: Any = None) -> PackBuild:
+    """Warm the kernel cache for the layers ``model`` runs at ``example_inputs`` and export exactly the pack a
+    deployment of it needs (the layer problems ``apply_kernelsmith`` looks up, with golden vectors).
+
+    The deployment's shapes are the ones to pass: a pack serves only the signatures it holds (for generation, the
+    prefill lengths in use and the decode step at each batch size)."""
+    from kernel_cache.pack import ExportFilters, export_pack
+    from ks_inductor.backend import current_fingerprint, open_store
+    from ks_inductor.warm import warm
+
+    problems = layer_problems(model, example_inputs)
+    store = open_store(db)
+    summary = warm(problems, store, config=config, judge=judge, console=console, origin="model-layers")
+    fp = judge.fingerprint if judge is not None else current_fingerprint(getattr(config, "backend", None))
+    keys = [p.key for p in problems if store.lookup(p.key, fp) is not None]
+    missing = [p.key for p in problems if p.key not in keys]
+    result = None
+    if keys:
+        result = export_pack(store, path, ExportFilters(keys=keys, fingerprint=fp.id), sign_key=sign_key)
+    return PackBuild(problems, summary, result, missing)

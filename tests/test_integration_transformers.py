@@ -1,0 +1,243 @@
+"""Serving a pack in transformers' own layer classes (LlamaRMSNorm, LlamaMLP in a tiny random LlamaForCausalLM),
+under the Triton interpreter: the pack is built by the real pipeline (layer problems -> warm -> export), and every
+fallback path leaves the model computing what it computes without us."""
+
+from __future__ import annotations
+
+import logging
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers", reason="needs transformers (pip install 'kernelsmith[dev]')")
+
+from integrations import guard as G  # noqa: E402
+from integrations.transformers import apply_kernelsmith, layer_problems, pack_for_model, remove_kernelsmith  # noqa: E402
+
+SEQ = 8
+
+
+def tiny_llama(dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():  # random, not all-ones, norm weights: a kernel ignoring the weight must show
+        for name, p in model.named_parameters():
+            if name.endswith("layernorm.weight") or name == "model.norm.weight":
+                p.add_(0.1 * torch.randn_like(p))
+    return model.to(dtype)
+
+
+def ids(seq: int = SEQ) -> torch.Tensor:
+    return torch.randint(0, 96, (2, seq), generator=torch.Generator().manual_seed(seq))
+
+
+def logits(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(x).logits
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, judge):
+    from rich.console import Console
+
+    from ks_inductor.evolve import EvolveConfig
+
+    root = tmp_path_factory.mktemp("serve")
+    db = str(root / "k.db")
+    build = pack_for_model(tiny_llama(), [(ids(),)], root / "llama.kspack", db=db, judge=judge,
+                           config=EvolveConfig(budget=1, backend="triton-interpret"),
+                           console=Console(stderr=True, quiet=True))
+    assert build.missing == [] and build.export is not None, build.warm.to_json()
+    return {"pack": root / "llama.kspack", "db": db, "build": build, "root": root}
+
+
+@pytest.fixture(autouse=True)
+def _no_env(monkeypatch):
+    for k in (G.ENV_PACK, G.ENV_TRUSTED_KEYS, G.ENV_DISABLE):
+        monkeypatch.delenv(k, raising=False)
+
+
+def test_layer_problems_are_the_ops_the_model_runs(built):
+    names = sorted(p.name for p in built["build"].problems)
+    assert names == ["rmsnorm", "silu_mul"]
+    # The standalone norm's problem is the region the backend cuts for the model's final norm: one key for both.
+    from ks_inductor.explain import explain
+
+    region_keys = {p.key for p in explain(tiny_llama(), ids()).problems}
+    assert next(p.key for p in built["build"].problems if p.name == "rmsnorm") in region_keys
+
+
+def test_swap_matches_and_counts_hits(built):
+    model = tiny_llama()
+    want = logits(model, ids())
+    report = apply_kernelsmith(model, built["pack"])
+    assert report.refused == ""
+    assert sorted(report.swapped) == sorted(
+        [f"model.layers.{i}.{n}" for i in range(2) for n in ("input_layernorm", "post_attention_layernorm", "mlp")]
+        + ["model.norm"])
+    assert report.ops["model.layers.0.mlp"] == "silu_mul" and report.ops["model.norm"] == "rmsnorm"
+    got = logits(model, ids())
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    stats = report.stats()
+    assert stats["hits"] == {"rmsnorm": 5, "silu_mul": 2}
+    assert stats["fallbacks"] == {}
+    assert list(stats["kernels"].values()) == [["passed"], ["passed"]]
+
+    assert remove_kernelsmith(model) == 7
+    torch.testing.assert_close(logits(model, ids()), want)
+    assert report.stats()["hits"] == {"rmsnorm": 5, "silu_mul": 2}
+
+
+def test_single_layer_class(built):
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    norm = LlamaRMSNorm(64).eval()
+    with torch.no_grad():
+        norm.weight.copy_(1 + 0.1 * torch.randn(64))
+    report = apply_kernelsmith(norm, built["pack"])
+    assert report.swapped == [""]
+    x = torch.randn(2, SEQ, 64)
+    with torch.no_grad():
+        got = norm(x)
+        torch.testing.assert_close(got, norm.__dict__["_kernelsmith_original_forward"](x))
+        # the same shape, not contiguous: its strides were never verified
+        xt = torch.randn(SEQ, 2, 64).transpose(0, 1)
+        torch.testing.assert_close(norm(xt), LlamaRMSNorm.forward(norm, xt))
+        # a wrong dtype
+        xd = x.double()
+        assert norm(xd).dtype == torch.float64
+    assert report.stats()["hits"] == {"rmsnorm": 1}
+    assert report.stats()["fallbacks"] == {"rmsnorm": {"dtype": 1, "stride": 1}}
+
+
+def test_unverified_shape_falls_back(built):
+    model = tiny_llama()
+    want = logits(model, ids(5))
+    report = apply_kernelsmith(model, built["pack"])
+    torch.testing.assert_close(logits(model, ids(5)), want)
+    stats = report.stats()
+    assert stats["hits"] == {}
+    assert stats["fallbacks"] == {"rmsnorm": {"shape": 5}, "silu_mul": {"shape": 2}}
+
+
+def test_wrong_dtype_falls_back(built):
+    model = tiny_llama(torch.bfloat16)
+    want = logits(model, ids())
+    report = apply_kernelsmith(model, built["pack"])
+    assert len(report.swapped) == 7  # the layers compute the pack's ops; only their float32 calls are verified
+    torch.testing.assert_close(logits(model, ids()), want, atol=0, rtol=0)
+    assert report.stats()["fallbacks"] == {"rmsnorm": {"dtype": 5}, "silu_mul": {"dtype": 2}}
+    assert report.stats()["hits"] == {}
+
+
+def _flip_stored_byte(src: Path, dst: Path) -> None:
+    data = bytearray(src.read_bytes())
+    with zipfile.ZipFile(src) as zf:
+        info = next(i for i in zf.infolist() if i.filename.startswith("vectors/"))
+    # the stored (uncompressed) entry's data starts after its local header: 30 bytes, the name, the extra field
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+    data[start + info.file_size // 2] ^= 0x01
+    dst.write_bytes(bytes(data))
+
+
+def _edit_kernel(src: Path, dst: Path) -> None:
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for info in zin.infolist():
+            body = zin.read(info)
+            if info.filename == "kernels/00000.py":
+                body = body.replace(b"import torch", b"import  torch", 1)
+            zout.writestr(info, body)
+
+
+@pytest.mark.parametrize("tamper", [_flip_stored_byte, _edit_kernel], ids=["flipped-byte", "edited-kernel"])
+def test_tampered_pack_is_refused_and_the_model_works(built, tmp_path, caplog, tamper):
+    bad = tmp_path / "bad.kspack"
+    tamper(built["pack"], bad)
+    model = tiny_llama()
+    want = logits(model, ids())
+    with caplog.at_level(logging.INFO, logger="kernelsmith.integrations"):
+        report = apply_kernelsmith(model, bad)
+    assert report.swapped == [] and report.refused.startswith("pack refused")
+    lines = [r for r in caplog.records if r.name == "kernelsmith.integrations"]
+    assert len(lines) == 1 and lines[0].levelno == logging.ERROR and "refused" in lines[0].getMessage()
+    torch.testing.assert_close(logits(model, ids()), want, atol=0, rtol=0)
+
+
+def test_unknown_stack_version_keeps_the_stack(built, monkeypatch, caplog):
+    import transformers as current  # the module object in sys.modules now, which stack_version() reads
+
+    monkeypatch.setattr(current, "__version__", "99.1.0")
+    model = tiny_llama()
+    with caplog.at_level(logging.WARNING, logger="kernelsmith.integrations"):
+        report = apply_kernelsmith(model, built["pack"])
+    assert report.swapped == [] and "99.1.0" in report.refused
+    assert any("not a version this integration knows" in r.getMessage() for r in caplog.records)
+    assert all("_kernelsmith_original_forward" not in m.__dict__ for m in model.modules())
+
+
+def test_configured_by_environment(built, monkeypatch, tmp_path):
+    from kernel_cache.pack import export_pack
+    from kernel_cache.signing import generate_keypair
+    from kernel_cache.store import KernelStore
+
+    model = tiny_llama()
+    want = logits(model, ids())
+    monkeypatch.setenv(G.ENV_PACK, str(built["pack"]))
+    report = apply_kernelsmith(model)
+    assert len(report.swapped) == 7
+
+    # the kill switch, at load and while serving
+    monkeypatch.setenv(G.ENV_DISABLE, "1")
+    torch.testing.assert_close(logits(model, ids()), want)
+    assert report.stats()["fallbacks"] == {"rmsnorm": {"disabled": 5}, "silu_mul": {"disabled": 2}}
+    assert apply_kernelsmith(tiny_llama()).swapped == []
+    monkeypatch.delenv(G.ENV_DISABLE)
+
+    # a trusted key configured: the unsigned pack is refused, the one it signed is served
+    priv, pub = generate_keypair(tmp_path / "ks")
+    monkeypatch.setenv(G.ENV_TRUSTED_KEYS, str(pub))
+    refused = apply_kernelsmith(tiny_llama())
+    assert refused.swapped == [] and "unsigned" in refused.refused
+    with KernelStore(built["db"]) as s:
+        export_pack(s, tmp_path / "signed.kspack", sign_key=priv)
+    served = apply_kernelsmith(tiny_llama(), tmp_path / "signed.kspack")
+    assert len(served.swapped) == 7 and served.guard.report.signature_checked
+
+
+def test_kernel_cache_and_packs_without_vectors(built, tmp_path):
+    from kernel_cache.pack import export_pack
+    from kernel_cache.store import KernelStore
+
+    model = tiny_llama()
+    want = logits(model, ids())
+    report = apply_kernelsmith(model, db=built["db"])
+    assert len(report.swapped) == 7
+    torch.testing.assert_close(logits(model, ids()), want, atol=1e-5, rtol=1e-5)
+    assert report.stats()["hits"] == {"rmsnorm": 5, "silu_mul": 2}
+
+    # nothing proves a kernel on this device without golden vectors: it is never served
+    with KernelStore(built["db"]) as s:
+        export_pack(s, tmp_path / "novec.kspack", vectors=False)
+    report = apply_kernelsmith(model, tmp_path / "novec.kspack")
+    torch.testing.assert_close(logits(model, ids()), want, atol=0, rtol=0)
+    assert report.stats()["hits"] == {}
+    assert report.stats()["fallbacks"] == {"rmsnorm": {"no golden vectors": 5}, "silu_mul": {"no golden vectors": 2}}
+
+
+def test_layer_problems_follow_the_deployment_shapes():
+    problems = layer_problems(tiny_llama(), [(ids(4),), {"input_ids": ids(1)}])
+    sigs = sorted((p.name, p.input_specs[0].shape[1]) for p in problems)
+    assert sigs == [("rmsnorm", 1), ("rmsnorm", 4), ("silu_mul", 1), ("silu_mul", 4)]
+
+
+def test_version_parsing():
+    assert G.parse_version("5.24.0.dev0+cpu") == (5, 24, 0)
+    assert G.parse_version("0.5.0rc1") == (0, 5, 0)
+    assert G.parse_version("") == ()
+    assert not G.version_known("x", None, (1,), (2,))
