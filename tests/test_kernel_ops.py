@@ -42,7 +42,7 @@ def test_typed_signature_gives_back_the_schema() -> None:
 
 def test_triton_op_variant_registers_and_runs() -> None:
     # torch.library.triton_op infers its schema from the function and ignores the one passed: a *args launcher
-    # used to fail here on every GPU compile, and every hit fell back to Inductor.
+    # fails here on every GPU compile, and every hit would fall back to Inductor.
     record = KernelRecord(problem_key="axpy-test", source=SOURCE, backend="cpu", fingerprint={})
     kernel = load_kernel(record, wrap_triton=True)
     spec = OpSpec(["Tensor", "Tensor", "float"], 1, [torch.float32])

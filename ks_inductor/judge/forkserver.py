@@ -2,8 +2,8 @@
 child for every job.
 
 A worker started from nothing spends about 3 s of CPU importing before it runs a job that takes well under one on the
-interpreter backend, so on a small CPU box the imports were most of a judgment. A forked child starts from the warm
-parent's memory, which no job has touched: each job still gets a process of its own that dies with it, as before.
+interpreter backend, so on a small CPU box the imports would be most of a judgment. A forked child starts from the
+warm parent's memory, which no job has touched: each job still gets a process of its own that dies with it.
 
 Only backends that never initialise a device in the parent use it (the Triton interpreter): CUDA cannot be used in a
 child forked after the parent touched it. The protocol is JSON over a Unix socket; the child's stdin, protocol pipe
