@@ -23,6 +23,7 @@ from rich.console import Console
 from benchmarks.config import SUITES, BenchUsageError, RunConfig
 from benchmarks.measure import Protocol
 from benchmarks.results import RunResult, default_result_path, load_result, now_iso
+from kernel_cache.cli import add_db_argument
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +40,9 @@ def _csv(kind: type = str):  # noqa: ANN202 - argparse type factory
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--suite", required=True, choices=SUITES)
+    p.add_argument("--suite", required=True, choices=SUITES, help="which benchmark suite to run")
     p.add_argument("--out", type=Path, help="result JSON (default benchmarks/results/<suite>-<device>-<date>.json)")
-    p.add_argument("--db", default=None, help="kernel cache URL (default $KERNELSMITH_DB or the user cache)")
+    add_db_argument(p)
     p.add_argument("--backend", default=None, choices=["triton-cuda", "triton-maca", "triton-interpret"],
                    help="judge backend for cache lookups and --evolve-budget (default: detect)")
     p.add_argument("--evolve-budget", type=int, default=0, metavar="N",
@@ -60,10 +61,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rep-ms", type=float, default=200.0, help="timed milliseconds per tool, all rounds (200)")
     p.add_argument("--warmup-ms", type=float, default=25.0, help="warm-up milliseconds per tool (25)")
     p.add_argument("--rotating-sets", type=int, default=3, help="input sets cycled through while timing (3)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="random seed of the inputs and weights (default 0)")
     p.add_argument("--resume", action="store_true", help="keep the rows already in --out and run the rest")
     p.add_argument("--no-plots", action="store_true", help="write JSON and markdown only")
-    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                   help="cuda (default); cpu only checks the runner, with --smoke")
     p.add_argument("--smoke", action="store_true",
                    help="tiny shapes and a few timed calls: checks the runner works, measures nothing")
     p.add_argument("--export-problems", type=Path, default=None, metavar="DIR",

@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from kernel_cache.errors import CacheError
+from kernel_cache.errors import CacheError, DatabaseUnavailableError, NoDatabaseError, NotFoundError
 from kernel_cache.record import KernelRecord
 
 _BACKENDS = ["triton-cuda", "triton-maca", "triton-interpret"]
@@ -22,9 +22,13 @@ def register(subparsers: Any) -> None:
     _register_pack(subparsers)
 
 
-def _db_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", default=None, metavar="URL",
-                   help="SQLAlchemy URL or SQLite file (default: $KERNELSMITH_DB, else $KERNELSMITH_HOME/kernels.db)")
+# The one description of --db for every command (the default itself is kernel_cache.db.default_db_url).
+DB_HELP = ("kernel cache: a SQLAlchemy URL or a SQLite file path (default: $KERNELSMITH_DB, else kernels.db in "
+           "$KERNELSMITH_HOME, else in ~/.cache/kernelsmith)")
+
+
+def add_db_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", default=None, metavar="URL", help=DB_HELP)
 
 
 def _json_arg(p: argparse.ArgumentParser) -> None:
@@ -36,29 +40,29 @@ def _register_cache(subparsers: Any) -> None:
     sub = cache.add_subparsers(dest="cache_command", metavar="ACTION", required=True)
 
     p = sub.add_parser("ls", help="list kernels")
-    _db_arg(p)
+    add_db_argument(p)
     _json_arg(p)
     p.add_argument("--key", help="only this problem key (a prefix is enough)")
-    p.add_argument("--status", choices=["verified", "quarantined", "rejected"])
+    p.add_argument("--status", choices=["verified", "quarantined", "rejected"], help="only kernels with this status")
     p.add_argument("--family", help="only this op family")
-    p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--limit", type=int, default=100, metavar="N", help="show at most N kernels (default 100)")
     p.set_defaults(func=_cmd_ls)
 
     p = sub.add_parser("show", help="show one kernel, with its source")
-    _db_arg(p)
+    add_db_argument(p)
     _json_arg(p)
-    p.add_argument("id", type=int)
-    p.add_argument("--no-source", action="store_true")
+    p.add_argument("id", type=int, help="kernel id (from cache ls)")
+    p.add_argument("--no-source", action="store_true", help="leave the kernel's source out")
     p.set_defaults(func=_cmd_show)
 
     p = sub.add_parser("rm", help="delete kernels by id")
-    _db_arg(p)
+    add_db_argument(p)
     _json_arg(p)
-    p.add_argument("ids", type=int, nargs="+")
+    p.add_argument("ids", type=int, nargs="+", metavar="ID", help="kernel ids (from cache ls)")
     p.set_defaults(func=_cmd_rm)
 
     p = sub.add_parser("gc", help="drop rejected kernels and all but the best few verified per key and fingerprint")
-    _db_arg(p)
+    add_db_argument(p)
     _json_arg(p)
     p.add_argument("--keep", type=int, default=3, help="verified kernels kept per key and fingerprint (default 3)")
     p.add_argument("--keep-rejected", action="store_true", help="keep rejected kernels")
@@ -69,7 +73,7 @@ def _register_cache(subparsers: Any) -> None:
     p.set_defaults(func=_cmd_gc)
 
     p = sub.add_parser("stats", help="counts and size of the cache")
-    _db_arg(p)
+    add_db_argument(p)
     _json_arg(p)
     p.set_defaults(func=_cmd_stats)
 
@@ -79,9 +83,9 @@ def _register_pack(subparsers: Any) -> None:
     sub = pack.add_subparsers(dest="pack_command", metavar="ACTION", required=True)
 
     p = sub.add_parser("export", help="write verified kernels, their problems and golden vectors to a pack")
-    _db_arg(p)
+    add_db_argument(p)
     _json_arg(p)
-    p.add_argument("-o", "--output", required=True, metavar="FILE")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the pack to write (.kspack)")
     p.add_argument("--key", action="append", dest="keys", metavar="KEY", help="problem key (repeatable)")
     p.add_argument("--family", help="op family")
     p.add_argument("--fingerprint", help="fingerprint id or hardware id")
@@ -94,9 +98,9 @@ def _register_pack(subparsers: Any) -> None:
                            ("import", "verify a pack, then merge it into the cache")):
         p = sub.add_parser(name, help=helptext)
         if name == "import":
-            _db_arg(p)
+            add_db_argument(p)
         _json_arg(p)
-        p.add_argument("file")
+        p.add_argument("file", help="the pack (.kspack)")
         p.add_argument("--run", action="store_true", help="re-run the golden vectors here in the judge's sandbox")
         p.add_argument("--trust-key", action="append", dest="trust_keys", metavar="KEY",
                        help="trusted ed25519 public key (file or base64/hex); unsigned or wrongly signed packs "
@@ -108,11 +112,11 @@ def _register_pack(subparsers: Any) -> None:
 
     p = sub.add_parser("inspect", help="print a pack's contents")
     _json_arg(p)
-    p.add_argument("file")
+    p.add_argument("file", help="the pack (.kspack)")
     p.set_defaults(func=_cmd_inspect)
 
     p = sub.add_parser("keygen", help="make an ed25519 key pair for signing packs (PATH and PATH.pub)")
-    p.add_argument("path")
+    p.add_argument("path", help="where to write the private key (the public one goes to PATH.pub)")
     p.set_defaults(func=_cmd_keygen)
 
 
@@ -123,17 +127,27 @@ def _console(args: argparse.Namespace) -> Console:
     return Console(stderr=bool(getattr(args, "json", False)))
 
 
-def _fail(args: argparse.Namespace, e: Exception, code: int = 1) -> int:
+def _fail(args: argparse.Namespace, e: Exception, code: int | None = None) -> int:
+    """Print ``e`` and return the exit code: 2 for what the user named wrongly (a database that cannot be opened
+    or is not there, an unknown id), 1 for anything else (a refused pack, a damaged database)."""
+    if code is None:
+        code = 2 if isinstance(e, (DatabaseUnavailableError, NotFoundError)) else 1
     if getattr(args, "json", False):
         print(json.dumps({"ok": False, "error": str(e), "reasons": getattr(e, "reasons", [])}))
-    Console(stderr=True).print(f"[red]error:[/] {e}", highlight=False)
+    Console(stderr=True).print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
     return code
 
 
-def _store(args: argparse.Namespace) -> Any:
+def _store(args: argparse.Namespace, create: bool = False) -> Any:
+    """The cache; only commands that store something create it (and its folder) when it does not exist yet."""
     from kernel_cache.store import KernelStore
 
-    return KernelStore(args.db)
+    return KernelStore(args.db, create=create)
+
+
+def _nothing_here(e: NoDatabaseError) -> None:
+    """A command that lists found no cache: the same output as an empty one, and this line on stderr."""
+    Console(stderr=True).print(f"{e}; nothing is stored yet", highlight=False, soft_wrap=True)
 
 
 def _fmt(v: float | None, spec: str = ".3f") -> str:
@@ -174,6 +188,9 @@ def _cmd_ls(args: argparse.Namespace) -> int:
     try:
         with _store(args) as store:
             records = store.kernels(status=args.status, op_family=args.family)
+    except NoDatabaseError as e:
+        _nothing_here(e)
+        records = []
     except CacheError as e:
         return _fail(args, e)
     if args.key:
@@ -248,6 +265,9 @@ def _cmd_gc(args: argparse.Namespace) -> int:
                     forgotten = store.clear_guard_decisions()
                 if args.vacuum:
                     store.vacuum()
+    except NoDatabaseError as e:
+        _nothing_here(e)
+        doomed, forgotten = [], 0
     except CacheError as e:
         return _fail(args, e)
     if args.json:
@@ -267,6 +287,11 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     try:
         with _store(args) as store:
             s = store.stats()
+    except NoDatabaseError as e:
+        _nothing_here(e)
+        if args.json:
+            print(json.dumps({"url": e.where, "exists": False}))
+        return 0
     except CacheError as e:
         return _fail(args, e)
     if args.json:
@@ -405,7 +430,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
                 judge.close()
         if contents is None:
             raise PackError(f"pack {args.file} refused; nothing was imported", report.reasons)
-        with _store(args) as store, c.status("merging"):
+        with _store(args, create=True) as store, c.status("merging"):
             res = merge_contents(report, contents, store, t0)
     except CacheError as e:
         return _fail(args, e)

@@ -11,6 +11,14 @@ class DatabaseUnavailableError(CacheError):
     """The database cannot be opened (bad URL, missing driver, unreadable path)."""
 
 
+class NoDatabaseError(DatabaseUnavailableError):
+    """A command that only reads found no database where it looked; it created none."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        super().__init__(f"no kernel cache at {where}")
+
+
 class CorruptDatabaseError(CacheError):
     """The file is not a kernelsmith database, or SQLite reports it damaged. It is never modified or deleted."""
 

@@ -26,7 +26,7 @@ from sqlalchemy import and_, delete, func, select, update
 from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError
 
 from kernel_cache.db import create_db_engine, default_db_url, resolve_url, sqlite_path
-from kernel_cache.errors import CacheError, CorruptDatabaseError, NotFoundError
+from kernel_cache.errors import CacheError, CorruptDatabaseError, NoDatabaseError, NotFoundError
 from kernel_cache.migrations import ensure_schema, rank_of
 from kernel_cache.models import EvaluationRow, KernelRow, MissRow, ProblemRow, RunRow, StepRow
 from kernel_cache.reader import GUARD_TABLE as _GUARD_TABLE
@@ -131,12 +131,16 @@ def _record_from_row(row: Any) -> KernelRecord:
 
 
 class KernelStore:
-    """The kernel cache. ``url``: any SQLAlchemy URL or a file path; None: ``default_db_url()``."""
+    """The kernel cache. ``url``: any SQLAlchemy URL or a file path; None: ``default_db_url()``. ``create=False``
+    opens only a SQLite file that exists (else :class:`NoDatabaseError`), creating neither the file nor its
+    folder: what commands that only read use."""
 
-    def __init__(self, url: str | None = None, memo: bool = True) -> None:
+    def __init__(self, url: str | None = None, memo: bool = True, create: bool = True) -> None:
         self.url = resolve_url(url)
         self._path = sqlite_path(self.url)
         self.where = str(self._path) if self._path else self.url
+        if not create and self._path is not None and not self._path.exists():
+            raise NoDatabaseError(self.where)
         self._engine, self._wengine = create_db_engine(self.url)
         try:
             self.schema_version = ensure_schema(self._engine, self._wengine, self.where)

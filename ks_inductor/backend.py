@@ -86,6 +86,7 @@ SLOWER = "slower"  # a verified kernel exists but is not faster than Inductor he
 EVOLVED = "evolved"  # missed, then found by the optimizer during this compile
 UNSUPPORTED = "unsupported"
 ERROR = "error"
+UNUSABLE = "unusable"  # a verified kernel exists but this process cannot run it (see unrunnable_reason)
 
 
 class KernelsmithWarning(UserWarning):
@@ -254,8 +255,11 @@ class _Hit:
     report: RegionReport
 
 
-def analyze(gm: fx.GraphModule, opts: BackendOptions, act_on_miss: bool = True) -> tuple[CompileReport, list[_Hit], Any]:
-    """Regions, problems, lookups and the on-miss policy. Raises only for a failure of the whole analysis."""
+def analyze(gm: fx.GraphModule, opts: BackendOptions, act_on_miss: bool = True,
+            store: Any = None) -> tuple[CompileReport, list[_Hit], Any]:
+    """Regions, problems, lookups and the on-miss policy. Raises only for a failure of the whole analysis.
+    ``store``: what to look kernels up in instead of ``opts.db`` (explain passes an empty one when there is no
+    cache, so that it creates none)."""
     from ks_inductor import regions as rg
     from ks_inductor.analysis_memo import save_analysis
 
@@ -263,7 +267,7 @@ def analyze(gm: fx.GraphModule, opts: BackendOptions, act_on_miss: bool = True) 
     report = CompileReport()
     fp = current_fingerprint(opts.judge_backend)
     device = "cpu" if fp.backend == "cpu-interpret" else "cuda"
-    store = open_store(opts.db)
+    store = store if store is not None else open_store(opts.db)
     part = rg.partition(gm)
     hits: list[_Hit] = []
     for region in part.regions:
@@ -297,6 +301,7 @@ def analyze(gm: fx.GraphModule, opts: BackendOptions, act_on_miss: bool = True) 
         if rr.status != EVOLVED:
             rr.status = HIT
         hits.append(_Hit(region, record, rr))
+    hits = _drop_unrunnable(hits)
     for op in sorted(set(part.unsupported)):
         report.regions.append(RegionReport(index=-1, kind="-", ops=op, key=None, signature="", status=UNSUPPORTED,
                                            note="no region takes this operation"))
@@ -305,6 +310,27 @@ def analyze(gm: fx.GraphModule, opts: BackendOptions, act_on_miss: bool = True) 
     report.traced_regions = sum(r.traced for r in part.regions)
     report.analysis_s = time.perf_counter() - t0
     return report, hits, store
+
+
+def unrunnable_reason(device: str) -> str | None:
+    """Why a cached kernel for tensors on ``device`` cannot run in this process; None when it can. Kernels for
+    CPU tensors are Triton programs only the interpreter runs: without ``TRITON_INTERPRET=1`` Triton cannot
+    launch them, whatever the cache holds."""
+    if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        return "cached kernels for CPU run only under TRITON_INTERPRET=1"
+    return None
+
+
+def _drop_unrunnable(hits: list[_Hit]) -> list[_Hit]:
+    """The hits this process can run; the others' regions are marked :data:`UNUSABLE`, with the reason."""
+    kept = []
+    for h in hits:
+        reason = unrunnable_reason(h.region.device)
+        if reason is None:
+            kept.append(h)
+        else:
+            h.report.status, h.report.note = UNUSABLE, f"kernel {h.record.id} not used: {reason}"
+    return kept
 
 
 def _on_miss(opts: BackendOptions, store: Any, problem: Any, fp: Any, rr: RegionReport) -> Any:
@@ -470,9 +496,8 @@ def kernelsmith_backend(gm: fx.GraphModule, example_inputs: list[Any], mode: str
         if on_gpu and opts.triton_op and os.environ.get("TRITON_INTERPRET") != "1":
             variants.append(True)
         variants.append(False)
-    if hits and os.environ.get("TRITON_INTERPRET") != "1" and any(h.region.device == "cpu" for h in hits):
-        _warn("cached kernels for CPU run only under TRITON_INTERPRET=1")
-        variants = []
+    if any(r.status == UNUSABLE for r in report.regions):
+        _warn(next(r.note for r in report.regions if r.status == UNUSABLE))
     for use_triton_op in variants:
         name = "triton_op" if use_triton_op else "custom_op"
         try:

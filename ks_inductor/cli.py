@@ -20,7 +20,81 @@ _COMMAND_MODULES = ("kernel_cache.cli", "ks_inductor.evolve.cli", "ks_inductor.w
 
 
 class UsageError(Exception):
-    pass
+    """A mistake in what the user typed or pointed at; ``main`` prints its message on one line and exits 2."""
+
+
+# ------------------------------------------------------------------ arguments shared by the sub-commands
+# Each flag that several commands take is declared here once, so that its name, unit and help are the same
+# everywhere (``--db`` is kernel_cache.cli.add_db_argument, beside the store).
+
+BACKEND_HELP = "judge backend (default: detect; triton-cuda or triton-maca on a GPU, triton-interpret on CPU)"
+
+
+def _positive(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if v <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return v
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+positive_int = _positive(int)
+positive_float = _positive(float)
+
+
+def add_backend_argument(p: argparse.ArgumentParser) -> None:
+    from ks_inductor.judge.backends import BACKEND_NAMES
+
+    p.add_argument("--backend", choices=list(BACKEND_NAMES), default=None, help=BACKEND_HELP)
+
+
+def add_search_arguments(p: argparse.ArgumentParser, per: str, budget: int) -> None:
+    """``--budget`` and ``--time-limit`` (both per ``per``: a problem, a region), ``--islands`` and ``--seed``."""
+    p.add_argument("--budget", type=positive_int, default=budget, metavar="N",
+                   help=f"candidates judged per {per} (default {budget})")
+    p.add_argument("--time-limit", type=positive_float, default=None, metavar="SECONDS",
+                   help=f"wall-time limit per {per}, in seconds (default: none)")
+    p.add_argument("--islands", type=positive_int, default=2, metavar="N",
+                   help="independent populations the search keeps (default 2)")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the search (default 0)")
+
+
+def add_json_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+
+class DeprecatedMinutes(argparse.Action):
+    """An old flag that took minutes: converted to seconds into ``dest``, with one line on stderr."""
+
+    def __init__(self, *args: Any, replacement: str = "--time-limit", **kwargs: Any) -> None:
+        self.replacement = replacement
+        kwargs.setdefault("type", positive_float)
+        kwargs.setdefault("metavar", "MIN")
+        super().__init__(*args, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        seconds = float(values) * 60
+        print(f"kernelsmith: {option_string} MIN is deprecated; use {self.replacement} SECONDS "
+              f"(taken as {self.replacement} {seconds:g})", file=sys.stderr)
+        setattr(namespace, self.dest, seconds)
+
+
+def _user_error(e: BaseException) -> bool:
+    """Whether ``e`` is about the user's input (a file, a URL, a factory, a machine without the asked backend)
+    rather than a fault of kernelsmith: those get one line and exit code 2, not a traceback."""
+    from kernel_cache.errors import CacheError
+    from ks_inductor.judge.backends import BackendUnavailable
+    from ks_inductor.problem import ProblemError
+    from ks_inductor.warm import WarmError
+
+    return isinstance(e, (UsageError, CacheError, BackendUnavailable, ProblemError, WarmError))
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -64,15 +138,20 @@ def _print_result(console: Console, result: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ks_inductor import __version__
+
     parser = argparse.ArgumentParser(prog="kernelsmith", description="Evolve, verify, cache and serve Triton kernels")
-    parser.add_argument("-v", "--verbose", action="count", default=0)
+    parser.add_argument("--version", action="version", version=f"kernelsmith {__version__}",
+                        help="print the version and exit")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-v info, -vv debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     p = sub.add_parser("eval", help="judge a candidate kernel against a KernelBench-format problem")
-    p.add_argument("problem")
-    p.add_argument("candidate")
-    p.add_argument("--backend", choices=["triton-cuda", "triton-maca", "triton-interpret"], default=None)
-    p.add_argument("--trials", type=int, default=5)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("problem", help="KernelBench-format problem file (Model, get_inputs, get_init_inputs)")
+    p.add_argument("candidate", help="candidate file: Triton kernels and a ModelNew with the problem's interface")
+    add_backend_argument(p)
+    p.add_argument("--trials", type=positive_int, default=5, metavar="N",
+                   help="timing trials per variant (default 5)")
+    add_json_argument(p)
     p.set_defaults(func=_cmd_eval)
     for name in _COMMAND_MODULES:
         try:
@@ -82,7 +161,6 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         mod.register(sub)
     return parser
-
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,15 +175,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except UsageError as e:
-        if getattr(args, "json", False):
-            print(json.dumps({"correct": False, "stage": "usage", "flags": ["usage_error"], "error": str(e)}))
-        Console(stderr=True).print(f"[red]error:[/] {e}")
-        return 2
     except KeyboardInterrupt:
         Console(stderr=True).print("[yellow]interrupted[/]")
         return 130
+    except Exception as e:
+        if not _user_error(e):
+            raise
+        if getattr(args, "json", False):
+            print(json.dumps({"correct": False, "stage": "usage", "flags": ["usage_error"], "error": str(e)}))
+        Console(stderr=True).print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
+        return 2
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the imported module's main, not this __main__ copy: the sub-commands raise ks_inductor.cli.UsageError,
+    # which this copy's except clauses would not recognise.
+    from ks_inductor.cli import main as _main
+
+    sys.exit(_main())

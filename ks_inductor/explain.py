@@ -1,8 +1,9 @@
 """``ks_inductor.explain(model, *inputs)``: which regions the backend sees, their keys, and what the cache holds.
 
-It runs the same analysis as the backend (regions, problems, lookups) on the graphs Dynamo captures, without
-compiling anything and without acting on misses, so it is cheap and changes nothing in the cache. The same
-region list is what ``kernelsmith warm`` evolves kernels for.
+It runs the same analysis as the backend (regions, problems, lookups, and the rule for which cached kernels
+this process can run) on the graphs Dynamo captures, without compiling anything and without acting on misses,
+so it is cheap and changes nothing in the cache; where there is no cache it creates none and reports every
+region a miss. The same region list is what ``kernelsmith warm`` evolves kernels for.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ks_inductor.backend import BackendOptions, CompileReport, RegionReport, analyze
+from ks_inductor.backend import BackendOptions, CompileReport, RegionReport, analyze, open_store
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 class Explanation:
     graphs: list[CompileReport] = field(default_factory=list)
     problems: list[Any] = field(default_factory=list)  # one Problem per distinct region key, first seen first
+    no_cache: str | None = None  # where the cache was looked for, when nothing is there
 
     @property
     def regions(self) -> list[RegionReport]:
@@ -43,7 +45,7 @@ class Explanation:
         t = Table(title=title)
         for col in ("graph", "#", "kind", "key", "operations", "inputs", "status", "speedup vs Inductor", "note"):
             t.add_column(col, overflow="fold")
-        colour = {"hit": "green", "evolved": "green", "miss": "yellow", "slower": "yellow"}
+        colour = {"hit": "green", "evolved": "green", "miss": "yellow", "slower": "yellow", "unusable": "yellow"}
         for gi, g in enumerate(self.graphs):
             for r in g.regions:
                 sp = "-" if r.speedup is None else f"{r.speedup:.2f}x"
@@ -54,7 +56,8 @@ class Explanation:
         return t
 
     def to_json(self) -> dict[str, Any]:
-        return {"graphs": [g.to_json() for g in self.graphs], "hits": self.hits, "misses": self.misses}
+        return {"graphs": [g.to_json() for g in self.graphs], "hits": self.hits, "misses": self.misses,
+                "no_cache": self.no_cache}
 
 
 def explain(model: Any, *inputs: Any, db: str | None = None, judge_backend: str | None = None,
@@ -65,9 +68,12 @@ def explain(model: Any, *inputs: Any, db: str | None = None, judge_backend: str 
     opts.judge_backend = judge_backend or opts.judge_backend
     result = Explanation()
     seen: set[str] = set()
+    result.no_cache = _missing_cache(opts.db)
+    # Opened here rather than inside Dynamo's callback, so that a bad --db is reported as itself.
+    store = _EmptyCache() if result.no_cache else open_store(opts.db)
 
     def capture(gm: torch.fx.GraphModule, example_inputs: list[Any], **_: Any) -> Any:
-        report, _hits, _store = analyze(gm, opts, act_on_miss=False)
+        report, _hits, _store = analyze(gm, opts, act_on_miss=False, store=store)
         result.graphs.append(report)
         for problem in report.problems:
             if problem.key not in seen:
@@ -79,6 +85,24 @@ def explain(model: Any, *inputs: Any, db: str | None = None, judge_backend: str 
     with torch.no_grad():
         compiled(*inputs, **kwargs)
     return result
+
+
+def _missing_cache(url: str | None) -> str | None:
+    """The SQLite file ``url`` names when it does not exist (opening it would create it); None otherwise."""
+    from kernel_cache.db import resolve_url, sqlite_path
+
+    try:
+        path = sqlite_path(resolve_url(url))
+    except Exception:  # noqa: BLE001 - not a URL at all: opening the store says so
+        return None
+    return str(path) if path is not None and not path.exists() else None
+
+
+class _EmptyCache:
+    """Stands in for a cache that does not exist: every lookup misses."""
+
+    def lookup(self, problem_key: str, fingerprint: Any) -> None:
+        return None
 
 
 class _CallableModule(types.ModuleType):

@@ -193,6 +193,24 @@ def _decomp_table() -> dict:
     return dict(core_aten_decompositions())
 
 
+def op_label(target: Any) -> str:
+    """A readable name for an FX node's target: the overload packet for aten ops (``add``), the qualified name
+    for Python callables (``operator.getitem``), the name itself for methods. Never a repr such as
+    ``<built-in function getitem>``, which means nothing to a user."""
+    name = getattr(getattr(target, "overloadpacket", None), "__name__", None)
+    if name:
+        return name
+    if isinstance(target, str):
+        return target
+    name = getattr(target, "__name__", None)
+    if not name:
+        return type(target).__name__
+    module = getattr(target, "__module__", None) or ""
+    # operator's functions report the C module they live in.
+    module = {"_operator": "operator", "builtins": ""}.get(module, module)
+    return f"{module}.{name}" if module else name
+
+
 def _dtype_name(dt: Any) -> str:
     return str(dt).replace("torch.", "")
 
@@ -273,7 +291,7 @@ def trace_problem_module(mod: types.ModuleType, filename: str = "<problem>") -> 
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
-        name = getattr(getattr(node.target, "overloadpacket", None), "__name__", None) or str(node.target)
+        name = op_label(node.target)
         if name in _VIEW_OPS:
             continue
         ops[name] += 1

@@ -30,6 +30,7 @@ import torch
 import torch.fx as fx
 
 from ks_inductor.analysis_memo import AnalysisMemo
+from ks_inductor.problem import op_label
 
 log = logging.getLogger(__name__)
 
@@ -314,7 +315,7 @@ def partition(gm: fx.GraphModule) -> Partition:
         ops_of[node], cls[node], anchor_kind[node] = list(entry[0]), entry[1], entry[2]
         if cls[node] == _OTHER:
             out.unsupported.append("+".join(n for n in ops_of[node] if n not in _VIEW_OPS)
-                                   or str(getattr(node.target, "__name__", node.target)))
+                                   or op_label(node.target))
 
     g = _Graph(gm)
     claimed: dict[fx.Node, int] = {}

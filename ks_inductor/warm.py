@@ -32,7 +32,7 @@ class WarmItem:
     name: str
     origin: str
     signature: str
-    status: str = "pending"  # skipped | found | no-kernel | failed
+    status: str = "pending"  # skipped | found | no-kernel | not-run (out of time) | failed
     judged: int = 0
     accepted: int = 0
     best_speedup: float | None = None
@@ -62,7 +62,7 @@ class WarmSummary:
                         f"({self.wall_s:.0f}s)")
         for col in ("key", "region", "inputs", "status", "judged", "accepted", "best speedup", "s"):
             t.add_column(col, overflow="fold")
-        colour = {"found": "green", "skipped": "cyan", "no-kernel": "yellow", "failed": "red"}
+        colour = {"found": "green", "skipped": "cyan", "no-kernel": "yellow", "not-run": "yellow", "failed": "red"}
         for i in self.items:
             sp = "-" if i.best_speedup is None else f"{i.best_speedup:.2f}x"
             if i.status in ("found", "skipped") and not i.timed:
@@ -101,7 +101,10 @@ def load_factory(spec: str) -> tuple[Any, tuple]:
     fn = getattr(module, func_name, None)
     if not callable(fn):
         raise WarmError(f"{target} has no callable {func_name!r}")
-    out = fn()
+    try:
+        out = fn()
+    except Exception as e:  # noqa: BLE001 - user code; its message is what the user needs
+        raise WarmError(f"{spec} raised {type(e).__name__}: {e}") from None
     if not (isinstance(out, (tuple, list)) and len(out) == 2):
         raise WarmError(f"{spec} must return (model, example_inputs); got {type(out).__name__}")
     model, inputs = out
@@ -197,8 +200,13 @@ def problems_from_misses(store: Any) -> list[Any]:
 
 
 def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = None, force: bool = False,
-         console: Any = None, origin: str = "model") -> WarmSummary:
-    """Evolve a kernel for each distinct problem key that has none yet for this machine."""
+         console: Any = None, origin: str = "model", total_time_s: float | None = None) -> WarmSummary:
+    """Evolve a kernel for each distinct problem key that has none yet for this machine.
+
+    ``config.time_limit_s`` bounds each key's search; ``total_time_s`` bounds the whole run: each key gets at most
+    what is left of it, and keys not reached in time are reported ``not-run``."""
+    from dataclasses import replace
+
     from rich.console import Console
 
     from ks_inductor.evolve import EvolveConfig, EvolveError, evolve_problem
@@ -226,12 +234,19 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
                 item.note = f"kernel {existing.id} already verified"
                 console.print(f"[{n}/{len(distinct)}] {problem.name} {key[:12]}: [cyan]cached[/] (kernel {existing.id})")
                 continue
+            left = None if total_time_s is None else total_time_s - (time.perf_counter() - t0)
+            if left is not None and left <= 0:
+                item.status, item.note = "not-run", f"the whole-run limit of {total_time_s:g} s was reached"
+                continue
             console.print(f"[{n}/{len(distinct)}] {problem.name} {key[:12]} ({problem.signature()}): evolving")
             t1 = time.perf_counter()
+            key_config = config
+            if left is not None and (config.time_limit_s is None or config.time_limit_s > left):
+                key_config = replace(config, time_limit_s=left)
             try:
                 if judge is None:
                     judge = search_judge(config)
-                res = evolve_problem(problem, config, store, judge=judge, progress=True)
+                res = evolve_problem(problem, key_config, store, judge=judge, progress=True)
             except KeyboardInterrupt:
                 item.status, item.note = "failed", "interrupted"
                 raise

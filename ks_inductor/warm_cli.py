@@ -6,10 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 from typing import Any
 
 
 def _add_model_source(p: argparse.ArgumentParser) -> None:
+    from kernel_cache.cli import add_db_argument
+    from ks_inductor.cli import add_backend_argument, add_json_argument
+
     p.add_argument("source", nargs="?", help="module:function or path/to/file.py:function returning "
                    "(model, example_inputs); for warm also a KernelBench folder")
     p.add_argument("--hf-config", metavar="CONFIG", help="a transformers config.json, or a model type such as "
@@ -20,25 +24,27 @@ def _add_model_source(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq", type=int, default=16, help="sequence length of the example input ids (HF)")
     p.add_argument("--dtype", default=None, help="model dtype for HF configs (default bf16 on GPU, fp32 on CPU)")
     p.add_argument("--device", default=None, help="device for HF configs (default cuda when available)")
-    p.add_argument("--db", default=None, help="kernel cache URL or path (default $KERNELSMITH_DB or ~/.cache)")
-    p.add_argument("--backend", choices=["triton-cuda", "triton-maca", "triton-interpret"], default=None,
-                   help="judge backend (default: detect)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_db_argument(p)
+    add_backend_argument(p)
+    add_json_argument(p)
 
 
 def register(subparsers: Any) -> None:
+    from ks_inductor.cli import add_search_arguments, positive_float
+
     w = subparsers.add_parser("warm", help="evolve kernels for every region of a model (or a folder, or misses)")
     _add_model_source(w)
     w.add_argument("--kernelbench", metavar="DIR", help="a folder of KernelBench problem files")
     w.add_argument("--from-misses", action="store_true", help="the regions compiles recorded as misses")
-    w.add_argument("--budget", type=int, default=32, help="candidates judged per region (default 32)")
-    w.add_argument("--time-limit", type=float, default=None, help="seconds per region")
-    w.add_argument("--islands", type=int, default=2)
-    w.add_argument("--seed", type=int, default=0)
+    add_search_arguments(w, per="region", budget=32)
+    w.add_argument("--total-time", type=positive_float, default=None, metavar="SECONDS",
+                   help="wall-time limit for the whole run, in seconds: each region gets at most what is left, "
+                        "regions not reached are reported not-run (default: none)")
     w.add_argument("--force", action="store_true", help="evolve keys that already have a verified kernel too")
     w.set_defaults(func=_cmd_warm)
 
-    e = subparsers.add_parser("explain", help="table of a model's regions: key, operations, hit or miss, speedup")
+    e = subparsers.add_parser("explain", help="table of a model's regions: key, operations, whether a compile here "
+                                              "would use a cached kernel, speedup")
     _add_model_source(e)
     e.set_defaults(func=_cmd_explain)
 
@@ -86,10 +92,14 @@ def _cmd_warm(args: argparse.Namespace) -> int:
         warm,
     )
 
+    started = time.monotonic()
     console = Console(stderr=True)
+    folder = args.kernelbench or (args.source if args.source and os.path.isdir(args.source) else None)
+    if not args.from_misses and not folder:
+        # A bad factory is reported before the cache is opened (and perhaps created).
+        model, inputs = _model_and_inputs(args)
     store = _open_store(args.db)
     try:
-        folder = args.kernelbench or (args.source if args.source and os.path.isdir(args.source) else None)
         if args.from_misses:
             problems, origin = problems_from_misses(store), "misses"
             if not problems:
@@ -97,14 +107,16 @@ def _cmd_warm(args: argparse.Namespace) -> int:
         elif folder:
             problems, origin = problems_from_folder(folder), "kernelbench"
         else:
-            model, inputs = _model_and_inputs(args)
             with console.status("tracing the model's regions"):
                 problems = problems_from_model(model, inputs, db=args.db, judge_backend=args.backend)
             origin = "model"
         console.print(f"{len({p.key for p in problems})} distinct regions to warm")
         config = EvolveConfig(budget=args.budget, time_limit_s=args.time_limit, islands=args.islands,
                               backend=args.backend, seed=args.seed)
-        summary = warm(problems, store, config, force=args.force, console=console, origin=origin)
+        # The whole-run limit counts from the command's start: tracing the model is part of the run.
+        total = None if args.total_time is None else args.total_time - (time.monotonic() - started)
+        summary = warm(problems, store, config, force=args.force, console=console, origin=origin,
+                       total_time_s=total)
     except WarmError as e:
         raise _usage(str(e)) from None
     except BackendUnavailable as e:
@@ -125,6 +137,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
     model, inputs = _model_and_inputs(args)
     result = explain(model, *inputs, db=args.db, judge_backend=args.backend)
+    if result.no_cache:
+        # Nothing was created; the regions are still worth listing (they are what warm would evolve).
+        Console(stderr=True).print(f"no kernel cache at {result.no_cache}: every region is a miss",
+                                   highlight=False, soft_wrap=True)
     if args.json:
         print(json.dumps(result.to_json()))
     else:

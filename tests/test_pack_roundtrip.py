@@ -209,7 +209,7 @@ def test_cli(tmp_path, source_db, capsys, monkeypatch):
     code, out = run("cache", "rm", str(rows[0]["id"]), "--db", dest)
     assert code == 0
     code, out = run("cache", "show", str(rows[0]["id"]), "--db", dest)
-    assert code == 1 and "no kernel" in out.err
+    assert code == 2 and "no kernel" in out.err
 
     Path(pack).write_bytes(Path(pack).read_bytes()[:500])
     code, out = run("pack", "verify", pack, "--backend", "triton-interpret")

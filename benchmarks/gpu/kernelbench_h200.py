@@ -55,7 +55,7 @@ def main() -> None:
     for i in ids:
         f = files[i]
         rc, so, se, wall = _cli("evolve", str(f), "--backend", a.backend, "--budget", str(a.budget),
-                                "--time", str(a.minutes), "--parallel", str(a.parallel), "--db", db, "--json",
+                                "--time-limit", str(a.minutes * 60), "--parallel", str(a.parallel), "--db", db, "--json",
                                 timeout=a.minutes * 60 + 180)
         try:
             summary = json.loads(so.strip().splitlines()[-1]) if so.strip() else None

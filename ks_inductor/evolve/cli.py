@@ -11,47 +11,63 @@ from rich.table import Table
 
 
 def register(subparsers: Any) -> None:
+    from kernel_cache.cli import add_db_argument
+    from ks_inductor.cli import (
+        DeprecatedMinutes,
+        add_backend_argument,
+        add_json_argument,
+        add_search_arguments,
+    )
+
     p = subparsers.add_parser("evolve", help="evolve a faster verified Triton kernel for a KernelBench problem")
     p.add_argument("problem", help="KernelBench-format problem file (Model, get_inputs, get_init_inputs)")
-    p.add_argument("--backend", choices=["triton-cuda", "triton-maca", "triton-interpret"], default=None)
-    p.add_argument("--budget", type=int, default=64, help="judgments to spend (default 64)")
-    p.add_argument("--time", type=float, default=None, metavar="MIN", help="wall-time limit in minutes")
-    p.add_argument("--islands", type=int, default=2)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--parallel", type=int, default=None, help="judgments in flight")
+    add_backend_argument(p)
+    add_search_arguments(p, per="problem", budget=64)
+    p.add_argument("--time", dest="time_minutes", action=DeprecatedMinutes, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--parallel", type=int, default=None, metavar="N",
+                   help="judgments in flight (default 2 on CPU, 4 on a GPU)")
     p.add_argument("--no-resume", action="store_true", help="start a new run even if an unfinished one exists")
-    p.add_argument("--db", default=None, metavar="URL", help="kernel cache database URL")
+    add_db_argument(p)
     p.add_argument("--mutator", choices=["embedded", "llm"], default=None,
                    help="embedded (default without an endpoint) or llm")
-    p.add_argument("--llm-base-url", default=None)
-    p.add_argument("--llm-model", default=None)
-    p.add_argument("--llm-api-key", default=None)
-    p.add_argument("--llm-concurrency", type=int, default=None)
-    p.add_argument("--llm-timeout", type=float, default=120.0, help="seconds per request")
+    p.add_argument("--llm-base-url", default=None, metavar="URL",
+                   help="OpenAI-compatible endpoint (default $KERNELSMITH_LLM_BASE_URL)")
+    p.add_argument("--llm-model", default=None, help="model name at the endpoint (default $KERNELSMITH_LLM_MODEL)")
+    p.add_argument("--llm-api-key", default=None, metavar="KEY",
+                   help="API key for the endpoint (default $KERNELSMITH_LLM_API_KEY); never stored")
+    p.add_argument("--llm-concurrency", type=int, default=None, metavar="N",
+                   help="requests in flight (default $KERNELSMITH_LLM_CONCURRENCY, else 2)")
+    p.add_argument("--llm-timeout", type=float, default=120.0, metavar="SECONDS",
+                   help="seconds per request (default 120)")
     p.add_argument("--llm-fallback", choices=["embedded", "none"], default="none",
                    help="what to do when the endpoint cannot be reached")
-    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    add_json_argument(p)
     p.set_defaults(func=cmd_evolve)
 
     e = subparsers.add_parser("export-trajectories",
                               help="write correctness-preserving, high-gain evolution steps as training data")
-    e.add_argument("--format", choices=["sft", "rl"], default="sft")
-    e.add_argument("--db", default=None, metavar="URL")
+    e.add_argument("--format", choices=["sft", "rl"], default="sft",
+                   help="sft: chat messages; rl: prompt, reference and parent code (default sft)")
+    add_db_argument(e)
     e.add_argument("--min-gain", type=float, default=0.05, metavar="G",
                    help="keep a step when the child's speedup lower bound >= parent speedup x (1 + G)")
     e.add_argument("--max-noise", type=float, default=0.05, help="largest IQR/median of the child's timing")
-    e.add_argument("--problem-key", default=None)
-    e.add_argument("-o", "--output", required=True, metavar="FILE.jsonl")
+    e.add_argument("--problem-key", default=None, metavar="KEY", help="only steps of this problem key")
+    e.add_argument("-o", "--output", required=True, metavar="FILE.jsonl", help="where to write the rows")
     e.set_defaults(func=cmd_export)
 
 
 def _usage_error(msg: str) -> Exception:
-    try:
-        from ks_inductor.cli import UsageError
+    from ks_inductor.cli import UsageError
 
-        return UsageError(msg)
-    except ImportError:  # pragma: no cover - the lead's CLI module is always present in the package
-        return SystemExit(msg)
+    return UsageError(msg)
+
+
+def time_limit_s(args: argparse.Namespace) -> float | None:
+    """``--time-limit`` in seconds; the deprecated ``--time MIN`` (already converted) when only it was given."""
+    if args.time_limit is not None:
+        return args.time_limit
+    return getattr(args, "time_minutes", None)
 
 
 def cmd_evolve(args: argparse.Namespace) -> int:
@@ -64,8 +80,6 @@ def cmd_evolve(args: argparse.Namespace) -> int:
     from ks_inductor.problem import ProblemError, load_problem
 
     console = Console(stderr=args.json)
-    if args.budget < 1:
-        raise _usage_error("--budget must be at least 1")
     try:
         problem = load_problem(args.problem)
     except ProblemError as e:
@@ -76,7 +90,7 @@ def cmd_evolve(args: argparse.Namespace) -> int:
         llm = LLMConfig(base_url=args.llm_base_url, model=args.llm_model, api_key=args.llm_api_key,
                         concurrency=args.llm_concurrency, timeout_s=args.llm_timeout,
                         fallback="embedded" if args.llm_fallback == "embedded" else None)
-    config = EvolveConfig(budget=args.budget, time_limit_s=args.time * 60 if args.time else None,
+    config = EvolveConfig(budget=args.budget, time_limit_s=time_limit_s(args),
                           islands=args.islands, backend=args.backend, llm=llm, seed=args.seed,
                           resume=not args.no_resume, parallel=args.parallel)
     try:
@@ -135,7 +149,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.min_gain < 0:
         raise _usage_error("--min-gain must be >= 0")
     try:
-        store = KernelStore(args.db)
+        # Reads only: a missing cache is reported, not created.
+        store = KernelStore(args.db, create=False)
     except CacheError as e:
         raise _usage_error(str(e)) from None
     try:
