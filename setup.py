@@ -20,7 +20,10 @@ setup(
     extras_require={
         # transformers: tests/test_hf_llama_backend.py and the --hf-config path of `kernelsmith warm` (random
         # weights from a config, nothing downloaded); it does not depend on torch, so it pulls no CUDA build.
-        "dev": ["pytest>=8", "pytest-timeout", "pytest-xdist", "ruff", "matplotlib", "cryptography", "transformers>=5.23"],
+        # psycopg: the PostgreSQL cache (tests/test_cache_postgres.py runs it against a throwaway server).
+        "dev": ["pytest>=8", "pytest-timeout", "pytest-xdist", "ruff", "matplotlib", "cryptography", "transformers>=5.23",
+                "psycopg[binary]>=3.1"],
+        "postgres": ["psycopg[binary]>=3.1"],
         "sign": ["cryptography"],
         "plots": ["matplotlib"],
     },

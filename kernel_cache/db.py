@@ -48,12 +48,15 @@ def default_db_url() -> str:
 
 
 def resolve_url(url: str | None) -> str:
-    """Accept a SQLAlchemy URL or a plain file path (taken as SQLite); ``None`` means the default."""
+    """Accept a SQLAlchemy URL or a plain file path (taken as SQLite); ``None`` means the default. A bare
+    ``postgresql://`` URL names psycopg 3, the driver the ``postgres`` extra installs."""
+    from kernel_cache.postgres import normalize_url
+
     if not url:
-        return default_db_url()
+        url = default_db_url()
     if "://" not in url:
         return f"sqlite:///{Path(url).expanduser().resolve()}"
-    return url
+    return normalize_url(url)
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -107,6 +110,13 @@ def create_db_engine(url: str) -> tuple[Engine, Engine]:
                 raise DatabaseUnavailableError(f"cannot create directory {path.parent}: {e.strerror}") from None
         # The driver's own transaction handling is switched off below; the timeout covers connect-time locks.
         kwargs["connect_args"] = {"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}
+    elif u.get_backend_name() == "postgresql":
+        from kernel_cache.postgres import json_dumps, session_defaults
+
+        kwargs["pool_pre_ping"] = True
+        kwargs["json_serializer"] = json_dumps
+        if u.get_driver_name() in ("psycopg", "psycopg2"):
+            kwargs["connect_args"] = {k: v for k, v in session_defaults(writer=True).items() if k not in u.query}
     else:
         kwargs["pool_pre_ping"] = True
     try:

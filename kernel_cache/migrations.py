@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 
 from sqlalchemy import Connection, Engine, inspect, text
-from sqlalchemy.exc import DatabaseError, OperationalError
+from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError, ProgrammingError
 
-from kernel_cache.errors import CacheError, CorruptDatabaseError, SchemaTooNewError
+from kernel_cache.errors import CacheError, CorruptDatabaseError, NoDatabaseError, SchemaTooNewError
 from kernel_cache.models import Base
 from kernel_cache.reader import SCHEMA_VERSION
 
@@ -146,42 +146,37 @@ def _refuse_newer(version: int, where: str) -> None:
         )
 
 
-def ensure_schema(read_engine: Engine, write_engine: Engine, where: str = "the database") -> int:
-    """Create or migrate the schema as needed; return the version now in place.
+def ensure_schema(read_engine: Engine, write_engine: Engine, where: str = "the database", create: bool = True) -> int:
+    """Create or migrate the schema as needed; return the version now in place. ``create=False``: an empty
+    database raises :class:`NoDatabaseError` and stays empty.
 
-    A database already at the current version is only read. Work that writes happens inside BEGIN IMMEDIATE
-    and re-checks the version there, so processes opening one database at once migrate it exactly once.
+    A database already at the current version is only read. Work that writes happens inside a transaction that
+    holds the database's write lock (SQLite's BEGIN IMMEDIATE; on PostgreSQL the advisory lock
+    :data:`kernel_cache.postgres.SCHEMA_LOCK`) and re-checks the version there, so processes opening one
+    database at once create or migrate it exactly once, and the others find the work done. A rival that took no
+    lock (an older kernelsmith) can still win a race for a CREATE: its "already exists" is taken as the schema
+    being made, and the version is read again.
     """
+    postgres = write_engine.dialect.name == "postgresql"
     try:
-        with read_engine.connect() as conn:
-            version = _read_version(conn)
-        if version is not None:
-            _refuse_newer(version, where)
-            if version == CURRENT_VERSION:
-                return version
-        with write_engine.begin() as conn:
-            version = _read_version(conn)
-            if version is None:
-                Base.metadata.create_all(conn)
-                _stamp(conn, CURRENT_VERSION)
-                log.info("created kernel cache schema v%d in %s", CURRENT_VERSION, where)
-                return CURRENT_VERSION
-            _refuse_newer(version, where)
-        while version < CURRENT_VERSION:
-            step = MIGRATIONS.get(version)
-            if step is None:
-                raise CacheError(f"no migration from schema version {version}; {where} cannot be upgraded")
-            with write_engine.begin() as conn:
-                now = _read_version(conn)
-                if now == version:  # not migrated meanwhile by another process
-                    step(conn)
-                    _stamp(conn, version + 1)
-                    log.info("migrated %s from schema v%d to v%d", where, version, version + 1)
-                    now = version + 1
-            version = int(now or version + 1)
-        return version
+        for attempt in range(3):
+            try:
+                return _ensure_schema(read_engine, write_engine, where, postgres, create)
+            except (ProgrammingError, IntegrityError) as e:
+                from kernel_cache.postgres import ALREADY_EXISTS_SQLSTATES, sqlstate
+
+                if not postgres or sqlstate(e) not in ALREADY_EXISTS_SQLSTATES or attempt == 2:
+                    raise
+                log.info("%s: another process created the schema first (%s); reading it again", where,
+                         sqlstate(e))
+                time.sleep(0.05 * (attempt + 1))
+        raise AssertionError("unreachable")
     except OperationalError as e:
         msg = str(e.orig) if e.orig is not None else str(e)
+        if postgres:
+            from kernel_cache.postgres import connect_error
+
+            raise connect_error(where, e.orig if e.orig is not None else e) from None
         if "unable to open" in msg or "readonly" in msg:
             raise CacheError(f"cannot open {where}: {msg}") from None
         if "not a database" in msg or "malformed" in msg:
@@ -189,6 +184,68 @@ def ensure_schema(read_engine: Engine, write_engine: Engine, where: str = "the d
         raise
     except DatabaseError as e:
         msg = str(e.orig) if e.orig is not None else str(e)
+        if write_engine.dialect.name != "sqlite":
+            # A server's error (permissions, a missing extension, a constraint) is not damage to a file.
+            first = msg.strip().splitlines()[0] if msg.strip() else type(e).__name__
+            raise CacheError(f"cannot set up the kernel cache schema in {where}: {first}") from None
         raise CorruptDatabaseError(
             f"{where} cannot be read ({msg}); it was left untouched. Move it aside or pass another --db."
         ) from None
+
+
+def _lock_schema(conn: Connection, postgres: bool) -> None:
+    if postgres:
+        from kernel_cache.postgres import SCHEMA_LOCK
+
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": SCHEMA_LOCK})
+
+
+def _has_extras(conn: Connection, postgres: bool) -> bool:
+    if not postgres:
+        return True
+    from kernel_cache.postgres import has_extras
+
+    return has_extras(conn)
+
+
+def _ensure_schema(read_engine: Engine, write_engine: Engine, where: str, postgres: bool, create: bool) -> int:
+    with read_engine.connect() as conn:
+        version = _read_version(conn)
+        extras = version is None or _has_extras(conn, postgres)
+    if version is None and not create:
+        raise NoDatabaseError(where)
+    if version is not None:
+        _refuse_newer(version, where)
+        if version == CURRENT_VERSION and extras:
+            return version
+    with write_engine.begin() as conn:
+        _lock_schema(conn, postgres)
+        version = _read_version(conn)
+        if version is None:
+            Base.metadata.create_all(conn)
+            _stamp(conn, CURRENT_VERSION)
+            if postgres:
+                from kernel_cache.postgres import ensure_extras
+
+                ensure_extras(conn)
+            log.info("created kernel cache schema v%d in %s", CURRENT_VERSION, where)
+            return CURRENT_VERSION
+        _refuse_newer(version, where)
+        if not _has_extras(conn, postgres):
+            from kernel_cache.postgres import ensure_extras
+
+            ensure_extras(conn)
+    while version < CURRENT_VERSION:
+        step = MIGRATIONS.get(version)
+        if step is None:
+            raise CacheError(f"no migration from schema version {version}; {where} cannot be upgraded")
+        with write_engine.begin() as conn:
+            _lock_schema(conn, postgres)
+            now = _read_version(conn)
+            if now == version:  # not migrated meanwhile by another process
+                step(conn)
+                _stamp(conn, version + 1)
+                log.info("migrated %s from schema v%d to v%d", where, version, version + 1)
+                now = version + 1
+        version = int(now or version + 1)
+    return version

@@ -6,6 +6,7 @@ per process on a 2-core CPU), so :func:`open_fast` opens a SQLite file already a
 with the driver only; :class:`kernel_cache.store.KernelStore` uses the same reader for its own lookups, so
 there is one lookup and one memo. Anything else (a missing, older, newer or damaged file, another database
 engine, and every write) goes through ``KernelStore``, which creates, migrates or refuses as it always has.
+A PostgreSQL cache gets the same treatment from :class:`kernel_cache.postgres.PgReader` (psycopg alone).
 """
 
 from __future__ import annotations
@@ -166,12 +167,20 @@ def _cache_error(where: str, e: sqlite3.Error) -> CacheError:
     return CorruptDatabaseError(f"{where} cannot be read ({msg}); it was left untouched")
 
 
-def open_fast(url: str | None) -> SqliteReader | None:
-    """A reader for ``url`` when it is a SQLite file at :data:`SCHEMA_VERSION`; None otherwise (the caller then
-    opens a ``KernelStore``, which creates, migrates or refuses the database)."""
+def open_fast(url: str | None) -> Any:
+    """A reader for ``url`` when it is a SQLite file (or a PostgreSQL database through psycopg) at
+    :data:`SCHEMA_VERSION`; None otherwise (the caller then opens a ``KernelStore``, which creates, migrates or
+    refuses the database)."""
     from kernel_cache.db import default_db_url
+    from kernel_cache.postgres import is_postgres_url, normalize_url
 
-    path = sqlite_file(url or default_db_url())
+    url = url or default_db_url()
+    if is_postgres_url(url):
+        from kernel_cache.postgres import open_fast as open_postgres
+
+        url = normalize_url(url)
+        return open_postgres(url) if url.startswith("postgresql+psycopg://") else None
+    path = sqlite_file(url)
     if path is None or not path.is_file():
         return None
     reader = None
@@ -190,9 +199,10 @@ def open_fast(url: str | None) -> SqliteReader | None:
 
 
 class LazyKernelStore:
-    """What the backend holds for a database: lookups and guard decisions through :class:`SqliteReader` when the
-    file allows it; a :class:`kernel_cache.store.KernelStore` (and SQLAlchemy) only when something else is asked
-    for, such as recording a miss or storing a decision."""
+    """What the backend holds for a database: lookups and guard decisions through :class:`SqliteReader` (or
+    :class:`kernel_cache.postgres.PgReader`) when the database allows it; a
+    :class:`kernel_cache.store.KernelStore` (and SQLAlchemy) only when something else is asked for, such as
+    recording a miss or storing a decision."""
 
     def __init__(self, url: str | None) -> None:
         self.url = url

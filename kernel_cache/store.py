@@ -8,6 +8,25 @@ the judge's pool and several warm-up jobs can write at once without losing anyth
 SQLite it runs on the driver alone, behind a per-process memo that is dropped whenever ``PRAGMA data_version``
 says any connection (this process or another) committed, so it never serves a stale answer; that reader is
 :class:`kernel_cache.reader.SqliteReader`, which the backend also uses without this class when it only reads.
+On PostgreSQL (with psycopg) the same is done by :class:`kernel_cache.postgres.PgReader`, whose memo is dropped
+when the database's generation counter moves.
+
+Merge rules, the same on both databases, for one key (problem key, source sha256, fingerprint) written by
+several processes or hosts at once:
+
+* ``add_kernel``: one row per key; the verdict committed last stands (the row is updated in place, keeping its
+  id and ``created_at``). Never a second row, never an error.
+* ``merge`` (pack import): a key already present keeps its row and verdict ("kept"); otherwise the kernel is
+  added. Of two imports of the same new key, the one that commits first adds it and the other keeps it.
+* ``upsert_problem``: the reference written last stands; ``merge`` never replaces a local problem.
+* ``record_miss``: every miss counts (the counter is incremented in the database, not read and written back).
+
+SQLite gets this from ``BEGIN IMMEDIATE``: write transactions run one at a time, so read-then-write is safe.
+PostgreSQL runs writers side by side, so every transaction that writes kernels first takes the row lock of the
+generation counter (the same one-at-a-time order for kernel writes across hosts, without deadlocks between
+them), and each write is an ``INSERT ... ON CONFLICT`` that settles a rival the lock did not order (a writer
+that does not take it) by the rule above instead of failing. A deadlock or serialization failure reported by
+the server rolls the whole transaction back; the method then runs again, up to a few times.
 """
 
 from __future__ import annotations
@@ -25,6 +44,7 @@ from typing import Any, TypeVar
 from sqlalchemy import and_, delete, func, select, update
 from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError
 
+from kernel_cache import postgres as pg
 from kernel_cache.db import create_db_engine, default_db_url, resolve_url, sqlite_path
 from kernel_cache.errors import CacheError, CorruptDatabaseError, NoDatabaseError, NotFoundError
 from kernel_cache.migrations import ensure_schema, rank_of
@@ -50,11 +70,22 @@ _STEP_COLUMNS = ("run_id", "problem_key", "parent_id", "child_id", "mutation", "
                  "verdict", "correct", "speedup_delta", "feedback", "id", "created_at")
 
 
+_RETRIES = 5
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0] if lines else type(e).__name__
+
+
 def _db_errors(fn: Callable[..., _T]) -> Callable[..., _T]:
-    """Turn driver errors into CacheErrors that say what to do."""
+    """Turn driver errors into CacheErrors that say what to do; on PostgreSQL, run a transaction the server
+    rolled back for a deadlock or a serialization failure again."""
 
     @functools.wraps(fn)
     def wrapper(self: KernelStore, *args: Any, **kwargs: Any) -> _T:
+        if getattr(self, "_postgres", False):
+            return _postgres_errors(self, fn, args, kwargs)
         try:
             return fn(self, *args, **kwargs)
         except OperationalError as e:
@@ -74,6 +105,30 @@ def _db_errors(fn: Callable[..., _T]) -> Callable[..., _T]:
             raise CorruptDatabaseError(f"{self.where} cannot be read ({e}); it was left untouched") from None
 
     return wrapper
+
+
+def _postgres_errors(self: KernelStore, fn: Callable[..., _T], args: Any, kwargs: Any) -> _T:
+    for attempt in range(_RETRIES):
+        try:
+            return fn(self, *args, **kwargs)
+        except DatabaseError as e:
+            orig = e.orig if e.orig is not None else e
+            state = pg.sqlstate(e)
+            if state in pg.RETRY_SQLSTATES and attempt < _RETRIES - 1:
+                log.info("%s: %s; running the transaction again", self.where, _first_line(orig))
+                time.sleep(0.01 * 2 ** attempt)
+                continue
+            if state == pg.LOCK_TIMEOUT_SQLSTATE:
+                raise CacheError(f"{self.where}: another writer held the lock for over {pg.LOCK_TIMEOUT_S} s "
+                                 f"({_first_line(orig)}); retry") from None
+            if isinstance(e, OperationalError) and (e.connection_invalidated or state is None
+                                                    or state.startswith("08")):
+                raise pg.connect_error(self.where, orig) from None
+            if isinstance(e, IntegrityError):
+                raise CacheError(f"{self.where}: rejected by a constraint: {_first_line(orig)}") from None
+            # A server's error (permissions, a value too long, a table dropped by hand) has damaged nothing.
+            raise CacheError(f"{self.where}: {_first_line(orig)}") from None
+    raise AssertionError("unreachable")
 
 
 @dataclass
@@ -138,17 +193,22 @@ class KernelStore:
     def __init__(self, url: str | None = None, memo: bool = True, create: bool = True) -> None:
         self.url = resolve_url(url)
         self._path = sqlite_path(self.url)
-        self.where = str(self._path) if self._path else self.url
+        self.where = str(self._path) if self._path else pg.display_url(self.url)
         if not create and self._path is not None and not self._path.exists():
             raise NoDatabaseError(self.where)
         self._engine, self._wengine = create_db_engine(self.url)
+        self._postgres = self._engine.dialect.name == "postgresql"
         try:
-            self.schema_version = ensure_schema(self._engine, self._wengine, self.where)
+            # A server database exists before kernelsmith does: without create, an empty one stays empty.
+            self.schema_version = ensure_schema(self._engine, self._wengine, self.where,
+                                                create=create or not self._postgres)
         except BaseException:
             self._engine.dispose()
             raise
-        self._memo_enabled = memo and self._path is not None
         self._sqlite = SqliteReader(self._path, self.where) if self._path is not None else None
+        self._pg = (pg.PgReader(self.url, self.where)
+                    if self._postgres and self._engine.dialect.driver == "psycopg" else None)
+        self._memo_enabled = memo and (self._sqlite is not None or self._pg is not None)
         self._lookup_stmt = (
             select(_K)
             .where(and_(_K.c.problem_key == _bind("key"), _K.c.status == VERIFIED, _K.c.hardware_id == _bind("hw")))
@@ -159,6 +219,8 @@ class KernelStore:
     def close(self) -> None:
         if self._sqlite is not None:
             self._sqlite.close()
+        if self._pg is not None:
+            self._pg.close()
         self._engine.dispose()
 
     def __enter__(self) -> KernelStore:
@@ -170,6 +232,15 @@ class KernelStore:
     def _invalidate(self) -> None:
         if self._sqlite is not None:
             self._sqlite.invalidate()
+        if self._pg is not None:
+            self._pg.invalidate()
+
+    def _lock_kernels(self, conn: Any) -> None:
+        """On PostgreSQL, order this kernel-writing transaction after the others (see the module docstring).
+        It comes before the transaction's first kernel row: otherwise two writers could each hold a row the other
+        waits for."""
+        if self._postgres:
+            conn.exec_driver_sql(pg.BUMP_SQL)
 
     # ------------------------------------------------------------------ problems
     @_db_errors
@@ -180,9 +251,14 @@ class KernelStore:
         with self._wengine.begin() as conn:
             self._upsert_problem(conn, problem.key, values)
 
-    @staticmethod
-    def _upsert_problem(conn: Any, key: str, values: dict[str, Any]) -> None:
+    def _upsert_problem(self, conn: Any, key: str, values: dict[str, Any]) -> None:
         t = ProblemRow.__table__
+        if self._postgres:
+            from sqlalchemy.dialects.postgresql import insert
+
+            conn.execute(insert(t).values(key=key, created_at=values["updated_at"], **values)
+                         .on_conflict_do_update(index_elements=[t.c.key], set_=values))
+            return
         if conn.execute(update(t).where(t.c.key == key).values(**values)).rowcount == 0:
             conn.execute(t.insert().values(key=key, created_at=values["updated_at"], **values))
 
@@ -236,6 +312,16 @@ class KernelStore:
         """Store a judged kernel; the same source for the same key and fingerprint updates the existing row (the
         judge's newest verdict on it stands). Returns the kernel id."""
         v = self._kernel_values(record)
+        if self._postgres:
+            from sqlalchemy.dialects.postgresql import insert
+
+            with self._wengine.begin() as conn:
+                self._lock_kernels(conn)
+                newest = {k: x for k, x in v.items() if k != "created_at"}
+                kid = int(conn.execute(insert(_K).values(**v).on_conflict_do_update(
+                    constraint="uq_kernels_identity", set_=newest).returning(_K.c.id)).scalar_one())
+            self._invalidate()
+            return kid
         with self._wengine.begin() as conn:
             hit = self._find_identical(conn, v)
             if hit is not None:
@@ -252,6 +338,7 @@ class KernelStore:
         """Insert many new kernels in one transaction (no identity check: for building large test databases)."""
         rows = [self._kernel_values(r) for r in records]
         with self._wengine.begin() as conn:
+            self._lock_kernels(conn)
             conn.execute(_K.insert(), rows)
         self._invalidate()
 
@@ -268,6 +355,8 @@ class KernelStore:
         """The best verified kernel for ``problem_key`` that may serve on ``fingerprint`` unverified again."""
         if self._memo_enabled and self._sqlite is not None:
             return self._sqlite.lookup(problem_key, fingerprint)
+        if self._memo_enabled and self._pg is not None:
+            return self._pg.lookup(problem_key, fingerprint)
         return self._lookup_db(problem_key, fingerprint)
 
     @_db_errors
@@ -276,6 +365,8 @@ class KernelStore:
             # The same query as ``_lookup_stmt``, without the layers of SQLAlchemy's execution machinery, which
             # cost more than the index scan itself.
             return self._sqlite.lookup(problem_key, fingerprint, memo=False)
+        if self._pg is not None:
+            return self._pg.lookup(problem_key, fingerprint, memo=False)
         with self._engine.connect() as conn:
             for row in conn.execute(self._lookup_stmt, {"key": problem_key, "hw": fingerprint.hardware_id}):
                 rec = _record_from_row(row)
@@ -330,6 +421,7 @@ class KernelStore:
     def set_status(self, kernel_id: int, status: str) -> None:
         _check_status(status)
         with self._wengine.begin() as conn:
+            self._lock_kernels(conn)
             n = conn.execute(update(_K).where(_K.c.id == int(kernel_id)).values(status=status, updated_at=_now())).rowcount
         if not n:
             raise NotFoundError(f"no kernel with id {kernel_id} in {self.where}")
@@ -341,6 +433,7 @@ class KernelStore:
         if not ids:
             return 0
         with self._wengine.begin() as conn:
+            self._lock_kernels(conn)
             n = conn.execute(delete(_K).where(_K.c.id.in_(ids))).rowcount
         self._invalidate()
         return int(n)
@@ -356,7 +449,10 @@ class KernelStore:
         """
         staged = [(r, self._kernel_values(r)) for r in records]
         outcomes: list[MergeOutcome] = []
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
         with self._wengine.begin() as conn:
+            self._lock_kernels(conn)
             t = ProblemRow.__table__
             have = set()
             keys = sorted({p.key for p in problems})
@@ -366,7 +462,7 @@ class KernelStore:
                 if p.key not in have:
                     have.add(p.key)
                     now = _now()
-                    conn.execute(t.insert(), {
+                    conn.execute(pg_insert(t).on_conflict_do_nothing() if self._postgres else t.insert(), {
                         "key": p.key, "name": p.name, "source": p.source, "op_summary": dict(p.op_summary),
                         "signature": p.signature(), "problem_json": p.to_json(), "created_at": now,
                         "updated_at": now})
@@ -383,7 +479,16 @@ class KernelStore:
                     outcomes.append(MergeOutcome(rec, "kept", existing[ident]))
                     continue
                 v["created_at"] = now
-                kid = int(conn.execute(_K.insert(), v).inserted_primary_key[0])
+                if self._postgres:
+                    new = conn.execute(pg_insert(_K).values(**v).on_conflict_do_nothing().returning(_K.c.id)).scalar()
+                    if new is None:  # committed meanwhile by a writer that does not take the lock: theirs stays
+                        kid = int(self._find_identical(conn, v).id)
+                        existing[ident] = kid
+                        outcomes.append(MergeOutcome(rec, "kept", kid))
+                        continue
+                else:
+                    new = conn.execute(_K.insert(), v).inserted_primary_key[0]
+                kid = int(new)
                 existing[ident] = kid
                 outcomes.append(MergeOutcome(rec, "added", kid))
         self._invalidate()
@@ -501,6 +606,8 @@ class KernelStore:
         """The stored result (``GuardResult.to_json()``) for ``key``, or None."""
         if self._sqlite is not None:
             return self._sqlite.guard_decision(key)
+        if self._pg is not None:
+            return self._pg.guard_decision(key)
         from sqlalchemy import inspect, text
 
         with self._engine.connect() as conn:
@@ -514,13 +621,19 @@ class KernelStore:
         """Store (or replace) the graph guard's result for ``key``."""
         from sqlalchemy import text
 
+        values = {"k": key, "f": fingerprint_id, "kept": bool(result.get("kept")),
+                  "r": json.dumps(result, sort_keys=True), "t": _now()}
         with self._wengine.begin() as conn:
+            if self._postgres:  # the table is made with the schema (kernel_cache.postgres.ensure_extras)
+                conn.execute(text(f"INSERT INTO {_GUARD_TABLE} (key, fingerprint_id, kept, result, created_at) "
+                                  "VALUES (:k, :f, :kept, :r, :t) ON CONFLICT (key) DO UPDATE SET "
+                                  "fingerprint_id = EXCLUDED.fingerprint_id, kept = EXCLUDED.kept, "
+                                  "result = EXCLUDED.result, created_at = EXCLUDED.created_at"), values)
+                return
             conn.execute(text(_GUARD_DDL))
             conn.execute(text(f"DELETE FROM {_GUARD_TABLE} WHERE key = :k"), {"k": key})
             conn.execute(text(f"INSERT INTO {_GUARD_TABLE} (key, fingerprint_id, kept, result, created_at) "
-                              "VALUES (:k, :f, :kept, :r, :t)"),
-                         {"k": key, "f": fingerprint_id, "kept": bool(result.get("kept")),
-                          "r": json.dumps(result, sort_keys=True), "t": _now()})
+                              "VALUES (:k, :f, :kept, :r, :t)"), values)
 
     @_db_errors
     def clear_guard_decisions(self) -> int:
@@ -538,6 +651,16 @@ class KernelStore:
         t = MissRow.__table__
         now = _now()
         shapes = [s.shape for s in problem.input_specs if s.kind == "tensor"]
+        if self._postgres:
+            from sqlalchemy.dialects.postgresql import insert
+
+            with self._wengine.begin() as conn:
+                conn.execute(insert(t).values(
+                    problem_key=problem.key, count=1, signature=problem.signature(), shapes=shapes,
+                    problem_json=problem.to_json(), fingerprint=fingerprint.to_json(), first_seen=now, last_seen=now,
+                ).on_conflict_do_update(index_elements=[t.c.problem_key], set_={
+                    "count": t.c.count + 1, "last_seen": now, "fingerprint": fingerprint.to_json(), "shapes": shapes}))
+            return
         with self._wengine.begin() as conn:
             n = conn.execute(update(t).where(t.c.problem_key == problem.key).values(
                 count=t.c.count + 1, last_seen=now, fingerprint=fingerprint.to_json(), shapes=shapes)).rowcount
@@ -580,6 +703,9 @@ class KernelStore:
             s.evaluations = count(EvaluationRow)
             s.steps = count(StepRow)
             s.misses = count(MissRow)
+        if self._postgres:
+            with self._engine.connect() as conn:
+                s.size_bytes = int(conn.exec_driver_sql("SELECT pg_database_size(current_database())").scalar() or 0)
         if self._path is not None and self._path.exists():
             s.size_bytes = sum(p.stat().st_size for p in (self._path, self._path.with_name(self._path.name + "-wal"))
                                if p.exists())

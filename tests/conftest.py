@@ -47,3 +47,7 @@ def judge():
 
     with Judge(JudgeConfig(backend="triton-interpret", trials=3)) as j:
         yield j
+
+
+# The throwaway PostgreSQL server for the cache tests that need one (tests/postgres_server.py).
+from tests.postgres_server import postgres_cluster, postgres_url  # noqa: E402,F401

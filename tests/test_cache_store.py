@@ -1,4 +1,4 @@
-"""KernelStore: lookup rules, records, runs, steps, evaluations, misses."""
+"""KernelStore: lookup rules, records, runs, steps, evaluations, misses (on SQLite and on PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from ks_inductor.judge.verdict import EvalResult, Timing
 from ks_inductor.problem import InputSpec, Problem
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = KernelStore(str(tmp_path / "k.db"))
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path):
+    """The same rules on both databases; the PostgreSQL one is a throwaway server (tests/postgres_server.py)."""
+    url = str(tmp_path / "k.db") if request.param == "sqlite" else request.getfixturevalue("postgres_url")
+    s = KernelStore(url)
     yield s
     s.close()
 
