@@ -47,10 +47,11 @@ R_DTYPE = "dtype"
 R_SHAPE = "shape"
 R_STRIDE = "stride"
 R_CALL = "call form"
-R_VECTORS = "golden vectors failed"
+R_VECTORS = "failed its device check"
 R_NO_VECTORS = "no golden vectors"
 R_ERROR = "kernel error"
 R_OUTPUT = "bad output"
+R_GRAD = "autograd"
 
 Signature = tuple[tuple[tuple[int, ...], torch.dtype, tuple[int, ...]], ...]
 
@@ -148,38 +149,74 @@ def _as_list(out: Any) -> list[Any]:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
+def _load(kernel: PackKernel) -> str:
+    from ks_inductor import kernel_ops as ko
+
+    if kernel.loaded is None:
+        try:
+            kernel.loaded = ko.load_kernel(kernel.record)
+        except ko.KernelLoadError as e:
+            return f"cannot load: {e}"
+    return ""
+
+
+def _check(kernel: PackKernel, trials: list[tuple[list[torch.Tensor], list[torch.Tensor]]]) -> str:
+    from ks_inductor.judge.compare import compare_outputs
+
+    for i, (ins, ref) in enumerate(trials):
+        try:
+            with torch.no_grad():
+                got = [o.detach().to("cpu") for o in _as_list(kernel.loaded.model(*ins)) if isinstance(o, torch.Tensor)]
+        except Exception as e:  # noqa: BLE001 - a kernel that raises on its own check is not served
+            return f"trial {i}: {type(e).__name__}: {e}"
+        _, why = compare_outputs([r.to("cpu") for r in ref], got, _tolerance, i, "golden")
+        if why:
+            return why
+    return ""
+
+
 def run_golden_vectors(kernel: PackKernel, device: torch.device) -> tuple[bool, str]:
     """Run the kernel on its golden inputs on ``device`` and compare with the reference outputs the pack carries."""
     from safetensors.torch import load
 
     from kernel_cache.pack import _count, _safetensors_metadata
-    from ks_inductor import kernel_ops as ko
-    from ks_inductor.judge.compare import compare_outputs
 
     if kernel.vectors is None:
         return False, R_NO_VECTORS
     tensors = load(kernel.vectors)
-    meta = _safetensors_metadata(kernel.vectors)
-    n = int(meta.get("n_vectors", "0"))
+    n = int(_safetensors_metadata(kernel.vectors).get("n_vectors", "0"))
     if n == 0:
         return False, R_NO_VECTORS
-    try:
-        kernel.loaded = ko.load_kernel(kernel.record)
-    except ko.KernelLoadError as e:
-        return False, f"cannot load: {e}"
-    for i in range(n):
-        ins = [tensors[f"v{i}.in{j}"].to(device) for j in range(_count(tensors, f"v{i}.in"))]
-        ref = [tensors[f"v{i}.out{j}"] for j in range(_count(tensors, f"v{i}.out"))]
-        try:
-            with torch.no_grad():
-                got = [o.detach().to("cpu") for o in _as_list(kernel.loaded.model(*ins))
-                       if isinstance(o, torch.Tensor)]
-        except Exception as e:  # noqa: BLE001 - a kernel that raises on its own vectors is not served
-            return False, f"vector {i}: {type(e).__name__}: {e}"
-        _, why = compare_outputs(ref, got, _tolerance, i, "golden")
-        if why:
-            return False, why
-    return True, ""
+    why = _load(kernel)
+    if why:
+        return False, why
+    trials = [([tensors[f"v{i}.in{j}"].to(device) for j in range(_count(tensors, f"v{i}.in"))],
+               [tensors[f"v{i}.out{j}"] for j in range(_count(tensors, f"v{i}.out"))]) for i in range(n)]
+    why = _check(kernel, trials)
+    return not why, why
+
+
+def run_against_stack(kernel: PackKernel, device: torch.device, reference: Callable[..., Any],
+                      n: int = 2) -> tuple[bool, str]:
+    """For a kernel whose problem was too large for golden vectors: seeded random inputs at its signature, on
+    ``device``, compared with the stack's own computation of the op (the layer's code, not the pack's)."""
+    sig = spec_signature(kernel.problem.input_specs)
+    if sig is None:
+        return False, R_NO_VECTORS
+    why = _load(kernel)
+    if why:
+        return False, why
+    gen = torch.Generator(device=device).manual_seed(0)
+    trials = []
+    for _ in range(n):
+        ins = [torch.empty_strided(shape, stride, dtype=dt, device=device).normal_(generator=gen)
+               if dt.is_floating_point else torch.empty_strided(shape, stride, dtype=dt, device=device).random_(
+                   0, 16, generator=gen) for shape, dt, stride in sig]
+        with torch.no_grad():
+            ref = [o for o in _as_list(reference(*[x.clone() for x in ins])) if isinstance(o, torch.Tensor)]
+        trials.append((ins, ref))
+    why = _check(kernel, trials)
+    return not why, why
 
 
 # ============================================================================================ the guard
@@ -212,9 +249,11 @@ class PackGuard:
 
     # ---------------------------------------------------------------------------------------- binding
 
-    def bind(self, op: str, key_of: Callable[[Signature], str | None]) -> ServedOp:
-        """The pack kernels that compute ``op`` as the caller's reference does: ``key_of(signature)`` is the
-        canonical key of the caller's computation at a signature (None when it cannot be traced there)."""
+    def bind(self, op: str, key_of: Callable[[Signature], str | None],
+             reference: Callable[..., Any] | None = None) -> ServedOp:
+        """The pack kernels that compute ``op`` as the caller's ``reference`` does: ``key_of(signature)`` is the
+        canonical key of that computation at a signature (None when it cannot be traced there). The reference
+        also proves, on the device, a kernel whose problem shipped without golden vectors."""
         table: dict[Signature, str] = {}
         for key, p in self.problems.items():
             if key not in self.kernels or p.init_inputs:
@@ -229,24 +268,30 @@ class PackGuard:
                 mine = None
             if mine == key:
                 table[sig] = key
-        return ServedOp(self, op, table)
+        return ServedOp(self, op, table, reference)
 
     # ---------------------------------------------------------------------------------------- serving
 
-    def ready_kernel(self, key: str, device: torch.device) -> PackKernel | None:
-        """The best kernel for ``key`` whose golden vectors passed on ``device`` (run now if not yet run)."""
+    def ready_kernel(self, key: str, device: torch.device,
+                     reference: Callable[..., Any] | None = None) -> PackKernel | None:
+        """The best kernel for ``key`` proven on ``device``: by the pack's golden vectors, or where the problem has
+        none, against ``reference`` (the stack's own computation). Each kernel is proven once, before first use."""
         for k in self.kernels.get(key, []):
             if k.state == "passed":
                 return k
-            if k.state != "unchecked":
+            if k.state not in ("unchecked", "none") or (k.state == "none" and reference is None):
                 continue
             with k.lock:
-                if k.state == "unchecked":
+                if k.state == "unchecked" or (k.state == "none" and reference is not None):
                     ok, why = run_golden_vectors(k, device)
-                    k.state, k.note = ("passed", "") if ok else ("none" if why == R_NO_VECTORS else "failed", why)
+                    how = "its golden vectors"
+                    if why == R_NO_VECTORS and reference is not None:
+                        ok, why = run_against_stack(k, device, reference)
+                        how = f"a check against {self.stack}'s own computation"
+                    k.state, k.note = ("passed", how) if ok else ("none" if why == R_NO_VECTORS else "failed", why)
                     if ok:
-                        log.info("kernelsmith: kernel %s for %s passed its golden vectors on %s",
-                                 k.record.sha256[:12], key[:12], device)
+                        log.info("kernelsmith: kernel %s for %s passed %s on %s", k.record.sha256[:12], key[:12],
+                                 how, device)
                     else:
                         log.warning("kernelsmith: kernel %s for %s not served: %s", k.record.sha256[:12],
                                     key[:12], why)
@@ -275,11 +320,16 @@ class ServedOp:
     """One op of one layer kind: ``op(*tensors)`` returns the kernel's result, or None where the caller must run
     its own path (the reason is counted)."""
 
-    def __init__(self, guard: PackGuard, name: str, table: dict[Signature, str]) -> None:
+    def __init__(self, guard: PackGuard, name: str, table: dict[Signature, str],
+                 reference: Callable[..., Any] | None = None) -> None:
         self.guard = guard
         self.name = name
         self.table = table
+        self.reference = reference
         self._why: dict[Signature, str] = {}
+        # Most calls a pack does not cover differ in the first input's shape (another token count): rejecting
+        # those on one set lookup keeps the stack's own path nearly as fast as without us.
+        self._first_shapes = {sig[0][0] for sig in table}
 
     def __bool__(self) -> bool:
         return bool(self.table)
@@ -311,14 +361,18 @@ class ServedOp:
             return self._miss(R_DISABLED)
         if not all(isinstance(a, torch.Tensor) for a in args):
             return self._miss(R_CALL)
+        if tuple(args[0].shape) not in self._first_shapes:
+            return self._miss(R_SHAPE)
         device = args[0].device
         if device.type != g.device_type or any(a.device != device for a in args):
             return self._miss(R_DEVICE)
+        if torch.is_grad_enabled() and any(a.requires_grad for a in args):
+            return self._miss(R_GRAD)  # kernels serve inference: no backward through them
         sig = call_signature(args)
         key = self.table.get(sig)
         if key is None:
             return self._miss(self._reason(sig))
-        kernel = g.ready_kernel(key, device)
+        kernel = g.ready_kernel(key, device, self.reference)
         if kernel is None:
             states = {k.state for k in g.kernels.get(key, [])}
             return self._miss(R_NO_VECTORS if states == {"none"} else R_VECTORS)

@@ -149,7 +149,8 @@ def apply_kernelsmith(model: torch.nn.Module, pack: str | os.PathLike[str] | Non
     for name, module, binding in covered_layers(model):
         op = served.get((binding.op, binding.group))
         if op is None:
-            op = served[(binding.op, binding.group)] = guard.bind(binding.op, key_function(binding))
+            op = guard.bind(binding.op, key_function(binding), binding.reference)
+            served[(binding.op, binding.group)] = op
         if not op:
             report.skipped[name] = f"the pack has no kernel computing this {binding.op}"
             continue
@@ -214,12 +215,14 @@ class PackBuild:
 
 def pack_for_model(model: torch.nn.Module, example_inputs: Sequence[Any], path: str | os.PathLike[str], *,
                    db: str | None = None, config: Any = None, judge: Any = None,
-                   sign_key: str | os.PathLike[str] | None = None, console: Any = None) -> PackBuild:
+                   sign_key: str | os.PathLike[str] | None = None, console: Any = None,
+                   vector_cap_bytes: int = 64 * 2**20) -> PackBuild:
     """Warm the kernel cache for the layers ``model`` runs at ``example_inputs`` and export exactly the pack a
     deployment of it needs (the layer problems ``apply_kernelsmith`` looks up, with golden vectors).
 
     The deployment's shapes are the ones to pass: a pack serves only the signatures it holds (for generation, the
-    prefill lengths in use and the decode step at each batch size)."""
+    prefill lengths in use and the decode step at each batch size). Golden vectors are kept for problems up to
+    ``vector_cap_bytes``; a kernel of a larger one is proven on the device against the layer's own computation."""
     from kernel_cache.pack import ExportFilters, export_pack
     from ks_inductor.backend import current_fingerprint, open_store
     from ks_inductor.warm import warm
@@ -232,5 +235,6 @@ def pack_for_model(model: torch.nn.Module, example_inputs: Sequence[Any], path: 
     missing = [p.key for p in problems if p.key not in keys]
     result = None
     if keys:
-        result = export_pack(store, path, ExportFilters(keys=keys, fingerprint=fp.id), sign_key=sign_key)
+        result = export_pack(store, path, ExportFilters(keys=keys, fingerprint=fp.id), sign_key=sign_key,
+                             vector_cap_bytes=vector_cap_bytes)
     return PackBuild(problems, summary, result, missing)
