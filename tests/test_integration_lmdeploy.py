@@ -1,0 +1,132 @@
+"""Serving a pack in LMDeploy's own layer classes (``lmdeploy.pytorch.nn.RMSNorm``, ``SiluAndMul``) through the
+wrapped ``build_op``, under the Triton interpreter.
+
+LMDeploy picks no backend for a CPU device, so the layers here are built by its default backend (its plain-torch
+implementations, the "stack's own path" on this machine); on a GPU the same wrapper sits on ``CudaOpsBackend``.
+Skipped where LMDeploy's Python part is not importable (it is not installed in CI: its wheel is 107 MB)."""
+
+from __future__ import annotations
+
+import logging
+import zipfile
+
+import pytest
+import torch
+
+pytest.importorskip("lmdeploy.pytorch.nn.norm", reason="needs lmdeploy (the PyTorch engine's Python part)")
+
+from integrations import guard as G  # noqa: E402
+from integrations import lmdeploy as L  # noqa: E402
+
+HIDDEN, INTER, TOKENS, EPS = 64, 96, 12, 1e-6
+
+
+@pytest.fixture(autouse=True)
+def _cpu_backend(monkeypatch):
+    import lmdeploy.pytorch.backends.selector as selector
+    from lmdeploy.pytorch.backends.default.op_backend import DefaultOpsBackend
+
+    monkeypatch.setattr(selector, "_get_backend", lambda: DefaultOpsBackend)
+    for k in (G.ENV_PACK, G.ENV_TRUSTED_KEYS, G.ENV_DISABLE):
+        monkeypatch.delenv(k, raising=False)
+    yield
+    L.uninstall()
+
+
+@pytest.fixture(scope="module")
+def pack(tmp_path_factory, judge):
+    from rich.console import Console
+
+    from kernel_cache.pack import ExportFilters, export_pack
+    from kernel_cache.store import KernelStore
+    from ks_inductor.evolve import EvolveConfig
+    from ks_inductor.warm import warm
+
+    root = tmp_path_factory.mktemp("lmdeploy")
+    problems = L.layer_problems([((1, TOKENS, HIDDEN), torch.float32, EPS)], [((1, TOKENS, 2 * INTER), torch.float32)])
+    with KernelStore(str(root / "k.db")) as store:
+        summary = warm(problems, store, EvolveConfig(budget=1, backend="triton-interpret"), judge=judge,
+                       console=Console(stderr=True, quiet=True))
+        assert [i.status for i in summary.items] == ["found", "found"], summary.to_json()
+        export_pack(store, root / "lmdeploy.kspack", ExportFilters(keys=[p.key for p in problems]))
+    return root / "lmdeploy.kspack"
+
+
+def layers():
+    from lmdeploy.pytorch.nn.activation import SiluAndMul
+    from lmdeploy.pytorch.nn.norm import RMSNorm
+
+    torch.manual_seed(0)
+    norm = RMSNorm(HIDDEN, EPS, dtype=torch.float32, device="cpu")
+    with torch.no_grad():
+        norm.weight.copy_(1 + 0.1 * torch.randn(HIDDEN))
+    return norm, SiluAndMul(inplace=False)
+
+
+def inputs(tokens=TOKENS, dtype=torch.float32):
+    g = torch.Generator().manual_seed(tokens)
+    return (torch.randn(1, tokens, HIDDEN, generator=g).to(dtype), torch.randn(1, tokens, 2 * INTER, generator=g).to(dtype))
+
+
+def test_layers_serve_the_pack_and_match_lmdeploy(pack):
+    own_norm, own_act = layers()
+    st = L.install(pack)
+    assert st.refused == "" and any(w.endswith("DefaultOpsBackend") for w in st.wrapped)
+    norm, act = layers()
+    assert getattr(norm.impl, "kernelsmith", False) and getattr(act.impl, "kernelsmith", False)
+    x, h = inputs()
+    with torch.no_grad():
+        torch.testing.assert_close(norm(x), own_norm(x), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(act(h), own_act(h), atol=1e-5, rtol=1e-5)
+        # the fused residual form, another token count, another dtype: LMDeploy's own implementation
+        r = torch.randn_like(x)
+        out, res = norm(x, r)
+        want, want_res = own_norm(x, r)
+        torch.testing.assert_close(out, want)
+        torch.testing.assert_close(res, want_res)
+        x5, h5 = inputs(5)
+        torch.testing.assert_close(norm(x5), own_norm(x5))
+        torch.testing.assert_close(act(h5), own_act(h5))
+        torch.testing.assert_close(act(h.double()), own_act(h.double()))
+    assert st.stats()["hits"] == {"rmsnorm": 1, "silu_and_mul": 1}
+    assert st.stats()["fallbacks"] == {"rmsnorm": {"call form": 1, "shape": 1},
+                                       "silu_and_mul": {"dtype": 1, "shape": 1}}
+
+    L.uninstall()
+    norm, act = layers()
+    assert not getattr(norm.impl, "kernelsmith", False) and not getattr(act.impl, "kernelsmith", False)
+
+
+def test_tampered_pack_is_refused(pack, tmp_path, caplog):
+    bad = tmp_path / "bad.kspack"
+    with zipfile.ZipFile(pack) as zin, zipfile.ZipFile(bad, "w") as zout:
+        for info in zin.infolist():
+            body = zin.read(info)
+            if info.filename == "kernels/00000.py":
+                body = body[:-2] + bytes([body[-2] ^ 1]) + body[-1:]
+            zout.writestr(info, body)
+    with caplog.at_level(logging.INFO, logger="kernelsmith.integrations"):
+        st = L.install(bad)
+    assert st.guard is None and st.wrapped == [] and st.refused.startswith("pack refused")
+    lines = [r for r in caplog.records if r.name == "kernelsmith.integrations"]
+    assert len(lines) == 1 and lines[0].levelno == logging.ERROR
+    norm, act = layers()
+    assert not getattr(norm.impl, "kernelsmith", False)
+    x, _ = inputs()
+    assert norm(x).shape == x.shape
+
+
+def test_unknown_version_and_kill_switch(pack, monkeypatch):
+    import lmdeploy.version
+
+    known = lmdeploy.version.__version__
+    monkeypatch.setattr(lmdeploy.version, "__version__", "0.99.0")
+    st = L.install(pack)
+    assert st.wrapped == [] and "0.99.0" in st.refused
+    monkeypatch.setattr(lmdeploy.version, "__version__", known)
+
+    monkeypatch.setenv(G.ENV_DISABLE, "1")
+    assert L.install(pack).refused == "KERNELSMITH_DISABLE=1"
+    monkeypatch.delenv(G.ENV_DISABLE)
+    monkeypatch.setenv(G.ENV_PACK, str(pack))
+    assert L.install().wrapped
