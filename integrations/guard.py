@@ -250,16 +250,17 @@ class PackGuard:
     # ---------------------------------------------------------------------------------------- binding
 
     def bind(self, op: str, key_of: Callable[[Signature], str | None],
-             reference: Callable[..., Any] | None = None) -> ServedOp:
+             reference: Callable[..., Any] | None = None, arity: int | None = None) -> ServedOp:
         """The pack kernels that compute ``op`` as the caller's ``reference`` does: ``key_of(signature)`` is the
-        canonical key of that computation at a signature (None when it cannot be traced there). The reference
-        also proves, on the device, a kernel whose problem shipped without golden vectors."""
+        canonical key of that computation at a signature (None when it cannot be traced there); only problems of
+        ``arity`` inputs are tried when given. The reference also proves, on the device, a kernel whose problem
+        shipped without golden vectors."""
         table: dict[Signature, str] = {}
         for key, p in self.problems.items():
             if key not in self.kernels or p.init_inputs:
                 continue  # kernels with constructor arguments hold their own weights: not a layer's op
             sig = spec_signature(p.input_specs)
-            if sig is None:
+            if sig is None or (arity is not None and len(sig) != arity):
                 continue
             try:
                 mine = key_of(sig)
@@ -317,8 +318,8 @@ class PackGuard:
 
 
 class ServedOp:
-    """One op of one layer kind: ``op(*tensors)`` returns the kernel's result, or None where the caller must run
-    its own path (the reason is counted)."""
+    """One op of one layer kind: ``op(*tensors)`` returns the kernel's result (a tensor, or a tuple where the op has
+    several outputs), or None where the caller must run its own path (the reason is counted)."""
 
     def __init__(self, guard: PackGuard, name: str, table: dict[Signature, str],
                  reference: Callable[..., Any] | None = None) -> None:
@@ -386,14 +387,14 @@ class ServedOp:
                         kernel.record.sha256[:12], kernel.note, g.stack, self.name)
             return self._miss(R_ERROR)
         expected = kernel.problem.output_specs
-        if len(outs) != 1 or len(expected) != 1:
+        if len(outs) != len(expected) or not expected:
             return self._miss(R_OUTPUT)
-        out, spec = outs[0], expected[0]
-        if (not isinstance(out, torch.Tensor) or list(out.shape) != list(spec.shape or [])
-                or out.dtype != _dtype(spec.dtype or "") or out.device != device):
-            return self._miss(R_OUTPUT)
+        for out, spec in zip(outs, expected):
+            if (not isinstance(out, torch.Tensor) or list(out.shape) != list(spec.shape or [])
+                    or out.dtype != _dtype(spec.dtype or "") or out.device != device):
+                return self._miss(R_OUTPUT)
         g.count_hit(self.name)
-        return out
+        return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 # ============================================================================================ loading

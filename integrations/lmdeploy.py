@@ -9,7 +9,8 @@ calls LMDeploy's own implementation for everything else (``integrations.guard``)
 
 Ops and the computation each is matched by (LMDeploy's own default implementation, in plain torch):
 
-* ``rmsnorm``: ``RMSNorm`` called without a residual; calls with one (the fused add) stay LMDeploy's.
+* ``rmsnorm``: ``RMSNorm`` called without a residual.
+* ``add_rmsnorm``: ``RMSNorm`` called with one (the fused residual add): returns the norm and the new residual.
 * ``silu_and_mul``: ``SiluAndMul`` on the concatenated ``[gate | up]`` activations.
 """
 
@@ -28,6 +29,7 @@ log = logging.getLogger("kernelsmith.integrations")
 STACK = "lmdeploy"
 KNOWN_VERSIONS = ((0, 17), (0, 19))
 OP_RMSNORM = "rmsnorm"
+OP_ADD_RMSNORM = "add_rmsnorm"
 OP_SILU_AND_MUL = "silu_and_mul"
 # Backends whose own build_op returns the norm and activation implementations.
 BACKENDS = (
@@ -70,7 +72,7 @@ def stack_version() -> str | None:
 # ============================================================================================ ops
 
 
-def _served(op: str, group: tuple, reference: Any) -> G.ServedOp:
+def _served(op: str, group: tuple, reference: Any, arity: int) -> G.ServedOp:
     from integrations.ops import Binding, key_function
 
     st = _STATE
@@ -78,7 +80,7 @@ def _served(op: str, group: tuple, reference: Any) -> G.ServedOp:
         served = st.served.get((op, group))
         if served is None:
             assert st.guard is not None
-            served = st.guard.bind(op, key_function(Binding(op, reference, group)), reference)
+            served = st.guard.bind(op, key_function(Binding(op, reference, group)), reference, arity)
             st.served[(op, group)] = served
             if served:
                 log.info("kernelsmith: lmdeploy %s %s serves pack kernels for %d signatures", op, group[1:],
@@ -91,21 +93,18 @@ def _wrap_rmsnorm(spec: Any, own: Any) -> Any:
     from lmdeploy.pytorch.backends.norm import RMSNormImpl
 
     reference = DefaultRMSNormImpl(spec.hidden_size, spec.eps).forward
-    served = _served(OP_RMSNORM, ("lmdeploy.RMSNorm", float(spec.eps)), reference)
-    if not served:
+    group = ("lmdeploy.RMSNorm", float(spec.eps))
+    plain = _served(OP_RMSNORM, group, reference, 2)
+    fused = _served(OP_ADD_RMSNORM, group, reference, 3)
+    if not plain and not fused:
         return own
 
     class ServedRMSNorm(RMSNormImpl):
         kernelsmith = True
 
         def forward(self, x: Any, weight: Any, residual: Any = None) -> Any:
-            if residual is None:
-                out = served(x, weight)
-                if out is not None:
-                    return out
-            else:
-                served.guard.count_fallback(served.name, G.R_CALL)
-            return own.forward(x, weight, residual)
+            out = plain(x, weight) if residual is None else fused(x, weight, residual)
+            return out if out is not None else own.forward(x, weight, residual)
 
     return ServedRMSNorm()
 
@@ -116,7 +115,7 @@ def _wrap_silu_and_mul(spec: Any, own: Any) -> Any:
 
     # Out of place whatever the spec asks: the reference must not write into the tensors it is traced on.
     reference = DefaultSiluAndMulImpl(False).forward
-    served = _served(OP_SILU_AND_MUL, ("lmdeploy.SiluAndMul",), reference)
+    served = _served(OP_SILU_AND_MUL, ("lmdeploy.SiluAndMul",), reference, 1)
     if not served:
         return own
 
@@ -220,24 +219,33 @@ def _loaded_modules() -> set[str]:
 # ============================================================================================ the pack it needs
 
 
-def layer_problems(norms: list[tuple[tuple[int, ...], Any, float]], silu_and_mul: list[tuple[tuple[int, ...], Any]]
-                   ) -> list[Any]:
-    """The problems LMDeploy's layers compute: an RMSNorm per (input shape, dtype, eps) and a SiluAndMul per
-    (input shape, dtype). LMDeploy's engine packs a batch's tokens into one sequence, so shapes are
-    ``(1, tokens, hidden)`` and ``(1, tokens, 2 * intermediate)`` for each token count a deployment runs."""
+def layer_problems(norms: list[tuple[tuple[int, ...], Any, float]] = (),
+                   silu_and_mul: list[tuple[tuple[int, ...], Any]] = (),
+                   residual_norms: list[tuple[tuple[int, ...], Any, float]] = ()) -> list[Any]:
+    """The problems LMDeploy's layers compute: an RMSNorm per (input shape, dtype, eps), without and with the fused
+    residual, and a SiluAndMul per (input shape, dtype). LMDeploy's engine packs a batch's tokens into one
+    sequence, so shapes are ``(1, tokens, hidden)`` and ``(1, tokens, 2 * intermediate)`` for each token count a
+    deployment runs."""
     import torch
     from lmdeploy.pytorch.backends.default.activation import DefaultSiluAndMulImpl
     from lmdeploy.pytorch.backends.default.norm import DefaultRMSNormImpl
 
     from integrations.ops import Binding, layer_problem
 
+    def meta(*shape: int, dtype: Any) -> Any:
+        return torch.empty(shape, dtype=dtype, device="meta")
+
     out = []
-    for shape, dtype, eps in norms:
-        ref = DefaultRMSNormImpl(shape[-1], eps).forward
-        x, w = torch.empty(shape, dtype=dtype, device="meta"), torch.empty(shape[-1], dtype=dtype, device="meta")
-        out.append(layer_problem(Binding(OP_RMSNORM, ref, ()), [x, w], name=OP_RMSNORM))
+    for residual, specs in ((False, norms), (True, residual_norms)):
+        for shape, dtype, eps in specs:
+            ref = DefaultRMSNormImpl(shape[-1], eps).forward
+            args = [meta(*shape, dtype=dtype), meta(shape[-1], dtype=dtype)]
+            if residual:
+                args.append(meta(*shape, dtype=dtype))
+            op = OP_ADD_RMSNORM if residual else OP_RMSNORM
+            out.append(layer_problem(Binding(op, ref, ()), args, name=op))
     for shape, dtype in silu_and_mul:
         ref = DefaultSiluAndMulImpl(False).forward
-        out.append(layer_problem(Binding(OP_SILU_AND_MUL, ref, ()), [torch.empty(shape, dtype=dtype, device="meta")],
+        out.append(layer_problem(Binding(OP_SILU_AND_MUL, ref, ()), [meta(*shape, dtype=dtype)],
                                  name=OP_SILU_AND_MUL))
     return out

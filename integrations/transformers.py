@@ -149,7 +149,7 @@ def apply_kernelsmith(model: torch.nn.Module, pack: str | os.PathLike[str] | Non
     for name, module, binding in covered_layers(model):
         op = served.get((binding.op, binding.group))
         if op is None:
-            op = guard.bind(binding.op, key_function(binding), binding.reference)
+            op = guard.bind(binding.op, key_function(binding), binding.reference, arity=2)
             served[(binding.op, binding.group)] = op
         if not op:
             report.skipped[name] = f"the pack has no kernel computing this {binding.op}"

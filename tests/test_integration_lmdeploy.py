@@ -43,11 +43,12 @@ def pack(tmp_path_factory, judge):
     from ks_inductor.warm import warm
 
     root = tmp_path_factory.mktemp("lmdeploy")
-    problems = L.layer_problems([((1, TOKENS, HIDDEN), torch.float32, EPS)], [((1, TOKENS, 2 * INTER), torch.float32)])
+    norm = ((1, TOKENS, HIDDEN), torch.float32, EPS)
+    problems = L.layer_problems([norm], [((1, TOKENS, 2 * INTER), torch.float32)], [norm])
     with KernelStore(str(root / "k.db")) as store:
         summary = warm(problems, store, EvolveConfig(budget=1, backend="triton-interpret"), judge=judge,
                        console=Console(stderr=True, quiet=True))
-        assert [i.status for i in summary.items] == ["found", "found"], summary.to_json()
+        assert [i.status for i in summary.items] == ["found"] * 3, summary.to_json()
         export_pack(store, root / "lmdeploy.kspack", ExportFilters(keys=[p.key for p in problems]))
     return root / "lmdeploy.kspack"
 
@@ -78,18 +79,20 @@ def test_layers_serve_the_pack_and_match_lmdeploy(pack):
     with torch.no_grad():
         torch.testing.assert_close(norm(x), own_norm(x), atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(act(h), own_act(h), atol=1e-5, rtol=1e-5)
-        # the fused residual form, another token count, another dtype: LMDeploy's own implementation
+        # the fused residual form: the norm and the new residual
         r = torch.randn_like(x)
         out, res = norm(x, r)
         want, want_res = own_norm(x, r)
-        torch.testing.assert_close(out, want)
+        torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(res, want_res)
+        # another token count, another dtype: LMDeploy's own implementation
         x5, h5 = inputs(5)
         torch.testing.assert_close(norm(x5), own_norm(x5))
+        torch.testing.assert_close(norm(x5, x5.clone())[1], own_norm(x5, x5.clone())[1])
         torch.testing.assert_close(act(h5), own_act(h5))
         torch.testing.assert_close(act(h.double()), own_act(h.double()))
-    assert st.stats()["hits"] == {"rmsnorm": 1, "silu_and_mul": 1}
-    assert st.stats()["fallbacks"] == {"rmsnorm": {"call form": 1, "shape": 1},
+    assert st.stats()["hits"] == {"add_rmsnorm": 1, "rmsnorm": 1, "silu_and_mul": 1}
+    assert st.stats()["fallbacks"] == {"add_rmsnorm": {"shape": 1}, "rmsnorm": {"shape": 1},
                                        "silu_and_mul": {"dtype": 1, "shape": 1}}
 
     L.uninstall()

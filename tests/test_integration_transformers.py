@@ -65,13 +65,8 @@ def _no_env(monkeypatch):
 
 
 def test_layer_problems_are_the_ops_the_model_runs(built):
-    names = sorted(p.name for p in built["build"].problems)
-    assert names == ["rmsnorm", "silu_mul"]
-    # The standalone norm's problem is the region the backend cuts for the model's final norm: one key for both.
-    from ks_inductor.explain import explain
-
-    region_keys = {p.key for p in explain(tiny_llama(), ids()).problems}
-    assert next(p.key for p in built["build"].problems if p.name == "rmsnorm") in region_keys
+    assert sorted((p.name, p.signature()) for p in built["build"].problems) == [
+        ("rmsnorm", "float32[2, 8, 64], float32[64]"), ("silu_mul", "float32[2, 8, 128], float32[2, 8, 128]")]
 
 
 def test_swap_matches_and_counts_hits(built):
