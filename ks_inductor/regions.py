@@ -51,6 +51,11 @@ _REDUCTION_OPS = frozenset({
     "sum", "mean", "amax", "amin", "max", "min", "var", "var_mean", "std", "prod", "_softmax", "_log_softmax",
     "logsumexp", "linalg_vector_norm", "native_layer_norm", "native_group_norm", "native_batch_norm",
     "_native_batch_norm_legit", "_native_batch_norm_legit_no_training", "_native_batch_norm_legit_functional",
+    # Not tagged reductions by aten, but each output reads a window or a prefix of the input: Inductor emits them
+    # as Triton reduction, scan or windowed pointwise kernels, so they make regions of their own.
+    "argmax", "argmin", "cumsum", "cumprod", "logcumsumexp", "max_pool2d_with_indices", "max_pool3d_with_indices",
+    "avg_pool2d", "avg_pool3d", "_adaptive_avg_pool2d", "_adaptive_avg_pool3d", "adaptive_max_pool2d",
+    "adaptive_max_pool3d", "_low_memory_max_pool_with_offsets", "_low_memory_max_pool_offsets_to_indices",
 })
 _VIEW_OPS = frozenset({
     "view", "_unsafe_view", "reshape", "expand", "permute", "t", "transpose", "unsqueeze", "squeeze", "slice",
@@ -60,7 +65,8 @@ _VIEW_OPS = frozenset({
 # Not tagged pointwise by aten, but elementwise in what they read and write (Inductor lowers them so, too).
 _POINTWISE_EXTRA = frozenset({"_to_copy", "clone", "cat", "full", "scalar_tensor", "full_like", "zeros_like",
                               "ones_like", "empty_like", "fill", "where", "copy", "constant_pad_nd", "arange",
-                              "iota", "zeros", "ones", "empty", "empty_strided"})
+                              "iota", "zeros", "ones", "empty", "empty_strided", "embedding", "index_select",
+                              "gather", "index"})
 _NORM_MARKERS = frozenset({"rsqrt", "native_layer_norm", "native_group_norm", "var_mean", "var",
                            "native_batch_norm", "_native_batch_norm_legit_no_training", "linalg_vector_norm"})
 
@@ -373,8 +379,10 @@ def partition(gm: fx.GraphModule) -> Partition:
 
     for kind, nodes in sorted(groups, key=lambda kn: g.order[kn[1][0]]):
         compute = _compute_nodes(ops_of, nodes)
-        if compute == 0 or (kind == KIND_POINTWISE and compute < 2):
-            continue  # a lone pointwise op is better left to Inductor's fusion
+        if compute == 0:
+            continue
+        # A lone pointwise op makes a region too (a model that is one activation has nothing else): Inductor's own
+        # kernel seeds it, and a kernel is served only where the judge and the graph guard find it faster.
         region = _make_region(len(out.regions), kind, nodes, ops_of, sigs)
         if region is not None:
             region.memo = out.memo if region.stable else None

@@ -59,6 +59,8 @@ class EvolveConfig:
     judge_trials: int | None = None
     # Leading elites judged again at the end with the judge's final protocol; the winner is chosen by that.
     final_candidates: int = 3
+    # Seed from Inductor's own kernels too (every problem Inductor compiles to Triton gets a seed).
+    inductor_seeds: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from kernel_cache.record import QUARANTINED, REJECTED, VERIFIED, KernelRecord, S
 from ks_inductor.candidate import Candidate
 from ks_inductor.evolve.archive import Archive, Program
 from ks_inductor.evolve.config import EvolveConfig
-from ks_inductor.evolve.families import FamilyMatch, classify
+from ks_inductor.evolve.families import FamilyMatch, classify, generic_match
 from ks_inductor.evolve.mutators.base import Mutation
 from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
 from ks_inductor.judge.verdict import ACCEPTED, EvalResult, rival_name
@@ -111,6 +111,8 @@ class Evolver:
         self.fp = judge.fingerprint
         self.timed = bool(self.fp.timed)
         self.family = classify(problem)
+        if self.family is None and config.inductor_seeds:
+            self.family = generic_match(problem)
         if self.family is not None:
             self.family.target = judge.backend.device
         self.rng = random.Random(config.seed)
@@ -126,7 +128,7 @@ class Evolver:
 
     # ------------------------------------------------------------------ setup
     def _make_mutator(self) -> Any:
-        embedded = EmbeddedMutator(self.family)
+        embedded = EmbeddedMutator(self.family, inductor=self.config.inductor_seeds)
         if self.config.llm is None:
             return embedded
         from ks_inductor.evolve.mutators.llm import LLMMutator

@@ -935,6 +935,26 @@ def classify(problem: Problem) -> FamilyMatch | None:
     return FamilyMatch(family, problem, graph, state, sig, attrs)
 
 
+# The family of a problem no op-family template covers: its seeds come from Inductor's kernels alone.
+GENERIC = "inductor"
+
+
+def generic_match(problem: Problem) -> FamilyMatch | None:
+    """A match with no op-family template: the graph, Model's state and constructor, so that Inductor's kernels
+    can be rendered as a candidate. None where the graph is empty or Model cannot be built."""
+    graph = parse_graph(problem.graph_text)
+    if not graph.nodes:
+        return None
+    try:
+        state, sig = model_state(problem)
+    except Exception as e:  # noqa: BLE001 - user code; no seed then, not a crash
+        log.warning("could not read the parameters of %s: %s", problem.name, e)
+        return None
+    if len(state) > len(graph.placeholders):
+        return None
+    return FamilyMatch(GENERIC, problem, graph, state, sig, {})
+
+
 def family_of(problem: Problem) -> str | None:
     """The op family a template covers for this problem, or None."""
     m = classify(problem)

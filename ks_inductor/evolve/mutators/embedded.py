@@ -13,7 +13,7 @@ from ks_inductor.candidate import Candidate
 from ks_inductor.evolve.archive import Program
 from ks_inductor.evolve.families import FamilyMatch
 from ks_inductor.evolve.mutators.base import Mutation, describe_source, unified_diff
-from ks_inductor.evolve.templates import Template, TemplateError, template_named, templates_for
+from ks_inductor.evolve.templates import Template, TemplateError, seed_templates, template_named
 
 _FEASIBLE_TRIES = 20
 _TWEAKABLE = re.compile(r"\b(num_warps|num_stages|BLOCK\w*|GROUP_M|ROWS|WAVES)\s*=\s*(\d+)")
@@ -22,9 +22,10 @@ _TWEAKABLE = re.compile(r"\b(num_warps|num_stages|BLOCK\w*|GROUP_M|ROWS|WAVES)\s
 class EmbeddedMutator:
     kind = "embedded"
 
-    def __init__(self, fm: FamilyMatch | None, variant_prob: float = 0.25, two_param_prob: float = 0.2) -> None:
+    def __init__(self, fm: FamilyMatch | None, variant_prob: float = 0.25, two_param_prob: float = 0.2,
+                 inductor: bool = True) -> None:
         self.fm = fm
-        self.templates: list[Template] = templates_for(fm) if fm else []
+        self.templates: list[Template] = seed_templates(fm, inductor) if fm else []
         self.variant_prob = variant_prob
         self.two_param_prob = two_param_prob
 

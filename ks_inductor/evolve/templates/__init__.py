@@ -1,4 +1,5 @@
-"""Seed templates, one per op family (never per benchmark problem)."""
+"""Seed templates, one per op family (never per benchmark problem), and Inductor's own kernels for every
+family (``INDUCTOR``, kept apart from ``TEMPLATES`` because it asks Inductor for code, in a process of its own)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from ks_inductor.evolve.templates.attention import AttentionTemplate
 from ks_inductor.evolve.templates.base import Template, TemplateError
 from ks_inductor.evolve.templates.cross_entropy import CrossEntropyTemplate
 from ks_inductor.evolve.templates.group_norm import GroupNormTemplate
+from ks_inductor.evolve.templates.inductor import InductorTemplate
 from ks_inductor.evolve.templates.matmul import MatmulTemplate
 from ks_inductor.evolve.templates.pointwise import PointwiseTemplate
 from ks_inductor.evolve.templates.pool import PoolTemplate
@@ -26,12 +28,24 @@ TEMPLATES: tuple[Template, ...] = (
 )
 
 
+INDUCTOR = InductorTemplate()
+
+
 def templates_for(fm: FamilyMatch) -> list[Template]:
+    """The op-family templates that cover ``fm``."""
     return [t for t in TEMPLATES if t.applicable(fm)]
 
 
+def seed_templates(fm: FamilyMatch, inductor: bool = True) -> list[Template]:
+    """What a search seeds from: the family's templates, then Inductor's kernels where Inductor makes any."""
+    out = templates_for(fm)
+    if inductor and INDUCTOR.applicable(fm):
+        out.append(INDUCTOR)
+    return out
+
+
 def template_named(name: str) -> Template:
-    for t in TEMPLATES:
+    for t in (*TEMPLATES, INDUCTOR):
         if t.name == name:
             return t
     raise KeyError(f"no template named {name!r}")
@@ -47,4 +61,5 @@ def configured(fm: FamilyMatch, spec: str, params: dict[str, Any] | None = None)
     return t, variant, {**t.default(fm, variant, fm.target), **(params or {})}
 
 
-__all__ = ["TEMPLATES", "Template", "TemplateError", "configured", "template_named", "templates_for"]
+__all__ = ["INDUCTOR", "TEMPLATES", "Template", "TemplateError", "configured", "seed_templates", "template_named",
+           "templates_for"]

@@ -1,0 +1,428 @@
+"""Inductor's own Triton for a problem, as a plan a seed can be rendered from.
+
+Runs in a throwaway process (``python -m ks_inductor.evolve.inductor.codegen``, a problem as JSON on stdin, the
+plan as JSON on stdout): code generation changes process-wide state (Inductor's caches, and on a CPU host the
+stand-in CUDA device of :mod:`fake_device`), and the process that holds the search must not inherit it.
+
+The problem's aten graph (the one its canonical key is computed from, placeholders in ``Model``'s parameter,
+buffer, input order) is compiled by Inductor for a CUDA device with code generation only: nothing is compiled to
+a binary or launched. The wrapper Inductor writes is then read statement by statement (an AST walk, never text
+matching) into a :class:`~ks_inductor.evolve.inductor.program.InductorProgram`: allocations, views and kernel
+launches in order. Each kernel keeps Inductor's source, the launch configurations Inductor's heuristics would
+autotune over, and its grid rule. Whatever is not a Triton kernel (a cuBLAS or cuDNN call, an aten fallback, a
+random seed) makes the plan unavailable, with the statement that did it as the reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import os
+import re
+import sys
+from typing import Any
+
+from ks_inductor.evolve.inductor.program import (
+    GRID_TYPES,
+    HELPER_PREFIX,
+    InductorProgram,
+    KernelPlan,
+    LaunchConfig,
+    SeedUnavailable,
+)
+
+# Statements of Inductor's wrapper that only check or set up what the seed's forward does not need.
+_SKIPPED_CALLS = {"assert_size_stride", "assert_alignment", "torch.cuda.set_device", "args.clear",
+                  "torch.cuda.synchronize", "check_memory_overlap"}
+_SKIPPED_ASSIGNS = {"get_raw_stream", "copy_if_misaligned"}
+_ALLOC_CALLS = {"empty_strided_cuda", "empty_strided"}
+_HEURISTICS = {"pointwise", "reduction", "persistent_reduction"}
+
+
+def _dotted(node: ast.AST) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+# --------------------------------------------------------------------------------------------- code generation
+
+
+def wrapper_source(problem_source: str, name: str, options: dict[str, Any]) -> str:
+    """The Python wrapper Inductor generates for ``problem_source``'s aten graph on a CUDA device."""
+    import torch
+    from torch._inductor import config as inductor_config
+    from torch._inductor.compile_fx import compile_fx_inner
+    from torch._inductor.decomposition import select_decomp_table
+    from torch._inductor.graph import GraphLowering
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from ks_inductor.problem import exec_problem_source, trace_problem_module
+
+    mod = exec_problem_source(problem_source, f"<{name}>")
+    gm = trace_problem_module(mod, f"<{name}>").graph_module
+    gm.graph._codegen = torch.fx.graph.CodeGen()  # flat placeholders in, not make_fx's (params, buffers, *args)
+    cuda = torch.device("cuda", 0)
+    for node in gm.graph.nodes:  # factory calls in the graph (a zeros accumulator, an arange) follow the inputs
+        dev = node.kwargs.get("device")
+        if dev is not None and torch.device(dev).type == "cpu":
+            node.kwargs = {**node.kwargs, "device": cuda}
+    gm.recompile()
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    inputs: list[Any] = []
+    with mode:
+        for node in gm.graph.nodes:
+            if node.op != "placeholder":
+                continue
+            val = node.meta.get("val")
+            if isinstance(val, torch.Tensor):
+                inputs.append(torch.empty_strided(tuple(val.shape), tuple(val.stride()), dtype=val.dtype, device=cuda))
+            else:
+                inputs.append(val)
+
+    codes: list[str] = []
+
+    def capture(self: Any) -> Any:
+        wrapper, _ = self.codegen()
+        codes.append(wrapper.value)
+
+        class _NotRun:
+            def call(self, *args: Any) -> None:
+                return None
+
+        return _NotRun()
+
+    patches = {
+        "max_autotune": False, "max_autotune_gemm": False, "graph_partition": False, "cpp_wrapper": False,
+        "fx_graph_cache": False, "benchmark_kernel": False, "triton.cudagraphs": False,
+        "triton.native_matmul": bool(options.get("native_matmul")),
+        "triton.persistent_reductions": bool(options.get("persistent", True)),
+    }
+    patches = {k: v for k, v in patches.items() if _has_option(inductor_config, k)}
+    from unittest import mock
+
+    with inductor_config.patch(patches), mock.patch.object(GraphLowering, "compile_to_module", capture), \
+            mock.patch.object(GraphLowering, "save_output_code", lambda code: None), mode:
+        # compile_fx_inner lowers what it is given: the graph must first be in Inductor's own decomposed form (gelu,
+        # softmax and clamp are decompositions there, not lowerings), as compile_fx's aot_autograd pass makes it.
+        gm = make_fx(gm, decomposition_table=select_decomp_table(), tracing_mode="real")(*inputs)
+        compile_fx_inner(gm, inputs)
+    if not codes:
+        raise SeedUnavailable("Inductor generated no code for this problem")
+    return codes[-1]
+
+
+def _has_option(cfg: Any, dotted: str) -> bool:
+    obj = cfg
+    for part in dotted.split("."):
+        if not hasattr(obj, part):
+            return False
+        obj = getattr(obj, part)
+    return True
+
+
+# --------------------------------------------------------------------------------------------- reading the wrapper
+
+
+def read_wrapper(src: str) -> InductorProgram:
+    """The plan of Inductor's wrapper ``src``: kernels, and the forward's allocations, views and launches."""
+    tree = ast.parse(src)
+    kernels: dict[str, KernelPlan] = {}
+    helpers: dict[str, str] = {}
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                and _dotted(node.value.func) == "async_compile.triton"):
+            kname = node.targets[0].id  # type: ignore[attr-defined]
+            ksrc = node.value.args[1].value  # type: ignore[attr-defined]
+            kernels[kname] = read_kernel(kname, ksrc, helpers)
+    call = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "call"), None)
+    if call is None:
+        raise SeedUnavailable("Inductor's wrapper has no call() function")
+    prog = InductorProgram()
+    order: dict[str, int] = {}
+    _read_body(call.body, prog, kernels, order)
+    prog.helpers = list(helpers.values())
+    if not prog.kernels:
+        raise SeedUnavailable("Inductor launches no Triton kernel for this problem")
+    return prog
+
+
+def _read_body(body: list[ast.stmt], prog: InductorProgram, kernels: dict[str, KernelPlan],
+               order: dict[str, int]) -> None:
+    for st in body:
+        if isinstance(st, ast.With):
+            _read_body(st.body, prog, kernels, order)
+            continue
+        if isinstance(st, ast.Delete):
+            continue
+        if isinstance(st, ast.Return):
+            vals = st.value.elts if isinstance(st.value, (ast.Tuple, ast.List)) else [st.value]
+            prog.outputs = [_expr(v) for v in vals if v is not None]
+            continue
+        if isinstance(st, ast.Assign) and len(st.targets) == 1:
+            tgt, val = st.targets[0], st.value
+            if isinstance(tgt, (ast.Tuple, ast.List)) and isinstance(val, ast.Name) and val.id == "args":
+                prog.inputs = [e.id for e in tgt.elts]  # type: ignore[attr-defined]
+                continue
+            if isinstance(tgt, ast.Name) and isinstance(val, ast.Name) and val.id == "args":
+                prog.inputs = [tgt.id]
+                continue
+            if isinstance(tgt, ast.Name) and isinstance(val, ast.Call):
+                fn = _dotted(val.func)
+                if fn in _SKIPPED_ASSIGNS:
+                    continue
+                if fn in _ALLOC_CALLS:
+                    size, stride = (list(ast.literal_eval(a)) for a in val.args[:2])
+                    dtype = _dotted(val.args[2]) if len(val.args) > 2 else "torch.float32"
+                    prog.steps.append({"alloc": tgt.id, "size": size, "stride": stride, "dtype": dtype})
+                    continue
+                if fn == "reinterpret_tensor":
+                    prog.steps.append({"code": f"{tgt.id} = {_expr(val)}"})
+                    continue
+            if isinstance(tgt, ast.Name) and isinstance(val, ast.Name):
+                prog.steps.append({"code": f"{tgt.id} = {val.id}"})  # a buffer reused under another name
+                continue
+        if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call):
+            call = st.value
+            fn = _dotted(call.func)
+            if fn in _SKIPPED_CALLS:
+                continue
+            if fn.endswith(".run") and fn[: -len(".run")] in kernels:
+                _launch(call, fn[: -len(".run")], prog, kernels, order)
+                continue
+            if fn.endswith(".zero_") and isinstance(call.func, ast.Attribute):
+                _zero(prog, _dotted(call.func.value))
+                continue
+        raise SeedUnavailable(f"Inductor's wrapper runs `{_short(ast.unparse(st))}`, which is not a Triton kernel")
+
+
+def _zero(prog: InductorProgram, buf: str) -> None:
+    """``buf.zero_()`` after its allocation: the allocation becomes a zero-filled one of the same layout."""
+    for step in prog.steps:
+        if step.get("alloc") == buf:
+            step["zero"] = True
+            return
+    raise SeedUnavailable(f"Inductor zeroes {buf}, which the seed did not allocate")
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def _expr(node: ast.AST) -> str:
+    """A wrapper argument as Python for the seed's forward: a name, a number, or a view of a buffer."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, bool)):
+        return repr(node.value)
+    if isinstance(node, ast.Call) and _dotted(node.func) == "reinterpret_tensor":
+        base, size, stride = (_expr(node.args[0]), ast.literal_eval(node.args[1]), ast.literal_eval(node.args[2]))
+        offset = ast.literal_eval(node.args[3]) if len(node.args) > 3 else 0
+        return f"{base}.as_strided({tuple(size)!r}, {tuple(stride)!r}, {base}.storage_offset() + {offset})"
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
+        return repr(-node.operand.value)
+    raise SeedUnavailable(f"unsupported argument `{_short(ast.unparse(node))}` in Inductor's wrapper")
+
+
+def _launch(call: ast.Call, kname: str, prog: InductorProgram, kernels: dict[str, KernelPlan],
+            order: dict[str, int]) -> None:
+    plan = kernels[kname]
+    if kname not in order:
+        order[kname] = len(prog.kernels)
+        prog.kernels.append(plan)
+    args = [_expr(a) for a in call.args]
+    names = [p for p in plan.params if p not in plan.config_keys]
+    if len(args) != len(names):
+        raise SeedUnavailable(f"{kname}: {len(args)} launch arguments for {len(names)} parameters")
+    numels = {}
+    for n, a in zip(names, args):
+        if n.endswith("numel"):
+            if not re.fullmatch(r"-?\d+", a):
+                raise SeedUnavailable(f"{kname}: {n} is not a constant (dynamic shapes are not supported)")
+            numels[n] = int(a)
+    prog.steps.append({"launch": order[kname], "args": args, "numels": numels})
+
+
+# --------------------------------------------------------------------------------------------- reading a kernel
+
+
+def read_kernel(kname: str, src: str, helpers: dict[str, str]) -> KernelPlan:
+    """Inductor's kernel module ``src``: the bare ``@triton.jit`` function (Inductor's runtime helpers vendored
+    into ``helpers``), its parameters, and the configurations its heuristic would autotune over."""
+    tree = ast.parse(src)
+    local_jit = {}
+    fn_node = None
+    heuristic: ast.Call | None = None
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        decs = [_dotted(d.func if isinstance(d, ast.Call) else d) for d in node.decorator_list]
+        if any(d.startswith("triton_heuristics.") for d in decs):
+            fn_node = node
+            heuristic = next(d for d in node.decorator_list if isinstance(d, ast.Call)
+                             and _dotted(d.func).startswith("triton_heuristics."))
+        elif "triton.jit" in decs:
+            local_jit[node.name] = node
+    if fn_node is None or heuristic is None:
+        raise SeedUnavailable(f"{kname}: no Inductor-decorated Triton kernel in its module")
+    kind = _dotted(heuristic.func).split(".")[-1]
+    if kind not in _HEURISTICS:
+        raise SeedUnavailable(f"{kname}: Inductor's {kind} kernels are not supported as seeds")
+    kw = {k.arg: _eval_meta(k.value) for k in heuristic.keywords if k.arg and k.arg != "filename"}
+    inductor_meta = kw.get("inductor_meta") or {}
+    grid_type = inductor_meta.get("grid_type", "Grid1D")
+    if grid_type not in GRID_TYPES:
+        raise SeedUnavailable(f"{kname}: Inductor's {grid_type} launch grid is not supported")
+    configs = _configs(kind, kw)
+
+    # Kernel-local jit helpers (a scan's combine function) get the kernel's name as a prefix; Inductor's runtime
+    # helpers are vendored once under HELPER_PREFIX.
+    local_names = {n: f"{kname}__{n}" for n in local_jit}
+    runtime = _runtime_helper_closure("\n".join(ast.unparse(n) for n in [fn_node, *local_jit.values()]))
+    for n in runtime:
+        if n not in helpers:
+            helpers[n] = _helper_source(n, runtime)
+    for n, node in local_jit.items():
+        helpers[local_names[n]] = _rename(node, local_names, runtime, new_name=local_names[n])
+    body = _rename(fn_node, local_names, runtime)
+    params = [a.arg for a in fn_node.args.args]
+    constexpr = [a.arg for a in fn_node.args.args if a.annotation is not None and "constexpr" in ast.unparse(a.annotation)]
+    config_keys = sorted({k for c in configs for k in c.kwargs})
+    missing = [p for p in constexpr if p not in config_keys]
+    if missing:
+        raise SeedUnavailable(f"{kname}: constexpr parameters {missing} are not set by Inductor's configs")
+    return KernelPlan(name=kname, source=body, params=params, config_keys=config_keys, configs=configs,
+                      grid_type=grid_type, kind=kind, no_x_dim=bool(inductor_meta.get("no_x_dim")),
+                      persistent=kind == "persistent_reduction")
+
+
+def _eval_meta(node: ast.AST) -> Any:
+    from torch._inductor.runtime import hints
+
+    scope = {"DeviceProperties": hints.DeviceProperties, "ReductionHint": hints.ReductionHint,
+             "TileHint": hints.TileHint, "AutotuneHint": hints.AutotuneHint, "set": set, "__file__": ""}
+    return eval(compile(ast.Expression(node), "<inductor meta>", "eval"), scope)  # noqa: S307 - Inductor's own literals
+
+
+def _configs(kind: str, kw: dict[str, Any]) -> list[LaunchConfig]:
+    from torch._inductor.runtime import triton_heuristics
+
+    fn = getattr(triton_heuristics, kind)
+    try:
+        raw = fn(**kw, filename=None, return_configs=True)
+    except TypeError as e:
+        raise SeedUnavailable(f"Inductor's {kind} heuristic does not list its configs here: {e}") from None
+    out: list[LaunchConfig] = []
+    for c in raw:
+        lc = LaunchConfig(kwargs={k: int(v) for k, v in c.kwargs.items()}, num_warps=int(c.num_warps),
+                          num_stages=int(c.num_stages))
+        if lc not in out:
+            out.append(lc)
+    if not out:
+        raise SeedUnavailable(f"Inductor's {kind} heuristic offered no configuration")
+    return out
+
+
+def _runtime_helper_closure(src: str) -> list[str]:
+    """Inductor's runtime helpers (``triton_helpers.NAME``) a kernel calls, with the helpers they call, callees
+    first."""
+    from torch._inductor.runtime import triton_helpers
+
+    todo = re.findall(r"\btriton_helpers\.(\w+)", src)
+    seen: list[str] = []
+
+    def visit(name: str) -> None:
+        if name in seen:
+            return
+        obj = getattr(triton_helpers, name, None)
+        fn = getattr(obj, "fn", None)
+        if fn is None:
+            raise SeedUnavailable(f"Inductor's runtime helper {name} is not a Triton function")
+        tree = ast.parse(inspect.getsource(fn))
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Name) and n.id != name and hasattr(getattr(triton_helpers, n.id, None), "fn"):
+                visit(n.id)
+        seen.append(name)
+
+    for name in todo:
+        visit(name)
+    return seen
+
+
+def _helper_source(name: str, runtime: list[str]) -> str:
+    from torch._inductor.runtime import triton_helpers
+
+    tree = ast.parse(inspect.getsource(getattr(triton_helpers, name).fn))
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
+    return _rename(fn, {}, runtime, new_name=HELPER_PREFIX + name, runtime_module=True)
+
+
+class _Renamer(ast.NodeTransformer):
+    def __init__(self, local: dict[str, str], runtime: list[str], runtime_module: bool) -> None:
+        self.local = local
+        self.runtime = set(runtime)
+        self.runtime_module = runtime_module
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        if isinstance(node.value, ast.Name):
+            if node.value.id == "triton_helpers" and node.attr in self.runtime:
+                return ast.copy_location(ast.Name(HELPER_PREFIX + node.attr, ast.Load()), node)
+            if node.value.id == "math" and self.runtime_module:  # triton_helpers' `math` is tl.math
+                return ast.copy_location(ast.Attribute(ast.Name("tl_math", ast.Load()), node.attr, node.ctx), node)
+        return self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id in self.local:
+            return ast.copy_location(ast.Name(self.local[node.id], node.ctx), node)
+        if self.runtime_module and node.id in self.runtime:
+            return ast.copy_location(ast.Name(HELPER_PREFIX + node.id, node.ctx), node)
+        return node
+
+
+def _rename(fn: ast.FunctionDef, local: dict[str, str], runtime: list[str], new_name: str | None = None,
+            runtime_module: bool = False) -> str:
+    fn = _Renamer(local, runtime, runtime_module).visit(fn)
+    fn.decorator_list = []
+    if new_name:
+        fn.name = new_name
+    return "@triton.jit\n" + ast.unparse(fn)
+
+
+# --------------------------------------------------------------------------------------------- entry point
+
+
+def generate_in_process(problem_source: str, name: str, target: str, options: dict[str, Any]) -> InductorProgram:
+    """Code generation and reading in this process (the worker side of :func:`generate`)."""
+    os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+    if target == "cpu":
+        from ks_inductor.evolve.inductor.fake_device import install
+
+        install()
+    return read_wrapper(wrapper_source(problem_source, name, options))
+
+
+def main() -> int:
+    job = json.loads(sys.stdin.read())
+    out: dict[str, Any] = {}
+    for variant, options in job["variants"].items():
+        try:
+            prog = generate_in_process(job["source"], job["name"], job["target"], options)
+            out[variant] = {"program": prog.to_json()}
+        except SeedUnavailable as e:
+            out[variant] = {"error": str(e)}
+        except Exception as e:  # noqa: BLE001 - Inductor failing on a graph is a reason, not a crash
+            out[variant] = {"error": f"Inductor could not generate code: {type(e).__name__}: {_short(str(e))}"}
+    sys.stdout.write(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
