@@ -293,8 +293,12 @@ def partition(gm: fx.GraphModule) -> Partition:
         if node.op not in ("call_function", "call_method", "call_module"):
             continue
         val = example_value(node)
-        if not isinstance(val, torch.Tensor) or val.is_sparse or val.is_quantized or not _dense_device(val):
-            cls[node] = _OTHER  # shape arithmetic, tuples, sparse...: never inside a region
+        # A tuple of tensors (chunk, split, unbind) may join a region as a view; other tuples, shape arithmetic and
+        # sparse or quantized values never do.
+        vals = list(val) if isinstance(val, (tuple, list)) and val else [val]
+        if not all(isinstance(v, torch.Tensor) and not v.is_sparse and not v.is_quantized and _dense_device(v)
+                   for v in vals):
+            cls[node] = _OTHER
             continue
         sigs[node] = _node_signature(node)
     if sigs and all(stable for _, stable in sigs.values()):
@@ -319,6 +323,8 @@ def partition(gm: fx.GraphModule) -> Partition:
         if out.memo is not None:
             out.memo.put_node(sig, entry)
         ops_of[node], cls[node], anchor_kind[node] = list(entry[0]), entry[1], entry[2]
+        if isinstance(example_value(node), (tuple, list)) and cls[node] != _VIEW:
+            cls[node] = _OTHER  # a tuple-valued computation (var_mean, topk) is cut at its getitems, not inside
         if cls[node] == _OTHER:
             out.unsupported.append("+".join(n for n in ops_of[node] if n not in _VIEW_OPS)
                                    or op_label(node.target))

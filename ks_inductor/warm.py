@@ -76,9 +76,12 @@ class WarmSummary:
 
 
 def load_factory(spec: str) -> tuple[Any, tuple]:
-    """``module:function`` or ``path/to/file.py:function`` → (model, example inputs)."""
+    """``module:function``, ``path/to/file.py:function`` or a KernelBench file ``path/to/problem.py`` (its
+    ``Model(*get_init_inputs())`` and ``get_inputs()``, on the GPU where there is one) → (model, example inputs)."""
+    if ":" not in spec and spec.endswith(".py"):
+        return kernelbench_model(spec)
     if ":" not in spec:
-        raise WarmError(f"{spec!r}: expected module:function or path/to/file.py:function")
+        raise WarmError(f"{spec!r}: expected module:function, path/to/file.py:function or a KernelBench file")
     target, func_name = spec.rsplit(":", 1)
     try:
         if target.endswith(".py") or "/" in target:
@@ -113,6 +116,30 @@ def load_factory(spec: str) -> tuple[Any, tuple]:
     if isinstance(inputs, torch.Tensor):
         inputs = (inputs,)
     return model, tuple(inputs)
+
+
+def kernelbench_model(path: str | Path, device: str | None = None) -> tuple[Any, tuple]:
+    """A KernelBench file as the model a user would compile: ``Model(*get_init_inputs())`` on ``device`` (the GPU
+    where there is one), with ``get_inputs()`` there too, both made under seed 0."""
+    import torch
+
+    from ks_inductor.problem import ProblemError, exec_problem_source
+
+    p = Path(path)
+    if not p.is_file():
+        raise WarmError(f"KernelBench file not found: {p}")
+    try:
+        mod = exec_problem_source(p.read_text(), str(p))
+    except ProblemError as e:
+        raise WarmError(str(e)) from None
+    dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        torch.manual_seed(0)
+        model = mod.Model(*mod.get_init_inputs()).to(dev)
+        inputs = tuple(x.to(dev) if isinstance(x, torch.Tensor) else x for x in mod.get_inputs())
+    except Exception as e:  # noqa: BLE001 - user code
+        raise WarmError(f"{p}: building Model or its inputs failed: {type(e).__name__}: {e}") from None
+    return model, inputs
 
 
 def parse_overrides(pairs: Iterable[str]) -> dict[str, Any]:
@@ -166,8 +193,10 @@ def problems_from_model(model: Any, inputs: Sequence[Any], db: str | None = None
     return explain(model, *inputs, db=db, judge_backend=judge_backend).problems
 
 
-def problems_from_folder(folder: str | Path) -> list[Any]:
-    from ks_inductor.problem import ProblemError, load_problem
+def problems_from_folder(folder: str | Path, db: str | None = None, judge_backend: str | None = None) -> list[Any]:
+    """The regions of every KernelBench file's model in ``folder``: what ``torch.compile(backend="kernelsmith")``
+    of those models looks up (the whole file is a different key from the regions a compile cuts)."""
+    from ks_inductor.problem import ProblemError
 
     root = Path(folder)
     if not root.is_dir():
@@ -177,8 +206,9 @@ def problems_from_folder(folder: str | Path) -> list[Any]:
         if f.name.startswith("_"):
             continue
         try:
-            problems.append(load_problem(f))
-        except ProblemError as e:
+            model, inputs = kernelbench_model(f)
+            problems.extend(problems_from_model(model, inputs, db=db, judge_backend=judge_backend))
+        except (WarmError, ProblemError) as e:
             log.warning("skipping %s: %s", f, e)
     if not problems:
         raise WarmError(f"no KernelBench problem files in {root}")

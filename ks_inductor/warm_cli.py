@@ -15,7 +15,8 @@ def _add_model_source(p: argparse.ArgumentParser) -> None:
     from ks_inductor.cli import add_backend_argument, add_json_argument
 
     p.add_argument("source", nargs="?", help="module:function or path/to/file.py:function returning "
-                   "(model, example_inputs); for warm also a KernelBench folder")
+                   "(model, example_inputs), or a KernelBench file (its Model and get_inputs()); for warm also a "
+                   "KernelBench folder")
     p.add_argument("--hf-config", metavar="CONFIG", help="a transformers config.json, or a model type such as "
                    "'llama' (random weights, nothing downloaded)")
     p.add_argument("--hf-set", metavar="KEY=VALUE", action="append", default=[],
@@ -105,7 +106,9 @@ def _cmd_warm(args: argparse.Namespace) -> int:
             if not problems:
                 console.print("no recorded misses; compile with options={'kernelsmith.on_miss': 'record'} first")
         elif folder:
-            problems, origin = problems_from_folder(folder), "kernelbench"
+            with console.status("tracing the regions of the folder's models"):
+                problems = problems_from_folder(folder, db=args.db, judge_backend=args.backend)
+            origin = "kernelbench"
         else:
             with console.status("tracing the model's regions"):
                 problems = problems_from_model(model, inputs, db=args.db, judge_backend=args.backend)

@@ -295,9 +295,9 @@ def test_gpu_seeds_add_alternate_row_shapes_within_the_space() -> None:
 
     fm = classify(load_problem(PROBLEMS / "rmsnorm_bf16.py"))
     fm.target = "cpu"
-    cpu_seeds = EmbeddedMutator(fm).seeds()
+    cpu_seeds = EmbeddedMutator(fm, inductor=False).seeds()
     fm.target = "cuda"
-    seeds = EmbeddedMutator(fm).seeds()
+    seeds = EmbeddedMutator(fm, inductor=False).seeds()
     t = template_named("rowwise")
     default = t.default(fm, "block", "cuda")
     extra = [c for c in seeds if c.variant == "block" and c.params != default]
@@ -315,7 +315,7 @@ def test_gpu_seeds_add_alternate_row_shapes_within_the_space() -> None:
     # pinned and one-pass statistics; an RMSNorm (above) has no statistics knob, so not there.
     fm = classify(load_problem(PROBLEMS / "layernorm_bf16.py"))
     fm.target = "cuda"
-    seeds = EmbeddedMutator(fm).seeds()
+    seeds = EmbeddedMutator(fm, inductor=False).seeds()
     default = t.default(fm, "block", "cuda")
     extra = [c.params for c in seeds if c.variant == "block" and c.params != default]
     one_pass = [p for p in extra if p["STATS"] == 1]

@@ -402,7 +402,10 @@ def _rename(fn: ast.FunctionDef, local: dict[str, str], runtime: list[str], new_
 def generate_in_process(problem_source: str, name: str, target: str, options: dict[str, Any]) -> InductorProgram:
     """Code generation and reading in this process (the worker side of :func:`generate`)."""
     os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
-    if target == "cpu":
+    import torch
+
+    if target == "cpu" or not torch.cuda.is_available():
+        # The interpreter's seeds, and a GPU's seeds planned on a host without one (tests, ahead-of-time planning).
         from ks_inductor.evolve.inductor.fake_device import install
 
         install()

@@ -37,10 +37,11 @@ def templates_for(fm: FamilyMatch) -> list[Template]:
 
 
 def seed_templates(fm: FamilyMatch, inductor: bool = True) -> list[Template]:
-    """What a search seeds from: the family's templates, then Inductor's kernels where Inductor makes any."""
+    """What a search seeds from: Inductor's kernels where Inductor makes any (every region starts from the kernel a
+    plain compile would run), then the family's templates."""
     out = templates_for(fm)
     if inductor and INDUCTOR.applicable(fm):
-        out.append(INDUCTOR)
+        out.insert(0, INDUCTOR)
     return out
 
 

@@ -1,0 +1,226 @@
+"""KernelBench problems the way a user runs a model through kernelsmith: ``kernelsmith warm PROBLEM.py`` (the regions a
+compile will look up, each searched from Inductor's own kernels and the op-family templates), then
+``torch.compile(model, backend="kernelsmith")`` against eager and ``torch.compile`` (Inductor) in one process.
+
+    python benchmarks/gpu/kernelbench_compile.py KERNELBENCH_DIR 1/19,1/23,2/12 TAG [--budget 32]
+        [--time-limit SECONDS] [--max-mib M] [--parallel P] [--backend triton-cuda]
+
+``--max-mib`` shrinks a problem's size constants (module-level ``NAME = int`` lines, the largest halved first) until
+its inputs and outputs fit in M MiB, so a whole set runs inside one device lease; the shapes used are recorded.
+Per problem: the warm's regions and verdicts, whether an Inductor seed was judged correct, the compile's regions
+served, and eager / Inductor / kernelsmith times (CUDA events, L2 flushed before each call, interleaved rounds,
+medians) with the largest difference from eager. Writes ``$OUT/kernelbench-compile-TAG.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+_SIZE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(\d+)\s*(#.*)?$", re.M)
+_SIZE_NAMES = re.compile(r"(batch|dim|features|length|size|channels|^[NMKLBHWD]\d?$|seq|height|width|depth|tokens)",
+                         re.I)
+
+
+def shrink(source: str, max_bytes: int) -> tuple[str, dict[str, int]]:
+    """``source`` with its largest size constants halved until the problem's inputs and outputs fit ``max_bytes``."""
+    from ks_inductor.problem import problem_from_source
+
+    consts = {m.group(1): int(m.group(2)) for m in _SIZE.finditer(source)
+              if _SIZE_NAMES.search(m.group(1)) and "kernel" not in m.group(1).lower()}
+    for _ in range(64):
+        p = problem_from_source(source, name="shrink")
+        if p.bytes_moved <= max_bytes or not consts:
+            break
+        name = max(consts, key=consts.get)
+        if consts[name] < 32:
+            break
+        consts[name] //= 2
+        source = re.sub(rf"^{name}\s*=\s*\d+", f"{name} = {consts[name]}", source, count=1, flags=re.M)
+    return source, consts
+
+
+def _cli(args: list[str], timeout: float) -> tuple[int, str, str, float]:
+    t0 = time.time()
+    try:
+        p = subprocess.run([sys.executable, "-m", "ks_inductor.cli", *args], capture_output=True, text=True,
+                           timeout=timeout)
+        return p.returncode, p.stdout, p.stderr, time.time() - t0
+    except subprocess.TimeoutExpired:
+        return 124, "", "timed out", time.time() - t0
+
+
+def inductor_seed_verdicts(db_file: str, keys: list[str]) -> dict[str, dict[str, int]]:
+    """Per region key: Inductor seeds judged, and judged correct (from the search's recorded steps)."""
+    out: dict[str, dict[str, int]] = {}
+    con = sqlite3.connect(db_file)
+    try:
+        for key in keys:
+            rows = con.execute("select verdict, detail from evolution_steps where problem_key=? and mutation='seed'",
+                               (key,)).fetchall()
+            seeds = [(v, json.loads(d or "{}")) for v, d in rows]
+            ind = [v for v, d in seeds if "Inductor's kernels" in (d.get("child_source") or "")[:300]]
+            out[key] = {"inductor_seeds": len(ind), "inductor_correct": sum(v == "accepted" for v in ind),
+                        "seeds": len(seeds), "correct": sum(v == "accepted" for v, _ in seeds)}
+    finally:
+        con.close()
+    return out
+
+
+# ----------------------------------------------------------------------------------------- measuring (child process)
+
+
+def measure(path: str, db: str, rounds: int) -> dict[str, Any]:
+    """Eager, Inductor and kernelsmith on one problem, in this process."""
+    import torch
+
+    from ks_inductor.backend import compile_reports
+    from ks_inductor.judge.timing import benchmark_interleaved, make_l2_flush
+    from ks_inductor.warm import kernelbench_model
+
+    model, inputs = kernelbench_model(path)
+    with torch.no_grad():
+        ref = model(*inputs)
+        ind = torch.compile(model)
+        n0 = len(compile_reports())
+        from torch._dynamo import list_backends
+
+        # By name, as a user writes it, where the package is installed (its entry point registers the name).
+        backend: Any = "kernelsmith"
+        if "kernelsmith" not in list_backends(exclude_tags=()):
+            from ks_inductor.backend import kernelsmith_backend as backend
+        ks = torch.compile(model, backend=backend, options={"kernelsmith.db": db})
+        out: dict[str, Any] = {}
+        fns = {"eager": lambda: model(*inputs), "inductor": lambda: ind(*inputs), "kernelsmith": lambda: ks(*inputs)}
+        for name in ("inductor", "kernelsmith"):
+            got = fns[name]()
+            refs, gots = (ref if isinstance(ref, (tuple, list)) else [ref]), (got if isinstance(got, (tuple, list))
+                                                                               else [got])
+            err = max(float((g.float() - r.float()).abs().max()) for g, r in zip(gots, refs)
+                      if isinstance(g, torch.Tensor))
+            ok = all(torch.allclose(g.float(), r.float(), atol=1e-2, rtol=1e-2) for g, r in zip(gots, refs)
+                     if isinstance(g, torch.Tensor))
+            out[name] = {"max_abs_diff": err, "correct": bool(ok)}
+        reports = compile_reports()[n0:]
+        out["regions"] = sum(len(r.regions) for r in reports)
+        out["served"] = sum(r.swapped for r in reports)
+        samples = benchmark_interleaved(fns, rounds=rounds, flush=make_l2_flush("cuda"), device="cuda")
+    med = {k: sorted(x for r in v for x in r)[len([x for r in v for x in r]) // 2] for k, v in samples.items()}
+    out["ms"] = med
+    out["vs_inductor"] = med["inductor"] / med["kernelsmith"]
+    out["vs_eager"] = med["eager"] / med["kernelsmith"]
+    out["inductor_vs_eager"] = med["eager"] / med["inductor"]
+    return out
+
+
+# ----------------------------------------------------------------------------------------- driver
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("kernelbench")
+    ap.add_argument("problems", help="comma-separated LEVEL/ID, e.g. 1/19,2/12")
+    ap.add_argument("tag")
+    ap.add_argument("--budget", type=int, default=32)
+    ap.add_argument("--time-limit", type=float, default=None, help="seconds per region for warm")
+    ap.add_argument("--max-mib", type=float, default=64.0)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--backend", default="triton-cuda")
+    ap.add_argument("--parallel", type=int, default=3, help="problems warmed at once")
+    ap.add_argument("--measure", help=argparse.SUPPRESS)  # child mode: PATH DB
+    a = ap.parse_args()
+    if a.measure:
+        path, db = a.measure.split("::", 1)
+        print(json.dumps(measure(path, db, a.rounds)))
+        return
+    out_dir = Path(os.environ.get("OUT", "/tmp"))
+    db_file = out_dir / f"kernelbench-compile-{a.tag}.db"
+    db = f"sqlite:///{db_file}"
+    root = Path(a.kernelbench).expanduser()
+    root = root / "KernelBench" if (root / "KernelBench").is_dir() else root
+    work = Path(tempfile.mkdtemp(prefix="ks-kb-"))
+    rows = []
+    result_file = out_dir / f"kernelbench-compile-{a.tag}.json"
+    files = []
+    for spec in a.problems.split(","):
+        level, pid = (int(x) for x in spec.split("/"))
+        src_file = next((root / f"level{level}").glob(f"{pid}_*.py"))
+        source, consts = shrink(src_file.read_text(), int(a.max_mib * 2**20))
+        f = work / f"l{level}_{src_file.name}"
+        f.write_text(source)
+        files.append(f)
+        rows.append({"problem": f"level{level}/{src_file.name}", "sizes": consts})
+
+    # Warm: several problems at once (the GPU idles through each one's tracing and code generation); then each
+    # problem is measured alone, so the timings that are reported share the GPU with nothing.
+    from concurrent.futures import ThreadPoolExecutor
+
+    def warm_one(f: Path) -> tuple[int, str, str, float]:
+        args = ["warm", str(f), "--budget", str(a.budget), "--db", db, "--backend", a.backend, "--json"]
+        if a.time_limit:
+            args += ["--time-limit", str(a.time_limit)]
+        return _cli(args, timeout=1800)
+
+    with ThreadPoolExecutor(a.parallel) as pool:
+        warmed = list(pool.map(warm_one, files))
+    for row, (rc, so, se, wall) in zip(rows, warmed):
+        row["warm"] = {"rc": rc, "wall_s": round(wall, 1), "stderr_tail": se.strip().splitlines()[-3:]}
+        try:
+            summary = json.loads(so.strip().splitlines()[-1])
+            row["warm"]["items"] = [{k: i[k] for k in ("key", "name", "status", "judged", "accepted", "best_speedup",
+                                                       "note")} for i in summary["items"]]
+            row["seeds"] = inductor_seed_verdicts(str(db_file), [i["key"] for i in summary["items"]])
+        except (ValueError, IndexError, KeyError):
+            row["warm"]["items"] = []
+    for row, f in zip(rows, files):
+        t0 = time.time()
+        try:
+            p = subprocess.run([sys.executable, __file__, a.kernelbench, "-", a.tag, "--rounds", str(a.rounds),
+                                "--measure", f"{f}::{db}"], capture_output=True, text=True, timeout=300)
+            row["measure"] = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else {
+                "error": (p.stderr.strip().splitlines() or ["?"])[-1]}
+        except (subprocess.TimeoutExpired, ValueError, IndexError) as e:
+            row["measure"] = {"error": f"{type(e).__name__}: {e}"}
+        row["measure_wall_s"] = round(time.time() - t0, 1)
+        result_file.write_text(json.dumps({"rows": rows, "summary": summarize(rows)}, indent=1))
+        print(json.dumps({"problem": row["problem"], "measure": row["measure"]})[:400], flush=True)
+    result_file.write_text(json.dumps({"rows": rows, "summary": summarize(rows), "environment": _env()}, indent=1))
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    seeded = [r for r in rows if any(s["inductor_seeds"] for s in r.get("seeds", {}).values())]
+    correct = [r for r in seeded if all(s["inductor_correct"] for s in r["seeds"].values() if s["inductor_seeds"])]
+    timed = [r for r in rows if "vs_inductor" in r.get("measure", {})]
+    ratios = [r["measure"]["vs_inductor"] for r in timed]
+    return {
+        "problems": len(rows),
+        "with_inductor_seed": len(seeded),
+        "inductor_seed_correct": len(correct),
+        "served_any_region": sum(1 for r in timed if r["measure"]["served"] > 0),
+        "at_least_1.05x_inductor": sum(1 for x in ratios if x >= 1.05),
+        "slower_than_inductor_below_0.97x": sum(1 for x in ratios if x < 0.97),
+        "geomean_vs_inductor": math.exp(sum(math.log(x) for x in ratios) / len(ratios)) if ratios else None,
+        "all_correct": all(r["measure"]["kernelsmith"]["correct"] for r in timed),
+    }
+
+
+def _env() -> dict[str, str]:
+    import torch
+    import triton
+
+    return {"torch": torch.__version__, "triton": triton.__version__, "python": sys.version.split()[0],
+            "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"}
+
+
+if __name__ == "__main__":
+    main()
