@@ -157,3 +157,34 @@ def test_model_of_uncovered_ops_is_warmed_compiled_and_served(tmp_path, monkeypa
     regions = sum(len(r.regions) for r in reports)
     assert regions >= 1 and sum(r.swapped for r in reports) == regions
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_region_inductor_hands_to_a_library_says_why_it_has_no_seed(tmp_path):
+    """A convolution is cuDNN's in Inductor's code: no seed, and the error names the statement that stopped it."""
+    from ks_inductor.evolve.evolver import EvolveError
+
+    src = textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 4, 3)
+
+            def forward(self, x):
+                return self.conv(x)
+
+        def get_inputs():
+            return [torch.randn(1, 3, 8, 8)]
+
+        def get_init_inputs():
+            return []
+    """)
+    problem = problem_from_source(src, name="conv")
+    store = KernelStore(f"sqlite:///{tmp_path / 'k.db'}")
+    try:
+        with pytest.raises(EvolveError, match="convolution"):
+            evolve_problem(problem, EvolveConfig(budget=2, backend="triton-interpret"), store, progress=False)
+    finally:
+        store.close()

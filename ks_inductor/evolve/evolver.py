@@ -158,6 +158,15 @@ class Evolver:
         archive = Archive(cfg.islands, cfg.elite_size, cfg.margin, migration_interval=cfg.migration_interval)
         return run_id, archive, {}
 
+    def _inductor_reason(self) -> str:
+        """Why Inductor's code gave no seed, in a few words (its first variant's reason)."""
+        if not self.config.inductor_seeds or self.family is None:
+            return "Inductor seeds are off"
+        from ks_inductor.evolve.templates import INDUCTOR
+
+        reasons = INDUCTOR.unavailable(self.family)
+        return next(iter(reasons.values()), "Inductor's code gave none") if reasons else "Inductor's code gave none"
+
     def _save(self, run_id: str, archive: Archive, wall: float, judged: int | None = None) -> None:
         self.store.save_run_state(run_id, {
             "archive": archive.to_json(), "judged": self.judged if judged is None else judged, "accepted": self.accepted,
@@ -174,9 +183,9 @@ class Evolver:
         seeds = [c for c in self.mutator.seeds(ctx) if not archive.is_seen(c.source_hash)]
         if not seeds and not archive.correct_programs() and not archive.programs:
             raise EvolveError(
-                f"no seed template covers {self.problem.name} (ops: {', '.join(self.problem.op_summary)}) and no "
-                "LLM endpoint is configured to write a first kernel; pass --llm-base-url/--llm-model or set "
-                "KERNELSMITH_LLM_BASE_URL and KERNELSMITH_LLM_MODEL")
+                f"no seed for {self.problem.name} (ops: {', '.join(self.problem.op_summary)}): no op-family template "
+                f"covers it and {self._inductor_reason()}; configure an LLM endpoint to write a first kernel "
+                "(--llm-base-url/--llm-model, or KERNELSMITH_LLM_BASE_URL and KERNELSMITH_LLM_MODEL)")
         parallel = cfg.parallel or (2 if self.judge.backend.device == "cpu" else 4)
         pending: dict[Future[EvalResult], dict[str, Any]] = {}
         since_retime = 0
