@@ -57,7 +57,8 @@ Signature = tuple[tuple[tuple[int, ...], torch.dtype, tuple[int, ...]], ...]
 
 
 def disabled() -> bool:
-    return os.environ.get(ENV_DISABLE, "").strip().lower() in ("1", "true", "yes", "on")
+    v = os.environ.get(ENV_DISABLE)  # read on every served call: the switch works on a running server too
+    return bool(v) and v.strip().lower() in ("1", "true", "yes", "on")
 
 
 def trusted_keys_from_env() -> list[str] | None:
@@ -360,7 +361,10 @@ class ServedOp:
         g = self.guard
         if disabled():
             return self._miss(R_DISABLED)
-        if not all(isinstance(a, torch.Tensor) for a in args):
+        for a in args:
+            if not isinstance(a, torch.Tensor):
+                return self._miss(R_CALL)
+        if not args:
             return self._miss(R_CALL)
         if tuple(args[0].shape) not in self._first_shapes:
             return self._miss(R_SHAPE)
