@@ -134,7 +134,17 @@ def _print_result(console: Console, result: Any) -> None:
         for name, tm in result.timings.items():
             t.add_row(name, f"{tm.median_ms:.4f}", f"{tm.iqr_ms:.4f}", str(tm.n))
         console.print(t)
+    if result.stage_s:
+        console.print(stage_table(result.stage_s, result.duration_s))
     console.print(result.feedback_text())
+
+
+def stage_table(stage_s: dict[str, float], total_s: float, title: str | None = None) -> Table:
+    """Where a judgment's time went, stage by stage, largest first."""
+    t = Table("stage", "s", "%", title=title or f"judgment time {total_s:.2f} s")
+    for name, sec in sorted(stage_s.items(), key=lambda kv: -kv[1]):
+        t.add_row(name, f"{sec:.3f}", f"{100 * sec / total_s:.0f}" if total_s > 0 else "-")
+    return t
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ks_inductor.judge.backends import JudgeBackend, worker_environment
+from ks_inductor.judge.clock import STAGE_NAMES, StageClock
 from ks_inductor.judge.forkserver import ForkedProcess, ForkServer, ForkServerError
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ class JobOutcome:
 
     result: dict[str, Any] | None
     stage: str
-    failure: str | None = None  # timeout | crash | memory_limit | None
+    failure: str | None = None  # timeout | crash | memory_limit | deadline (the caller's limit) | None
     detail: str = ""
     log_tail: str = ""
     stages: list[str] = field(default_factory=list)
@@ -152,13 +153,21 @@ class WorkerProcess:
 
     def run_job(self, job: dict[str, Any], stage_limits: dict[str, float], memory_limit_mb: int,
                 device_lock: DeviceLock | None,
-                on_output: Callable[[dict[str, Any]], bool] | None = None) -> JobOutcome:
+                on_output: Callable[[dict[str, Any]], bool] | None = None,
+                clock: StageClock | None = None, deadline: float | None = None) -> JobOutcome:
         """Send the job and supervise it to the end. Stage limits apply per stage; waiting for the device lock
         does not count against them, nor does the judge's comparison of an output the worker hands over
-        (``on_output``: True lets the worker go on, False stops it)."""
+        (``on_output``: True lets the worker go on, False stops it). ``clock`` is charged per stage as the
+        worker's messages arrive (``StageClock``). Past ``deadline`` (``time.monotonic``) the worker is killed and the
+        outcome is a ``deadline`` failure, the caller's limit rather than the candidate's."""
+        clock = clock or StageClock()
         stages = ["start"]
-        if not self.wait_ready():
+        clock.enter("worker_start")
+        wait = READY_TIMEOUT_S if deadline is None else max(0.0, min(READY_TIMEOUT_S, deadline - time.monotonic()))
+        if not self.wait_ready(wait):
             self.kill()
+            if deadline is not None and time.monotonic() >= deadline:
+                return JobOutcome(None, "start", "deadline", "the caller's time limit ran out", "", stages)
             return JobOutcome(None, "load", "crash", "the worker failed to start", self.log_tail(), stages)
         assert self.proc.stdin is not None
         try:
@@ -169,7 +178,7 @@ class WorkerProcess:
             return JobOutcome(None, "load", "crash", "the worker exited before taking the job", self.log_tail(),
                               stages)
         stage = "load"
-        deadline = time.monotonic() + stage_limits.get(stage, 300.0)
+        stage_until = time.monotonic() + stage_limits.get(stage, 300.0)
         held: list[str] = []
         try:
             while True:
@@ -185,29 +194,40 @@ class WorkerProcess:
                     if ev == "stage":
                         stage = msg["stage"]
                         stages.append(stage)
-                        deadline = time.monotonic() + stage_limits.get(stage, 300.0)
+                        label = msg.get("label") or stage
+                        clock.enter(label if label in STAGE_NAMES else "other")
+                        stage_until = time.monotonic() + stage_limits.get(stage, 300.0)
                     elif ev == "acquire":
                         mode = msg.get("mode", "exclusive")
                         if device_lock is not None:
-                            device_lock.acquire(mode)  # waiting for the device is not the candidate's time
+                            with clock.section("device_wait"):
+                                device_lock.acquire(mode)  # waiting for the device is not the candidate's time
                             held.append(mode)
                         self.proc.stdin.write(b"grant\n")
                         self.proc.stdin.flush()
-                        deadline = time.monotonic() + stage_limits.get("timing" if mode == "exclusive" else stage,
+                        stage_until = time.monotonic() + stage_limits.get("timing" if mode == "exclusive" else stage,
                                                                        300.0)
                     elif ev == "release":
                         mode = msg.get("mode", "exclusive")
                         if mode in held and device_lock is not None:
                             held.remove(mode)
                             device_lock.release(mode)
+                    elif ev == "mark":
+                        # Where the time goes within a stage; the stage (and its limit) stays as it was.
+                        name = msg.get("name")
+                        clock.enter(name if name in STAGE_NAMES else "other")
                     elif ev == "output":
-                        go = on_output(msg) if on_output is not None else False
+                        with clock.section("compare"):
+                            go = on_output(msg) if on_output is not None else False
                         self.proc.stdin.write(b"next\n" if go else b"stop\n")
                         self.proc.stdin.flush()
-                        deadline = time.monotonic() + stage_limits.get(stage, 300.0)
+                        stage_until = time.monotonic() + stage_limits.get(stage, 300.0)
                     elif ev == "result":
                         return JobOutcome(msg, stage, None, "", self.log_tail(), stages)
-                if time.monotonic() > deadline:
+                if deadline is not None and time.monotonic() > deadline:
+                    return JobOutcome(None, stage, "deadline", "the caller's time limit ran out", self.log_tail(),
+                                      stages)
+                if time.monotonic() > stage_until:
                     return JobOutcome(None, stage, "timeout",
                                       f"exceeded the {stage_limits.get(stage, 300.0):.0f} s limit in stage {stage}",
                                       self.log_tail(), stages)
@@ -216,6 +236,7 @@ class WorkerProcess:
                                       f"used more than {memory_limit_mb} MB of host memory in stage {stage}",
                                       self.log_tail(), stages)
         finally:
+            clock.enter("teardown")
             if device_lock is not None:
                 for mode in held:
                     device_lock.release(mode)

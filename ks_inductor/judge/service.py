@@ -18,6 +18,7 @@ from ks_inductor.candidate import normalized_source_hash
 from ks_inductor.fingerprint import EnvFingerprint
 from ks_inductor.judge.admission import input_bytes, runs_alone
 from ks_inductor.judge.backends import JudgeBackend, detect_backend
+from ks_inductor.judge.clock import StageClock
 from ks_inductor.judge.compare import compare_outputs
 from ks_inductor.judge.config import JudgeConfig
 from ks_inductor.judge.inputs import trial_plan
@@ -26,6 +27,7 @@ from ks_inductor.judge.scratch import shortfall_note
 from ks_inductor.judge.static_checks import static_check
 from ks_inductor.judge.verdict import (
     ACCEPTED,
+    DEADLINE_ERROR,
     ERROR,
     QUARANTINED,
     REJECTED,
@@ -153,6 +155,11 @@ class Judge:
             self._fingerprint = self.backend.fingerprint(0)
         return self._fingerprint
 
+    @property
+    def device_count(self) -> int:
+        """Devices the judge spreads its jobs over."""
+        return len(self._pool.devices)
+
     def __enter__(self) -> Judge:
         return self
 
@@ -166,16 +173,20 @@ class Judge:
             shutil.rmtree(self._root, ignore_errors=True)
 
     def submit(self, problem: Problem, source: str, timing: bool | None = None,
-               final: bool = False, rivals: list[str] | None = None) -> Future[EvalResult]:
+               final: bool = False, rivals: list[str] | None = None,
+               deadline: float | None = None) -> Future[EvalResult]:
         """Judge asynchronously. ``final`` times with the final protocol (``JudgeConfig.final_*``). ``rivals``:
         other kernels for the problem, timed head to head with this one (``EvalResult.rival_speedups``). They are not
         judged here: one that fails to load or run is reported and left out, while anything one changes globally
-        (or a worker crash it causes) counts against this judgment, never for it."""
-        return self._executor.submit(self._guarded, problem, source, timing, final, rivals)
+        (or a worker crash it causes) counts against this judgment, never for it. ``deadline`` (``time.monotonic``):
+        a judgment not finished by then is abandoned, its worker killed, with an ``error`` verdict that says so
+        (no verdict on the candidate)."""
+        return self._executor.submit(self._guarded, problem, source, timing, final, rivals, deadline)
 
     def evaluate(self, problem: Problem, source: str, timing: bool | None = None,
-                 final: bool = False, rivals: list[str] | None = None) -> EvalResult:
-        return self._guarded(problem, source, timing, final, rivals)
+                 final: bool = False, rivals: list[str] | None = None,
+                 deadline: float | None = None) -> EvalResult:
+        return self._guarded(problem, source, timing, final, rivals, deadline)
 
     def run_vectors(self, source: str, init_inputs: list[Any],
                     vectors: list[tuple[list[Any], list[Any]]], state: dict[str, Any] | None = None) -> EvalResult:
@@ -240,32 +251,50 @@ class Judge:
         return bool(findings)
 
     def _guarded(self, problem: Problem, source: str, timing: bool | None, final: bool = False,
-                 rivals: list[str] | None = None) -> EvalResult:
+                 rivals: list[str] | None = None, deadline: float | None = None) -> EvalResult:
         t0 = time.monotonic()
+        clock = StageClock()
         try:
-            res = self._evaluate(problem, source, timing, final, rivals)
+            if deadline is not None and t0 >= deadline:
+                res = self._new_result(source, problem.key)
+                self._past_deadline(res)
+            else:
+                res = self._evaluate(problem, source, timing, final, rivals, clock, deadline)
         except Exception as e:  # noqa: BLE001 - the judge answers with a verdict, never a traceback
             log.exception("judge failure")
             res = self._new_result(source, problem.key)
             res.verdict, res.error = ERROR, f"judge failure: {type(e).__name__}: {e}"
+        res.stage_s = clock.stop()
         res.duration_s = time.monotonic() - t0
         return res
+
+    @staticmethod
+    def _past_deadline(res: EvalResult) -> None:
+        res.verdict, res.correct = ERROR, False
+        res.error = DEADLINE_ERROR
+        res.reasons.append(DEADLINE_ERROR)
 
     def _stage_limits(self) -> dict[str, float]:
         c = self.config
         return {"start": c.compile_timeout_s, "load": c.compile_timeout_s, "compile": c.compile_timeout_s,
                 "correctness": c.run_timeout_s, "timing": max(c.run_timeout_s, 300.0)}
 
-    def _run(self, job: dict[str, Any], on_output: Any = None, alone: bool = False) -> JobOutcome:
+    def _run(self, job: dict[str, Any], on_output: Any = None, alone: bool = False,
+             clock: StageClock | None = None, deadline: float | None = None) -> JobOutcome:
         """Run a job on a fresh worker; ``alone``: with no other job on its device (``admission``)."""
+        clock = clock or StageClock()
         device = self._pool.pick_device()
         gate = self._pool.job_gates[device]
         mode = "exclusive" if alone else "shared"
-        gate.acquire(mode)
+        with clock.section("device_wait"):
+            gate.acquire(mode)
         try:
-            worker = self._pool.take(device)
+            if deadline is not None and time.monotonic() >= deadline:
+                return JobOutcome(None, "start", "deadline", DEADLINE_ERROR)
+            with clock.section("worker_start"):
+                worker = self._pool.take(device)
             return worker.run_job(job, self._stage_limits(), self.config.memory_limit_mb,
-                                  self._pool.device_locks.get(device), on_output)
+                                  self._pool.device_locks.get(device), on_output, clock, deadline)
         finally:
             gate.release(mode)
 
@@ -282,7 +311,7 @@ class Judge:
         h = int(hashlib.sha256(problem.key.encode()).hexdigest()[:8], 16)
         return (self._secret ^ h) & 0x7FFFFFFF
 
-    def _reference(self, problem: Problem) -> _Reference:
+    def _reference(self, problem: Problem, deadline: float | None = None) -> _Reference:
         with self._lock:
             lock = self._ref_locks.setdefault(problem.key, threading.Lock())
         with lock:
@@ -302,7 +331,11 @@ class Judge:
                    "specs": [s.__dict__ for s in problem.input_specs],
                    "memory_limit_mb": self.config.memory_limit_mb,
                    "device_memory_fraction": self.config.device_memory_fraction}
-            out = self._run(job, alone=self._alone(problem, None))
+            out = self._run(job, alone=self._alone(problem, None), deadline=deadline)
+            if out.failure == "deadline":
+                # Not the problem's failure: the next judgment with time left computes it.
+                shutil.rmtree(work, ignore_errors=True)
+                raise RuntimeError(DEADLINE_ERROR)
             if out.result is None or not out.result.get("ok"):
                 detail = out.detail or (out.result or {}).get("error", "")
                 if (out.result or {}).get("no_space"):
@@ -356,6 +389,10 @@ class Judge:
     def _absorb_outcome(self, res: EvalResult, out: JobOutcome) -> bool:
         """Fold a worker's death or error into the result; True when there is a result to judge."""
         res.log_tail = out.log_tail[-2000:]
+        if out.failure == "deadline":
+            res.stage = out.stage
+            self._past_deadline(res)
+            return False
         if out.failure:
             res.stage = out.stage
             flag = {"timeout": "timeout", "memory_limit": "memory_limit", "crash": "crash"}[out.failure]
@@ -385,14 +422,19 @@ class Judge:
         return True
 
     def _evaluate(self, problem: Problem, source: str, timing: bool | None, final: bool = False,
-                  rivals: list[str] | None = None) -> EvalResult:
+                  rivals: list[str] | None = None, clock: StageClock | None = None,
+                  deadline: float | None = None) -> EvalResult:
         cfg = self.config
+        clock = clock or StageClock()
+        clock.enter("static")
         res = self._new_result(source, problem.key)
         if self._static(res, source):
             return res
         res.stage = "load"
         try:
-            ref = self._reference(problem)
+            # The reference's own stages are not this candidate's: its whole job (once per problem) is one stage.
+            clock.enter("reference")
+            ref = self._reference(problem, deadline)
         except RuntimeError as e:
             res.verdict, res.error = ERROR, str(e)
             res.reasons.append(str(e))
@@ -400,6 +442,7 @@ class Judge:
         want_timing = self.backend.timed if timing is None else timing
         base = self._problem_seed(problem)
         # Rivals go through the same static rules as any candidate; one they stop is reported, not loaded.
+        clock.enter("static")
         rival_jobs, rival_errors = [], {}
         for i, src in enumerate(rivals or []):
             scratch = self._new_result(src, problem.key)
@@ -424,7 +467,9 @@ class Judge:
             if ref.note:
                 res.notes.append(ref.note)
             streamed = _Streamed(res, ref, work, trials, cfg.tolerance)
-            out = self._run(job, streamed, alone=self._alone(problem, ref.out_bytes))
+            out = self._run(job, streamed, alone=self._alone(problem, ref.out_bytes), clock=clock,
+                            deadline=deadline)
+            clock.enter("verdict")
             if res.verdict == ERROR or (res.verdict == REJECTED and res.reasons):
                 # An output was rejected (or could not be compared) and the worker stopped there; what its guards
                 # saw until then still counts.

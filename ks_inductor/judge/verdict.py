@@ -13,6 +13,8 @@ ACCEPTED = "accepted"  # correct; and, where timing means something, plausible
 REJECTED = "rejected"  # wrong, unsafe or failed to run
 QUARANTINED = "quarantined"  # correct but its speed is implausible: held for review, never served
 ERROR = "error"  # the judge could not judge it (problem broken, infrastructure failure)
+# The error of a judgment its caller's time limit cut off (``Judge.submit(deadline=...)``): no verdict either way.
+DEADLINE_ERROR = "deadline: the caller's time limit ran out before this judgment finished; no verdict on the candidate"
 RIVAL_PREFIX = "rival"  # timed tools named so are rivals (``Judge.submit(rivals=...)``), never baselines
 
 
@@ -92,6 +94,8 @@ class EvalResult:
     notes: list[str] = field(default_factory=list)
     log_tail: str = ""
     duration_s: float = 0.0
+    # Where ``duration_s`` went, per stage (``ks_inductor.judge.clock.STAGE_NAMES``); the stages sum to it.
+    stage_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def accepted(self) -> bool:
@@ -159,6 +163,7 @@ class EvalResult:
             data["mismatch"] = Mismatch(**data["mismatch"])
         data["timings"] = {k: Timing(**v) for k, v in (data.get("timings") or {}).items()}
         data["steady_timings"] = {k: Timing(**v) for k, v in (data.get("steady_timings") or {}).items()}
+        data["stage_s"] = {k: float(v) for k, v in (data.get("stage_s") or {}).items()}
         return cls(**data)
 
     def feedback_text(self) -> str:

@@ -27,8 +27,15 @@ def send(msg: dict[str, Any]) -> None:
     _events.flush()  # type: ignore[union-attr]
 
 
-def stage(name: str) -> None:
-    send({"event": "stage", "stage": name})
+def stage(name: str, label: str | None = None) -> None:
+    """Enter stage ``name`` (its time limit applies); ``label`` names the time spent for the judge's clock where it
+    differs from the stage (the Inductor baseline's compile runs under the compile limit)."""
+    send({"event": "stage", "stage": name, **({"label": label} if label else {})})
+
+
+def mark(name: str) -> None:
+    """Tell the judge's clock where the time goes from here on, within the current stage."""
+    send({"event": "mark", "name": name})
 
 
 def acquire(mode: str) -> None:
@@ -381,6 +388,7 @@ def _timing(job: dict[str, Any], ref_mod: Any, ref_model: Any, model: Any, count
     from ks_inductor.judge.inputs import make_inputs
 
     cfg = job["timing"]
+    mark("timing_setup")
     sets = [make_inputs(ref_mod, job["specs"], seed, dist, device) for seed, dist in job["timing_sets"]]
     active = [x.clone() if isinstance(x, torch.Tensor) else x for x in sets[0]]
 
@@ -395,10 +403,11 @@ def _timing(job: dict[str, Any], ref_mod: Any, ref_model: Any, model: Any, count
         if "eager" in cfg["baselines"]:
             tools["eager"] = ref_model
         if "inductor" in cfg["baselines"]:
-            stage("compile")
+            stage("compile", label="inductor")
             tools["inductor"] = torch.compile(ref_model)
             with torch.no_grad():
                 tools["inductor"](*active)
+            mark("timing_setup")
     rival_errors = _add_rivals(job, ref_mod, ref_model, tools, active, device)
     fns = {name: (lambda f=f: f(*active)) for name, f in tools.items()}
     acquire("exclusive")
@@ -435,10 +444,12 @@ def _timing(job: dict[str, Any], ref_mod: Any, ref_model: Any, model: Any, count
                 # The graph's warm-up and capture run on streams of their own, and whatever a candidate records
                 # there is timed and checked with the replay; the per-call checks of streams are done by now.
                 counter.enabled = False
+                mark("steady_state")
                 try:
                     steady = _steady_state(job, tools, ref_model, sets, flags, device)
                 finally:
                     counter.enabled = True
+                mark("timing")
             bandwidth = T.measure_copy_bandwidth(device, 512 * 2**20) if job["timed"] else None
     finally:
         release("exclusive")

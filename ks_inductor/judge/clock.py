@@ -1,0 +1,60 @@
+"""Where a judgment's wall time goes: a clock that charges the time between switches to the stage it was in.
+
+One judgment runs on one judge thread, so a clock is never shared between threads. Every second between the
+clock's start and ``stop`` is charged to exactly one stage, so the stages sum to the judgment's wall time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+
+# The stages a judgment's time is split into, in the order a candidate meets them (``EvalResult.stage_s``).
+STAGE_NAMES = {
+    "static": "static checks of the source",
+    "reference": "the reference's outputs (computed once per problem, then cached)",
+    "device_wait": "waiting for a device slot or the device's timing lock",
+    "worker_start": "starting (or forking) a worker and its imports",
+    "load": "importing the problem and the candidate, building the models",
+    "compile": "the candidate's first call (Triton compiles)",
+    "correctness": "correctness trials",
+    "compare": "the judge comparing outputs the worker hands over",
+    "timing_setup": "timing inputs and rivals set up",
+    "inductor": "compiling the Inductor baseline (torch.compile and its first call)",
+    "timing": "interleaved timing of candidate and baselines, re-checks of rotated inputs",
+    "steady_state": "timing inside a CUDA graph",
+    "teardown": "stopping the worker",
+    "verdict": "summing up the verdict (speedups, plausibility)",
+    "other": "stages a worker named that the judge does not know",
+}
+
+
+class StageClock:
+    def __init__(self) -> None:
+        self._t = time.monotonic()
+        self.current: str | None = None
+        self.seconds: dict[str, float] = {}
+
+    def enter(self, name: str | None) -> str | None:
+        """Charge the time since the last switch to the current stage and make ``name`` current; returns the
+        stage it left."""
+        now = time.monotonic()
+        if self.current is not None:
+            self.seconds[self.current] = self.seconds.get(self.current, 0.0) + (now - self._t)
+        self._t = now
+        left, self.current = self.current, name
+        return left
+
+    @contextlib.contextmanager
+    def section(self, name: str) -> Iterator[None]:
+        """Charge what runs inside to ``name``, then go back to the stage it interrupted."""
+        left = self.enter(name)
+        try:
+            yield
+        finally:
+            self.enter(left)
+
+    def stop(self) -> dict[str, float]:
+        self.enter(None)
+        return {k: round(v, 6) for k, v in self.seconds.items()}

@@ -1,0 +1,66 @@
+"""Where a judgment's time goes: per-stage seconds on every verdict, summing to its wall time, kept through JSON."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from ks_inductor.judge import Judge, JudgeConfig
+from ks_inductor.judge.clock import STAGE_NAMES
+from ks_inductor.judge.verdict import ERROR, EvalResult
+from ks_inductor.problem import load_problem
+from tests.conftest import CANDIDATES, PROBLEMS
+
+
+def test_stages_are_reported_and_sum_to_the_judgment_wall_time() -> None:
+    problem = load_problem(str(PROBLEMS / "rmsnorm.py"))
+    source = (CANDIDATES / "rmsnorm_ok.py").read_text()
+    with Judge(JudgeConfig(backend="triton-interpret", trials=2)) as judge:
+        t0 = time.monotonic()
+        first = judge.evaluate(problem, source)
+        wall = time.monotonic() - t0
+        second = judge.evaluate(problem, source)
+    assert first.accepted, first.feedback_text()
+    for stage in ("static", "reference", "worker_start", "load", "compile", "correctness", "compare", "timing",
+                  "teardown", "verdict"):
+        assert stage in first.stage_s, (stage, first.stage_s)
+    assert set(first.stage_s) <= set(STAGE_NAMES)
+    assert abs(sum(first.stage_s.values()) - first.duration_s) < 0.05
+    assert first.duration_s <= wall
+    assert sum(first.stage_s.values()) > 0.9 * wall
+    # The reference is computed once per problem: the second judgment finds it cached.
+    assert second.stage_s["reference"] < 0.2 * first.stage_s["reference"]
+    back = EvalResult.from_json(json.loads(first.dumps()))
+    assert back.stage_s == first.stage_s
+
+
+def test_rows_from_before_stage_timing_still_load() -> None:
+    row = EvalResult(verdict="accepted", correct=True).to_json()
+    row.pop("stage_s")
+    assert EvalResult.from_json(row).stage_s == {}
+
+
+def test_a_judgment_past_its_deadline_is_an_error_not_a_verdict_on_the_candidate() -> None:
+    problem = load_problem(str(PROBLEMS / "rmsnorm.py"))
+    source = (CANDIDATES / "rmsnorm_ok.py").read_text()
+    with Judge(JudgeConfig(backend="triton-interpret", trials=2)) as judge:
+        t0 = time.monotonic()
+        res = judge.evaluate(problem, source, deadline=time.monotonic() + 1.0)
+        took = time.monotonic() - t0
+        assert res.verdict == ERROR and res.error.startswith("deadline"), res.feedback_text()
+        assert took < 3.0
+        # A reference abandoned at the deadline is not remembered as broken.
+        assert judge.evaluate(problem, source).accepted
+
+
+def test_eval_shows_the_stages_as_a_table_and_in_json(capsys) -> None:
+    from ks_inductor.cli import main
+
+    args = ["eval", str(PROBLEMS / "rmsnorm.py"), str(CANDIDATES / "rmsnorm_ok.py"), "--backend", "triton-interpret",
+            "--trials", "2"]
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {"load", "compile", "correctness", "timing"} <= set(out["stage_s"])
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "judgment time" in text and "correctness" in text
