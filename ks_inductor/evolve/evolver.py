@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import random
+import statistics
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
@@ -20,10 +21,18 @@ from ks_inductor.evolve.config import EvolveConfig
 from ks_inductor.evolve.families import FamilyMatch, classify, generic_match
 from ks_inductor.evolve.mutators.base import Mutation
 from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
-from ks_inductor.judge.verdict import ACCEPTED, EvalResult, rival_name
+from ks_inductor.judge.verdict import ACCEPTED, DEADLINE_ERROR, EvalResult, rival_name
 from ks_inductor.problem import Problem
 
 log = logging.getLogger(__name__)
+
+
+# A final judgment's cost in search judgments (its protocol's longer timing and Inductor's compile), the share of
+# a time limit kept for the final judgments (at least, at most), and the least time worth starting them in.
+FINAL_COST = 3.0
+FINAL_RESERVE_MIN = 0.15
+FINAL_RESERVE_MAX = 0.5
+FINAL_MIN_S = 1.0
 
 
 class EvolveError(Exception):
@@ -51,6 +60,8 @@ class EvolveSummary:
     # The final judgment's head-to-head times: per leader after the first (program id), the first leader's speed
     # over it (above 1: the first leader is faster).
     head_to_head: dict[str, float] = field(default_factory=dict)
+    # What the run could not do as asked (the final protocol did not fit in the time limit, ...).
+    note: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -59,7 +70,7 @@ class EvolveSummary:
             "accepted": self.accepted, "wall_s": self.wall_s, "run_id": self.run_id,
             "seed_speedup": self.seed_speedup, "best_speedup": self.best_speedup, "family": self.family,
             "timed": self.timed, "failed_steps": self.failed_steps, "stop_reason": self.stop_reason,
-            "tokens": self.tokens, "head_to_head": self.head_to_head,
+            "tokens": self.tokens, "head_to_head": self.head_to_head, "note": self.note,
         }
 
 
@@ -102,8 +113,12 @@ def _program_from(cand: Candidate, res: EvalResult, descriptor: dict[str, Any], 
 
 
 class Evolver:
-    def __init__(self, problem: Problem, config: EvolveConfig, store: Any, judge: Any, progress: bool = True) -> None:
+    def __init__(self, problem: Problem, config: EvolveConfig, store: Any, judge: Any, progress: Any = True,
+                 started: float | None = None) -> None:
         self.problem = problem
+        # When the run's time limit started counting (``time.monotonic``): the caller's start, when it set up the
+        # judge for this run, else the loop's.
+        self.started = started
         self.config = config
         self.store = store
         self.judge = judge
@@ -124,6 +139,8 @@ class Evolver:
         self.accepted = 0
         self.seed_speedup: float | None = None
         self.wall_before = 0.0
+        self.end: float | None = None  # the run's deadline (time.monotonic), from time_limit_s
+        self.search_s: list[float] = []  # the search's judgments' durations, to foresee the final ones'
         self.mutator = self._make_mutator()
 
     # ------------------------------------------------------------------ setup
@@ -177,8 +194,11 @@ class Evolver:
     # ------------------------------------------------------------------ the loop
     def run(self) -> EvolveSummary:
         cfg = self.config
-        t0 = time.monotonic()
+        t0 = self.started if self.started is not None else time.monotonic()
+        self.t0 = t0
         run_id, archive, _ = self._start()
+        if cfg.time_limit_s is not None:
+            self.end = t0 + cfg.time_limit_s - self.wall_before
         ctx = MutationContext(self.problem, self.family, archive, hardware_facts(self.judge), self.results)
         seeds = [c for c in self.mutator.seeds(ctx) if not archive.is_seen(c.source_hash)]
         if not seeds and not archive.correct_programs() and not archive.programs:
@@ -195,8 +215,13 @@ class Evolver:
         island_rr = 0
         bar = _Bar(self.progress, self.problem.name, cfg.budget, self.judged)
 
+        def search_end() -> float | None:
+            # The search stops early enough for the final judgments to fit in the limit.
+            return None if self.end is None else self.end - self._final_reserve()
+
         def time_left() -> bool:
-            return cfg.time_limit_s is None or (self.wall_before + time.monotonic() - t0) < cfg.time_limit_s
+            end = search_end()
+            return end is None or time.monotonic() < end
 
         def submit(cand: Candidate, info: dict[str, Any]) -> None:
             cached = None if info["kind"] == "retime" else self.store.get_evaluation(
@@ -204,7 +229,8 @@ class Evolver:
             if cached is not None:
                 self._absorb(run_id, archive, cand, info, cached, bar, cached=True)
                 return
-            fut = self.judge.submit(self.problem, cand.source)
+            # What has not finished by the end of the search is abandoned (killed), not waited for.
+            fut = self.judge.submit(self.problem, cand.source, deadline=search_end())
             self.judged += 1
             bar.advance()
             pending[fut] = {**info, "cand": cand}
@@ -269,12 +295,21 @@ class Evolver:
                 for fut in done:
                     info = pending.pop(fut)
                     res = fut.result()
+                    if _abandoned(res):
+                        # Cut off by the time limit: no verdict on the candidate, so nothing is recorded of it (a
+                        # resumed run judges it again).
+                        self.judged -= 1
+                        continue
                     if _transient(res) and not info.get("retried"):
                         # The judge itself failed (not the candidate): judge it once more.
                         log.warning("judge failure on %s, retrying: %s", info["cand"].id, res.error)
-                        pending[self.judge.submit(self.problem, info["cand"].source)] = {**info, "retried": True}
+                        pending[self.judge.submit(self.problem, info["cand"].source, deadline=search_end())] = {
+                            **info, "retried": True}
                         continue
+                    if info["kind"] != "retime" and res.duration_s:
+                        self.search_s.append(res.duration_s)
                     self._absorb(run_id, archive, info["cand"], info, res, bar)
+                    bar.done()
                 self._save(run_id, archive, self.wall_before + time.monotonic() - t0, saved_judged())
                 if not time_left():
                     stop_reason = "time"
@@ -292,6 +327,23 @@ class Evolver:
             raise
         bar.close()
         return self._finish(run_id, archive, self.wall_before + time.monotonic() - t0, stop_reason)
+
+    # ------------------------------------------------------------------ time
+    def _final_estimate(self) -> float:
+        """Rough seconds the final judgments take, from the search's own judgments (0 before any): each times
+        more rounds of longer runs against more baselines, Inductor's compile among them, and the leaders share
+        each device's timing lock."""
+        if not self.search_s:
+            return 0.0
+        per_device = -(-self.config.final_candidates // max(1, getattr(self.judge, "device_count", 1)))
+        return FINAL_COST * statistics.median(self.search_s) * per_device
+
+    def _final_reserve(self) -> float:
+        """Seconds kept at the end of a time-limited run for the final judgments (timed backends only)."""
+        limit = self.config.time_limit_s
+        if not self.timed or self.config.final_candidates <= 0 or limit is None:
+            return 0.0
+        return min(FINAL_RESERVE_MAX * limit, max(FINAL_RESERVE_MIN * limit, self._final_estimate()))
 
     # ------------------------------------------------------------------ results
     def _count_tokens(self, mut: Mutation) -> None:
@@ -358,24 +410,31 @@ class Evolver:
             island=info["island"], tokens=mut.tokens))
         bar.set_best(archive.best())
 
-    def _final_judgment(self, run_id: str, archive: Archive) -> tuple[Program | None, EvalResult | None]:
+    def _final_judgment(self, run_id: str, archive: Archive) -> tuple[Program | None, EvalResult | None, int]:
         """Judge the leading elites again with the judge's final protocol (full timing, Inductor among the
         baselines) and return the winner by that judgment: what gets served must have beaten every baseline
         under the protocol the benchmarks use, not just the search's short one against eager. The first leader's
         judgment also times the others head to head (``rivals``), so that the choice among leaders that all
-        qualify is made in one process's interleaved rounds rather than across separate ones."""
+        qualify is made in one process's interleaved rounds rather than across separate ones. The third value
+        counts the leaders whose final judgment the run's time limit cut off."""
         leaders = [archive.programs[e] for e in archive.elites[: self.config.final_candidates]]
         sources = [Candidate.from_json(p.candidate).source for p in leaders]
         futs = []
         for i, (prog, src) in enumerate(zip(leaders, sources)):
             rivals = sources[1:] if i == 0 else None
-            futs.append((prog, src, rivals, self.judge.submit(self.problem, src, final=True, rivals=rivals)))
+            futs.append((prog, src, rivals, self.judge.submit(self.problem, src, final=True, rivals=rivals,
+                                                              deadline=self.end)))
             self.judged += 1
         finals: list[tuple[int, Program, EvalResult]] = []
+        cut = 0
         for i, (prog, src, rivals, fut) in enumerate(futs):
             res = fut.result()
             if _transient(res):
-                res = self.judge.evaluate(self.problem, src, final=True, rivals=rivals)
+                res = self.judge.evaluate(self.problem, src, final=True, rivals=rivals, deadline=self.end)
+            if _abandoned(res):
+                cut += 1
+                self.judged -= 1
+                continue
             try:
                 self.store.add_evaluation(self.problem.key, prog.source_hash, res, run_id)
             except Exception as e:  # noqa: BLE001
@@ -386,9 +445,9 @@ class Evolver:
                 log.warning("elite %s failed its final judgment: %s", prog.id, "; ".join(res.reasons[:2]))
                 archive.demote(prog.id)
         if not finals:
-            return None, None
+            return None, None, cut
         self.final_ratios = head_to_head(finals)
-        return pick_final(finals)
+        return (*pick_final(finals), cut)
 
     def _finish(self, run_id: str, archive: Archive, wall: float, stop_reason: str) -> EvolveSummary:
         best = archive.best()
@@ -397,14 +456,34 @@ class Evolver:
         if best is not None and best_res is None:  # judged before a resume: its verdict is in the cache
             best_res = self.store.get_evaluation(self.problem.key, best.source_hash, self.fp.id)
         final = None
+        note = ""
+        unverified = False  # the final protocol did not judge what is stored
         if self.timed and best is not None and self.config.final_candidates > 0:
-            best, final = self._final_judgment(run_id, archive)
-            best_res = final
+            left = None if self.end is None else self.end - time.monotonic()
+            if left is not None and (left < FINAL_MIN_S or left < 0.5 * self._final_estimate()):
+                unverified = True
+                note = (f"the final protocol was not run: {max(left, 0.0):.1f} s of the {self.config.time_limit_s:g} s "
+                        f"limit were left and it takes about {self._final_estimate():.0f} s here")
+            else:
+                search_best, search_res = best, best_res
+                best, final, cut = self._final_judgment(run_id, archive)
+                best_res = final
+                if cut and final is None:
+                    best, best_res, unverified = search_best, search_res, True
+                    note = (f"the time limit of {self.config.time_limit_s:g} s cut off the final protocol's "
+                            "judgments")
+                elif cut:
+                    note = f"the time limit cut off the final judgment of {cut} leader(s); chosen among the others"
+        if unverified:
+            note += ("; the search's best is stored as rejected (never served) until a run with more time judges "
+                     "it with the final protocol")
+            log.warning("%s: %s", self.problem.name, note)
         if best is not None and best_res is not None:
             cand = Candidate.from_json(best.candidate)
             status = VERIFIED
-            if self.timed and not best_res.faster:
-                # Correct but not reliably faster than the baselines: kept for the record, never served.
+            if self.timed and (unverified or not best_res.faster):
+                # Correct but not shown reliably faster than the baselines under the final protocol: kept for the
+                # record, never served.
                 status = REJECTED
             if best_res.verdict == "quarantined":
                 status = QUARANTINED
@@ -425,12 +504,13 @@ class Evolver:
         # Request counters from the LLM client (tokens were already counted step by step).
         self.tokens.update({k: v for k, v in getattr(self.mutator, "usage", {}).items()
                             if k not in ("prompt_tokens", "completion_tokens")})
+        wall = max(wall, self.wall_before + time.monotonic() - self.t0)  # the final judgments included
         summary = EvolveSummary(
             problem_key=self.problem.key, best=record, best_result=best_res, judged=self.judged,
             accepted=self.accepted, wall_s=wall, run_id=run_id, seed_speedup=self.seed_speedup,
             best_speedup=best.score if best and self.timed else None,
             family=self.family.family if self.family else None, timed=self.timed, failed_steps=self.failed_steps,
-            stop_reason=stop_reason, tokens=dict(self.tokens), head_to_head=dict(self.final_ratios))
+            stop_reason=stop_reason, tokens=dict(self.tokens), head_to_head=dict(self.final_ratios), note=note)
         self._save(run_id, archive, wall)
         self.store.finish_run(run_id, summary.to_json())
         return summary
@@ -476,6 +556,11 @@ def pick_final(finals: list[tuple[int, Program, EvalResult]]) -> tuple[Program, 
     return prog, res
 
 
+def _abandoned(res: EvalResult) -> bool:
+    """The judgment was cut off by the run's time limit (``Judge.submit(deadline=...)``): no verdict."""
+    return res.verdict == "error" and (res.error or "") == DEADLINE_ERROR
+
+
 def _transient(res: EvalResult) -> bool:
     return res.verdict == "error" and (res.error or "").startswith("judge failure")
 
@@ -483,11 +568,13 @@ def _transient(res: EvalResult) -> bool:
 class _Bar:
     """A rich progress bar showing judgments spent and the best verified score (speedup) so far."""
 
-    def __init__(self, enabled: bool, name: str, total: int, done: int) -> None:
-        self.enabled = enabled
+    def __init__(self, enabled: Any, name: str, total: int, done: int) -> None:
+        # Anything but a bool is someone else's view of the run (``evolve_problem``'s ``progress``).
+        self.sink = None if isinstance(enabled, bool) else enabled
+        self.enabled = enabled is True
         self.name = name
         self.best = "-"
-        if not enabled:
+        if not self.enabled:
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -497,13 +584,21 @@ class _Bar:
         self.progress.start()
 
     def advance(self) -> None:
+        if self.sink is not None:
+            self.sink.advance()
         if self.enabled:
             self.progress.advance(self.task)
+
+    def done(self) -> None:
+        if self.sink is not None:
+            self.sink.done()
 
     def set_best(self, prog: Program | None) -> None:
         if prog is None:
             return
         self.best = f"{prog.score:.3f}x" if prog.timed else "correct (untimed)"
+        if self.sink is not None:
+            self.sink.set_best(self.best)
         if self.enabled:
             self.progress.update(self.task, best=self.best)
 
@@ -523,13 +618,17 @@ def search_judge(config: EvolveConfig) -> Any:
 
 
 def evolve_problem(problem: Problem, config: EvolveConfig, store: Any, judge: Any | None = None,
-                   progress: bool = True) -> EvolveSummary:
-    """Evolve a faster verified kernel for ``problem``; the winner goes to ``store``."""
+                   progress: Any = True) -> EvolveSummary:
+    """Evolve a faster verified kernel for ``problem``; the winner goes to ``store``. ``config.time_limit_s``
+    bounds the whole call, the judge's start and the final judgments included. ``progress``: True for a progress
+    bar, False for none, or an object told of the run's progress (``advance()`` per judgment submitted, ``done()``
+    per verdict, ``set_best(text)``), as ``warm`` uses to show several runs at once."""
+    started = time.monotonic()
     own = judge is None
     if own:
         judge = search_judge(config)
     try:
-        return Evolver(problem, config, store, judge, progress).run()
+        return Evolver(problem, config, store, judge, progress, started=started).run()
     finally:
         if own:
             judge.close()
