@@ -61,6 +61,8 @@ class EvolveConfig:
     final_candidates: int = 3
     # Seed from Inductor's own kernels too (every problem Inductor compiles to Triton gets a seed).
     inductor_seeds: bool = True
+    # Regions ``warm`` searches at once, sharing one judge; None: one per local device, at least 2 on the CPU.
+    parallel_regions: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
