@@ -1,0 +1,111 @@
+"""Judged candidates per minute with the search protocol (``JudgeConfig.for_search``), and where their time goes.
+
+    python -m benchmarks.judge_throughput [--n 24] [--backend triton-interpret] [--out PATH]
+
+A small problem (RMSNorm by default) and one honest candidate, submitted ``--n`` times as distinct sources (a
+comment apart, as an optimizer's children are) to one judge, all at once as a search with enough children in flight
+would: the judge's pool decides what runs when. The reference is computed before the clock starts, as a search has
+done by the time it judges children. Reported: candidates per minute (and per device-minute), each judgment's wall
+time, and the per-stage split (``EvalResult.stage_s``) summed over the judgments. The JSON goes to ``--out``, else
+to ``$OUT/judge_throughput.json`` when ``$OUT`` is set, else to stdout.
+
+On a GPU host it measures the real protocol (timing, steady state); with ``--backend triton-interpret`` it measures
+the interpreter judge on the CPU, where timing is a short re-check of rotated inputs rather than a measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+DEFAULT_PROBLEM = ROOT / "tests" / "problems" / "rmsnorm.py"
+DEFAULT_CANDIDATE = ROOT / "tests" / "candidates" / "rmsnorm_ok.py"
+
+
+def measure(problem_path: Path, candidate_path: Path, n: int, backend: str | None, trials: int | None,
+            workers: int | None) -> dict:
+    from ks_inductor.judge import Judge, JudgeConfig
+    from ks_inductor.problem import load_problem
+
+    problem = load_problem(problem_path)
+    source = candidate_path.read_text()
+    overrides = {"backend": backend}
+    if trials:
+        overrides["trials"] = trials
+    config = JudgeConfig.for_search(**overrides)
+    t_start = time.monotonic()
+    with Judge(config, max_workers=workers) as judge:
+        started_s = time.monotonic() - t_start
+        first = judge.evaluate(problem, source + "\n# warm-up\n")  # computes and caches the reference
+        t0 = time.monotonic()
+        futures = [judge.submit(problem, source + f"\n# child {i}\n") for i in range(n)]
+        results = [f.result() for f in futures]
+        wall = time.monotonic() - t0
+        devices = judge.device_count
+        report = {"backend": judge.backend.name, "device": judge.fingerprint.device_name, "devices": devices,
+                  "timed": judge.backend.timed}
+    stages: dict[str, float] = {}
+    for r in results:
+        for k, v in r.stage_s.items():
+            stages[k] = stages.get(k, 0.0) + v
+    total = sum(stages.values())
+    durations = [r.duration_s for r in results]
+    report.update({
+        "problem": problem_path.name, "candidate": candidate_path.name, "protocol": "search",
+        "config": {"trials": config.trials, **config.protocol(final=False)},
+        "judged": n, "verdicts": {v: sum(r.verdict == v for r in results) for v in {r.verdict for r in results}},
+        "wall_s": wall, "per_minute": 60.0 * n / wall, "per_device_minute": 60.0 * n / wall / max(1, devices),
+        "judgment_s": {"mean": statistics.mean(durations), "median": statistics.median(durations),
+                       "max": max(durations)},
+        "stage_s_mean": {k: v / n for k, v in sorted(stages.items(), key=lambda kv: -kv[1])},
+        "stage_share": {k: v / total for k, v in sorted(stages.items(), key=lambda kv: -kv[1])} if total else {},
+        "judge_start_s": started_s,
+        "first_judgment": {"verdict": first.verdict, "duration_s": first.duration_s, "stage_s": first.stage_s},
+    })
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--problem", type=Path, default=DEFAULT_PROBLEM, help="KernelBench-format problem file")
+    p.add_argument("--candidate", type=Path, default=DEFAULT_CANDIDATE, help="a correct candidate for it")
+    p.add_argument("--n", type=int, default=24, help="candidates judged (default 24)")
+    p.add_argument("--backend", default=None, help="judge backend (default: detect)")
+    p.add_argument("--trials", type=int, default=None, help="correctness trials (default: the judge's)")
+    p.add_argument("--workers", type=int, default=None, help="judgments in flight (default: the judge's)")
+    p.add_argument("--out", default=None, help="JSON output path (default $OUT/judge_throughput.json or stdout)")
+    args = p.parse_args(argv)
+    report = measure(args.problem, args.candidate, args.n, args.backend, args.trials, args.workers)
+
+    from rich.console import Console
+
+    from ks_inductor.cli import stage_table
+
+    console = Console(stderr=True)
+    console.print(f"{report['judged']} candidates in {report['wall_s']:.1f} s on {report['device']} "
+                  f"({report['backend']}, {report['devices']} device(s)): {report['per_minute']:.1f} per minute, "
+                  f"{report['per_device_minute']:.1f} per device-minute; verdicts {report['verdicts']}")
+    console.print(stage_table(report["stage_s_mean"], report["judgment_s"]["mean"],
+                              title=f"mean judgment {report['judgment_s']['mean']:.2f} s, by stage"))
+    out = args.out or (os.path.join(os.environ["OUT"], "judge_throughput.json") if os.environ.get("OUT") else None)
+    text = json.dumps(report, indent=2)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text + "\n")
+        console.print(f"wrote {out}")
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
