@@ -119,6 +119,8 @@ def _print_summary(console: Console, problem: Any, s: Any) -> None:
     t.add_row("failed steps", str(s.failed_steps))
     t.add_row("wall time", f"{s.wall_s:.1f} s")
     t.add_row("stopped by", s.stop_reason)
+    if s.note:
+        t.add_row("note", s.note)
     if s.timed:
         # Scores: speedup over the best baseline, per call and inside a CUDA graph (geometric mean) on GPUs.
         t.add_row("seed score", f"{s.seed_speedup:.3f}x" if s.seed_speedup else "-")
