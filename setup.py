@@ -21,9 +21,12 @@ setup(
         # transformers: tests/test_hf_llama_backend.py and the --hf-config path of `kernelsmith warm` (random
         # weights from a config, nothing downloaded); it does not depend on torch, so it pulls no CUDA build.
         # psycopg: the PostgreSQL cache (tests/test_cache_postgres.py runs it against a throwaway server).
+        # ray: `kernelsmith warm --ray` (tests/test_warm_ray.py starts a local cluster); a 76 MB wheel, ~11 s to
+        # install.
         "dev": ["pytest>=8", "pytest-timeout", "pytest-xdist", "ruff", "matplotlib", "cryptography", "transformers>=5.23",
-                "psycopg[binary]>=3.1"],
+                "psycopg[binary]>=3.1", "ray>=2.9"],
         "postgres": ["psycopg[binary]>=3.1"],
+        "ray": ["ray>=2.9"],
         "sign": ["cryptography"],
         "plots": ["matplotlib"],
     },

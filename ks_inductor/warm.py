@@ -39,6 +39,7 @@ class WarmItem:
     timed: bool = True
     wall_s: float = 0.0
     note: str = ""
+    worker: str = ""  # where the search ran, when not here (a Ray worker: node and pid)
 
 
 @dataclass
@@ -230,16 +231,20 @@ def problems_from_misses(store: Any) -> list[Any]:
 
 
 def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = None, force: bool = False,
-         console: Any = None, origin: str = "model", total_time_s: float | None = None) -> WarmSummary:
+         console: Any = None, origin: str = "model", total_time_s: float | None = None,
+         executor: Any = None) -> WarmSummary:
     """Evolve a kernel for each distinct problem key that has none yet for this machine.
 
     ``config.time_limit_s`` bounds each key's search; ``total_time_s`` bounds the whole run: each key gets at most
-    what is left of it, and keys not reached in time are reported ``not-run``."""
-    from dataclasses import replace
+    what is left of it, and keys not reached in time are reported ``not-run``.
 
+    One plan, two executors: the keys that need a search are found here (lookups only), then either searched here
+    one after another with the local judge (``executor`` None), or handed to ``executor`` (a
+    :class:`ks_inductor.warm_ray.RayExecutor`: one search per Ray worker, each with a local judge of its own).
+    Every region's outcome comes back as :func:`evolve_region`'s JSON and is read the same way in both cases."""
     from rich.console import Console
 
-    from ks_inductor.evolve import EvolveConfig, EvolveError, evolve_problem
+    from ks_inductor.evolve import EvolveConfig
     from ks_inductor.evolve.evolver import search_judge
     from ks_inductor.judge.backends import current_fingerprint
 
@@ -247,59 +252,120 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
     config = config or EvolveConfig()
     own_judge = judge is None
     # The judge (and its worker processes) starts only when a key actually needs evolving: re-warming a warm
-    # cache is lookups only.
-    fp = judge.fingerprint if judge is not None else current_fingerprint(config.backend)
+    # cache is lookups only. On a cluster the kernels are for the workers' hardware, not the driver's.
+    if judge is not None:
+        fp = judge.fingerprint
+    elif executor is not None:
+        fp = executor.fingerprint(config)
+    else:
+        fp = current_fingerprint(config.backend)
     t0 = time.perf_counter()
     summary = WarmSummary(fingerprint=fp.to_json())
     distinct: dict[str, Any] = {}
     for p in problems:
         distinct.setdefault(p.key, p)
+    todo: list[tuple[WarmItem, Any]] = []
+    for n, (key, problem) in enumerate(distinct.items(), 1):
+        item = WarmItem(key=key, name=problem.name, origin=origin, signature=problem.signature())
+        summary.items.append(item)
+        existing = store.lookup(key, fp)
+        if existing is not None and not force:
+            item.status, item.best_speedup, item.timed = "skipped", existing.speedup_inductor, existing.timed
+            item.note = f"kernel {existing.id} already verified"
+            console.print(f"[{n}/{len(distinct)}] {problem.name} {key[:12]}: [cyan]cached[/] (kernel {existing.id})")
+            continue
+        todo.append((item, problem))
+    if executor is None and len(todo) > 1:
+        # Several regions at once, one judge for all: see ks_inductor.warm_parallel.
+        from ks_inductor.warm_parallel import RegionThreads, default_parallel_regions
+
+        n = getattr(config, "parallel_regions", None) or default_parallel_regions(fp, judge)
+        if n > 1:
+            executor = RegionThreads(judge, n)
+    if executor is not None:
+        try:
+            deadline = None if total_time_s is None else time.time() + total_time_s - (time.perf_counter() - t0)
+            executor.run(todo, config, store, deadline,
+                         lambda item, outcome: apply_outcome(item, outcome, store, fp, console), console)
+        finally:
+            summary.wall_s = time.perf_counter() - t0
+        return summary
     try:
-        for n, (key, problem) in enumerate(distinct.items(), 1):
-            item = WarmItem(key=key, name=problem.name, origin=origin, signature=problem.signature())
-            summary.items.append(item)
-            existing = store.lookup(key, fp)
-            if existing is not None and not force:
-                item.status, item.best_speedup, item.timed = "skipped", existing.speedup_inductor, existing.timed
-                item.note = f"kernel {existing.id} already verified"
-                console.print(f"[{n}/{len(distinct)}] {problem.name} {key[:12]}: [cyan]cached[/] (kernel {existing.id})")
-                continue
+        for item, problem in todo:
             left = None if total_time_s is None else total_time_s - (time.perf_counter() - t0)
             if left is not None and left <= 0:
                 item.status, item.note = "not-run", f"the whole-run limit of {total_time_s:g} s was reached"
                 continue
-            console.print(f"[{n}/{len(distinct)}] {problem.name} {key[:12]} ({problem.signature()}): evolving")
+            n = summary.items.index(item) + 1
+            console.print(f"[{n}/{len(distinct)}] {problem.name} {item.key[:12]} ({item.signature}): evolving")
             t1 = time.perf_counter()
-            key_config = config
-            if left is not None and (config.time_limit_s is None or config.time_limit_s > left):
-                key_config = replace(config, time_limit_s=left)
             try:
                 if judge is None:
                     judge = search_judge(config)
-                res = evolve_problem(problem, key_config, store, judge=judge, progress=True)
+                    # The judge's start is part of the run: the region gets what is left after it.
+                    left = None if total_time_s is None else total_time_s - (time.perf_counter() - t0)
+                outcome = evolve_region(problem, region_config(config, left), store, judge, progress=True)
             except KeyboardInterrupt:
                 item.status, item.note = "failed", "interrupted"
                 raise
-            except EvolveError as e:  # expected: no template covers it and no LLM is configured
-                item.status, item.note = "no-kernel", str(e)[:300]
-                console.print(f"  [yellow]no kernel[/]: {e}")
-            except Exception as e:  # noqa: BLE001 - one problem failing must not stop the others
-                item.status, item.note = "failed", f"{type(e).__name__}: {e}"[:300]
-                log.warning("warming %s failed: %s", key, e, exc_info=log.isEnabledFor(logging.DEBUG))
-            else:
-                item.judged, item.accepted = res.judged, res.accepted
-                best = store.lookup(key, fp)
-                if best is not None:
-                    item.status, item.best_speedup, item.timed = "found", best.speedup_inductor, best.timed
-                    _clear_miss(store, key)
-                else:
-                    item.status = "no-kernel"
+            apply_outcome(item, outcome, store, fp, console)
             item.wall_s = time.perf_counter() - t1
     finally:
         summary.wall_s = time.perf_counter() - t0
         if own_judge and judge is not None:
             judge.close()
     return summary
+
+
+def region_config(config: Any, left: float | None) -> Any:
+    """``config`` with its per-region time limit cut to ``left`` seconds (what remains of the whole run)."""
+    from dataclasses import replace
+
+    if left is not None and (config.time_limit_s is None or config.time_limit_s > left):
+        return replace(config, time_limit_s=left)
+    return config
+
+
+def evolve_region(problem: Any, config: Any, store: Any, judge: Any, progress: bool = False) -> dict[str, Any]:
+    """One region's search, as JSON: ``status`` (``done``, ``no-kernel`` or ``failed``), ``note`` and, when the
+    search ran, ``summary`` (:meth:`EvolveSummary.to_json`). What both executors run, here or on a Ray worker."""
+    from ks_inductor.evolve import EvolveError, evolve_problem
+
+    try:
+        res = evolve_problem(problem, config, store, judge=judge, progress=progress)
+    except EvolveError as e:  # expected: no template covers it and no LLM is configured
+        return {"status": "no-kernel", "note": str(e)[:300]}
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # noqa: BLE001 - one problem failing must not stop the others
+        log.warning("warming %s failed: %s", problem.key, e, exc_info=log.isEnabledFor(logging.DEBUG))
+        return {"status": "failed", "note": f"{type(e).__name__}: {e}"[:300]}
+    return {"status": "done", "note": "", "summary": res.to_json()}
+
+
+def apply_outcome(item: WarmItem, outcome: dict[str, Any], store: Any, fp: Any, console: Any = None) -> None:
+    """Read one region's outcome (:func:`evolve_region`'s JSON) into ``item``; a stored verified kernel makes it
+    ``found`` and clears the key's recorded miss."""
+    status = outcome.get("status", "failed")
+    item.note = outcome.get("note", "")
+    if outcome.get("wall_s") is not None:
+        item.wall_s = float(outcome["wall_s"])
+    w = outcome.get("worker")
+    if w:
+        item.worker = f"{w.get('node', '?')} pid {w.get('pid', '?')}"
+    if status != "done":
+        item.status = status
+        if status == "no-kernel" and console is not None:
+            console.print(f"  [yellow]no kernel[/]: {item.note}")
+        return
+    res = outcome.get("summary") or {}
+    item.judged, item.accepted = int(res.get("judged", 0)), int(res.get("accepted", 0))
+    best = store.lookup(item.key, fp)
+    if best is not None:
+        item.status, item.best_speedup, item.timed = "found", best.speedup_inductor, best.timed
+        _clear_miss(store, item.key)
+    else:
+        item.status = "no-kernel"
 
 
 def _clear_miss(store: Any, key: str) -> None:

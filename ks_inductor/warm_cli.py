@@ -31,7 +31,7 @@ def _add_model_source(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: Any) -> None:
-    from ks_inductor.cli import add_search_arguments, positive_float
+    from ks_inductor.cli import add_search_arguments, positive_float, positive_int
 
     w = subparsers.add_parser("warm", help="evolve kernels for every region of a model (or a folder, or misses)")
     _add_model_source(w)
@@ -42,6 +42,15 @@ def register(subparsers: Any) -> None:
                    help="wall-time limit for the whole run, in seconds: each region gets at most what is left, "
                         "regions not reached are reported not-run (default: none)")
     w.add_argument("--force", action="store_true", help="evolve keys that already have a verified kernel too")
+    w.add_argument("--parallel-regions", type=positive_int, default=None, metavar="N",
+                   help="regions searched at once, sharing one judge over the local devices (default: one per "
+                        "local GPU, 2 on the CPU)")
+    w.add_argument("--ray", metavar="ADDRESS", default=None,
+                   help="search the regions on a Ray cluster, one worker per GPU (per CPU without GPUs): 'auto' "
+                        "for the running cluster, 'local' to start one here for the run, or host:port")
+    w.add_argument("--ray-results", choices=("auto", "db", "driver"), default="auto",
+                   help="with --ray, who writes the results: the workers to the shared cache (db), or this "
+                        "process (driver); auto: db for PostgreSQL or a one-host cluster, else driver")
     w.set_defaults(func=_cmd_warm)
 
     e = subparsers.add_parser("explain", help="table of a model's regions: key, operations, whether a compile here "
@@ -92,8 +101,10 @@ def _cmd_warm(args: argparse.Namespace) -> int:
         problems_from_model,
         warm,
     )
+    from ks_inductor.warm_ray import RayExecutor, RayUnavailable
 
     started = time.monotonic()
+    executor = None
     console = Console(stderr=True)
     folder = args.kernelbench or (args.source if args.source and os.path.isdir(args.source) else None)
     if not args.from_misses and not folder:
@@ -115,16 +126,18 @@ def _cmd_warm(args: argparse.Namespace) -> int:
             origin = "model"
         console.print(f"{len({p.key for p in problems})} distinct regions to warm")
         config = EvolveConfig(budget=args.budget, time_limit_s=args.time_limit, islands=args.islands,
-                              backend=args.backend, seed=args.seed)
+                              backend=args.backend, seed=args.seed, parallel_regions=args.parallel_regions)
         # The whole-run limit counts from the command's start: tracing the model is part of the run.
         total = None if args.total_time is None else args.total_time - (time.monotonic() - started)
+        if args.ray:
+            executor = RayExecutor(args.ray, db_url=store.url, results=args.ray_results).connect()
         summary = warm(problems, store, config, force=args.force, console=console, origin=origin,
-                       total_time_s=total)
-    except WarmError as e:
-        raise _usage(str(e)) from None
-    except BackendUnavailable as e:
+                       total_time_s=total, executor=executor)
+    except (WarmError, BackendUnavailable, RayUnavailable) as e:
         raise _usage(str(e)) from None
     finally:
+        if executor is not None:
+            executor.close()
         store.close()
     if args.json:
         print(json.dumps(summary.to_json()))
