@@ -340,7 +340,7 @@ def evolve_region(problem: Any, config: Any, store: Any, judge: Any, progress: b
     except Exception as e:  # noqa: BLE001 - one problem failing must not stop the others
         log.warning("warming %s failed: %s", problem.key, e, exc_info=log.isEnabledFor(logging.DEBUG))
         return {"status": "failed", "note": f"{type(e).__name__}: {e}"[:300]}
-    return {"status": "done", "note": "", "summary": res.to_json()}
+    return {"status": "done", "note": getattr(res, "note", ""), "summary": res.to_json()}
 
 
 def apply_outcome(item: WarmItem, outcome: dict[str, Any], store: Any, fp: Any, console: Any = None) -> None:
