@@ -190,3 +190,29 @@ def test_warm_on_ray_then_served(cluster, factory, tmp_path, capsys):
     assert main(["warm", factory, "--db", db, "--json", "--ray", cluster.address, *CLI]) == 0
     again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert [(i["status"], i["judged"]) for i in again["items"]] == [("skipped", 0)] * 3
+
+
+def test_warm_on_ray_into_postgres(cluster, factory, postgres_url):
+    """A team's set-up: the workers write straight to the shared PostgreSQL cache (the default for a server
+    database); the driver only reads."""
+    from ks_inductor.evolve import EvolveConfig
+    from ks_inductor.warm import load_factory, problems_from_model, warm
+    from ks_inductor.warm_ray import RayExecutor
+
+    model, inputs = load_factory(factory)
+    problems = problems_from_model(model, inputs, db=postgres_url, judge_backend="triton-interpret")
+    config = EvolveConfig(budget=2, backend="triton-interpret", inductor_seeds=False)
+    store = KernelStore(postgres_url)
+    ex = RayExecutor(cluster.address, db_url=store.url).connect()
+    try:
+        assert ex.results == "db"
+        summary = warm(problems, store, config, executor=ex)
+        assert [i.status for i in summary.items] == ["found"] * 3, [(i.name, i.note) for i in summary.items]
+        assert all(i.worker for i in summary.items)
+        assert len(store.kernels()) == 3
+        assert all(store.steps(run_id=k.run_id) for k in store.kernels())
+        again = warm(problems, store, config, executor=ex)
+        assert [(i.status, i.judged) for i in again.items] == [("skipped", 0)] * 3
+    finally:
+        ex.close()
+        store.close()
