@@ -163,7 +163,8 @@ def test_warm_takes_a_limit_per_region_and_for_the_whole_run(tmp_path, capsys, m
 
     calls = []
 
-    def fake_warm(problems, store, config, force=False, console=None, origin="model", total_time_s=None):
+    def fake_warm(problems, store, config, force=False, console=None, origin="model", total_time_s=None,
+                  executor=None):
         calls.append((config.budget, config.time_limit_s, total_time_s))
         return WarmSummary()
 
@@ -187,6 +188,9 @@ def test_warm_whole_run_limit_caps_each_region_and_skips_the_rest(monkeypatch):
 
     class _Result:
         judged, accepted = 1, 0
+
+        def to_json(self):
+            return {"judged": self.judged, "accepted": self.accepted}
 
     class _Store:
         def lookup(self, key, fp):
