@@ -177,7 +177,8 @@ def test_region_key_equals_kernelbench_file_key(tmp_path):
     assert load_problem(f).key != region_key
 
 
-def test_lone_pointwise_op_is_left_to_inductor_and_chains_are_regions():
+def test_lone_pointwise_op_and_chains_are_regions():
+    """A lone pointwise op is a region of its own (Inductor's kernel seeds it); a chain is one region."""
     class P(nn.Module):
         def forward(self, x, y):
             a = torch.relu(x)  # alone
@@ -186,19 +187,34 @@ def test_lone_pointwise_op_is_left_to_inductor_and_chains_are_regions():
 
     gm = _capture(P(), torch.randn(4, 8), torch.randn(4, 8))
     part = rg.partition(gm)
-    assert [r.kind for r in part.regions] == ["pointwise"]
-    assert part.regions[0].ops == ["sigmoid", "mul", "add"]
+    assert [r.kind for r in part.regions] == ["pointwise", "pointwise"]
+    assert [r.ops for r in part.regions] == [["relu"], ["sigmoid", "mul", "add"]]
+
+
+def test_pools_scans_and_chunks_make_regions():
+    """Ops Inductor writes as Triton kernels without aten tagging them reductions (a pool, a scan) are regions, and
+    a chunk joins the pointwise work it feeds as a view."""
+    class Q(nn.Module):
+        def forward(self, x):
+            gate, up = x.chunk(2, dim=-1)
+            return torch.cumsum(F.max_pool1d(torch.relu(gate) * up, 3, 2), -1)
+
+    gm = _capture(Q(), torch.randn(2, 4, 32))
+    part = rg.partition(gm)
+    assert part.regions and not part.unsupported
+    ops = {o for r in part.regions for o in r.ops}
+    assert {"relu", "mul", "cumsum"} <= ops and any(o.startswith("max_pool") for o in ops)
 
 
 def test_unsupported_ops_are_reported_not_grouped():
     class U(nn.Module):
         def forward(self, x):
-            return torch.cumsum(torch.softmax(x, -1), -1)
+            return torch.sort(torch.softmax(x, -1), -1).values
 
     gm = _capture(U(), torch.randn(4, 8))
     part = rg.partition(gm)
     assert [r.kind for r in part.regions] == ["softmax"]
-    assert "cumsum" in part.unsupported
+    assert any("sort" in u for u in part.unsupported)
 
 
 @pytest.mark.parametrize("batch", [3, 5])
