@@ -252,9 +252,6 @@ class RayExecutor:
         """Submit every region, then read outcomes as they come: ``apply(item, outcome)`` for each. A region whose
         worker died after Ray's own retries is submitted again (:data:`RESUBMITS` times)."""
         ray = _ray()
-        from ray.exceptions import NodeDiedError, RayActorError, WorkerCrashedError
-
-        lost = (WorkerCrashedError, RayActorError, NodeDiedError)
         task = ray.remote(evolve_task).options(**self._options(), max_retries=self.max_retries)
         config_json = json.dumps(config.to_json())
         console.print(self.describe())
@@ -266,7 +263,24 @@ class RayExecutor:
 
         for item, problem in todo:
             submit(item, problem, 0)
-        with _Board(self, len(todo), console) as board:
+        try:
+            self._collect(pending, submit, store, config, apply, _Board(self, len(todo), console))
+        except BaseException:
+            # Interrupted: the searches still queued or running would go on writing for nobody.
+            for ref in pending:
+                try:
+                    ray.cancel(ref, force=True)
+                except Exception as e:  # noqa: BLE001 - the cluster may be gone already
+                    log.debug("cancelling a search: %s", e)
+            raise
+
+    def _collect(self, pending: dict[Any, tuple[Any, Any, int]], submit: Any, store: Any, config: Any, apply: Any,
+                 board: _Board) -> None:
+        ray = _ray()
+        from ray.exceptions import NodeDiedError, RayActorError, WorkerCrashedError
+
+        lost = (WorkerCrashedError, RayActorError, NodeDiedError)
+        with board:
             while pending:
                 done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
                 board.refresh(len(pending))
@@ -285,7 +299,11 @@ class RayExecutor:
                     except Exception as e:  # noqa: BLE001 - one region failing must not stop the others
                         outcome = {"status": "failed", "note": f"{type(e).__name__}: {e}"[:300]}
                     if not outcome.get("written", True):
-                        self._store(store, outcome, config.to_json())
+                        try:
+                            self._store(store, outcome, config.to_json())
+                        except Exception as e:  # noqa: BLE001 - the other regions' results still get stored
+                            log.warning("storing %s's result failed: %s", item.name, e)
+                            outcome = {**outcome, "status": "failed", "note": f"storing it failed: {e}"[:300]}
                     apply(item, outcome)
                     board.finished(item, outcome)
             board.refresh(0)
