@@ -34,5 +34,7 @@ setup(
         "console_scripts": ["kernelsmith = ks_inductor.cli:main"],
         # Dynamo discovers this lazily; the target module must not register the name itself.
         "torch_dynamo_backends": ["kernelsmith = ks_inductor.backend:kernelsmith_backend"],
+        # vLLM calls it in every process; it does nothing unless KERNELSMITH_PACK names a pack.
+        "vllm.general_plugins": ["kernelsmith = integrations.vllm:register"],
     },
 )

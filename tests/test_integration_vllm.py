@@ -1,0 +1,127 @@
+"""Serving a pack in vLLM's own layer classes (``RMSNorm`` with and without the residual, ``SiluAndMul``) through
+``CustomOp.register_oot``, on vLLM's CPU platform and the Triton interpreter. Skipped where vLLM's Python part is
+not importable (it is not installed in CI: its wheel is 336 MB)."""
+
+from __future__ import annotations
+
+import logging
+import zipfile
+
+import pytest
+import torch
+
+pytest.importorskip("vllm.model_executor.layers.layernorm", reason="needs vllm (its Python part)")
+
+from integrations import guard as G  # noqa: E402
+from integrations import vllm as V  # noqa: E402
+
+HIDDEN, INTER, TOKENS, EPS = 64, 96, 12, 1e-6
+
+
+@pytest.fixture(autouse=True)
+def _clean(monkeypatch):
+    for k in (G.ENV_PACK, G.ENV_TRUSTED_KEYS, G.ENV_DISABLE):
+        monkeypatch.delenv(k, raising=False)
+    V.unregister()
+    yield
+    V.unregister()
+
+
+@pytest.fixture(scope="module")
+def pack(tmp_path_factory, judge):
+    from rich.console import Console
+
+    from kernel_cache.pack import ExportFilters, export_pack
+    from kernel_cache.store import KernelStore
+    from ks_inductor.evolve import EvolveConfig
+    from ks_inductor.warm import warm
+
+    root = tmp_path_factory.mktemp("vllm")
+    norm = ((TOKENS, HIDDEN), torch.float32, EPS)
+    problems = V.layer_problems([norm], [((TOKENS, 2 * INTER), torch.float32)], [norm])
+    with KernelStore(str(root / "k.db")) as store:
+        summary = warm(problems, store, EvolveConfig(budget=1, backend="triton-interpret"), judge=judge,
+                       console=Console(stderr=True, quiet=True))
+        assert [i.status for i in summary.items] == ["found"] * 3, summary.to_json()
+        export_pack(store, root / "vllm.kspack", ExportFilters(keys=[p.key for p in problems]))
+    return root / "vllm.kspack"
+
+
+def layers():
+    from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
+    from vllm.model_executor.layers.activation import SiluAndMul
+    from vllm.model_executor.layers.layernorm import RMSNorm
+
+    with set_current_vllm_config(VllmConfig(device_config=DeviceConfig(device="cpu"))):
+        torch.manual_seed(0)
+        norm = RMSNorm(HIDDEN, EPS, dtype=torch.float32)
+        with torch.no_grad():
+            norm.weight.copy_(1 + 0.1 * torch.randn(HIDDEN))
+        return norm, SiluAndMul()
+
+
+def inputs(tokens=TOKENS):
+    g = torch.Generator().manual_seed(tokens)
+    return (torch.randn(tokens, HIDDEN, generator=g), torch.randn(tokens, HIDDEN, generator=g),
+            torch.randn(tokens, 2 * INTER, generator=g))
+
+
+def test_layers_serve_the_pack_and_match_vllm(pack):
+    from vllm.model_executor.layers.activation import SiluAndMul
+    from vllm.model_executor.layers.layernorm import RMSNorm
+
+    st = V.register(pack)
+    assert st.refused == "" and st.registered == ["RMSNorm", "SiluAndMul"]
+    norm, act = layers()
+    assert type(norm).__name__ == "KernelsmithRMSNorm" and type(act).__name__ == "KernelsmithSiluAndMul"
+    x, r, h = inputs()
+    with torch.no_grad():
+        torch.testing.assert_close(norm(x), RMSNorm.forward_native(norm, x), atol=1e-5, rtol=1e-5)
+        out, res = norm(x.clone(), r.clone())
+        want, want_res = RMSNorm.forward_native(norm, x.clone(), r.clone())
+        torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(res, want_res)
+        torch.testing.assert_close(act(h), SiluAndMul.forward_native(h), atol=1e-5, rtol=1e-5)
+        # another token count, another dtype: vLLM's own implementation
+        x5, r5, h5 = inputs(5)
+        torch.testing.assert_close(norm(x5), RMSNorm.forward_native(norm, x5))
+        torch.testing.assert_close(act(h5), SiluAndMul.forward_native(h5))
+        torch.testing.assert_close(act(h.double()), SiluAndMul.forward_native(h.double()))
+    assert st.stats()["hits"] == {"add_rmsnorm": 1, "rmsnorm": 1, "silu_and_mul": 1}
+    assert st.stats()["fallbacks"] == {"rmsnorm": {"shape": 1}, "silu_and_mul": {"dtype": 1, "shape": 1}}
+
+    V.unregister()
+    norm, act = layers()
+    assert type(norm) is RMSNorm and type(act) is SiluAndMul
+
+
+def test_tampered_pack_unknown_version_and_no_configuration(pack, tmp_path, caplog, monkeypatch):
+    from vllm.model_executor.layers.layernorm import RMSNorm
+
+    bad = tmp_path / "bad.kspack"
+    with zipfile.ZipFile(pack) as zin, zipfile.ZipFile(bad, "w") as zout:
+        for info in zin.infolist():
+            body = zin.read(info)
+            if info.filename.startswith("vectors/"):
+                body = body[:-1] + bytes([body[-1] ^ 1])
+            zout.writestr(info, body)
+    with caplog.at_level(logging.INFO, logger="kernelsmith.integrations"):
+        st = V.register(bad)
+    assert st.registered == [] and st.refused.startswith("pack refused")
+    lines = [r for r in caplog.records if r.name == "kernelsmith.integrations"]
+    assert len(lines) == 1 and lines[0].levelno == logging.ERROR
+    assert type(layers()[0]) is RMSNorm
+
+    V.unregister()
+    import vllm
+
+    monkeypatch.setattr(vllm, "__version__", "0.99.0")
+    st = V.register(pack)
+    assert st.registered == [] and "0.99.0" in st.refused
+    monkeypatch.undo()
+
+    V.unregister()
+    assert V.register().refused.startswith("no pack given")  # the plugin is inert unless configured
+    V.unregister()
+    monkeypatch.setenv(G.ENV_PACK, str(pack))
+    assert V.register().registered == ["RMSNorm", "SiluAndMul"]
