@@ -925,9 +925,15 @@ def classify(problem: Problem) -> FamilyMatch | None:
         attrs = m
     if family is None:
         return None
+    return _with_state(family, problem, graph, attrs)
+
+
+def _with_state(family: str, problem: Problem, graph: Graph, attrs: dict[str, Any]) -> FamilyMatch | None:
+    """The match, with Model's parameters and constructor read; None where Model cannot be built (user code: no
+    seed then, not a crash) or holds more tensors than the graph takes."""
     try:
         state, sig = model_state(problem)
-    except Exception as e:  # noqa: BLE001 - user code; no template then, not a crash
+    except Exception as e:  # noqa: BLE001
         log.warning("could not read the parameters of %s: %s", problem.name, e)
         return None
     if len(state) > len(graph.placeholders):
@@ -943,16 +949,7 @@ def generic_match(problem: Problem) -> FamilyMatch | None:
     """A match with no op-family template: the graph, Model's state and constructor, so that Inductor's kernels
     can be rendered as a candidate. None where the graph is empty or Model cannot be built."""
     graph = parse_graph(problem.graph_text)
-    if not graph.nodes:
-        return None
-    try:
-        state, sig = model_state(problem)
-    except Exception as e:  # noqa: BLE001 - user code; no seed then, not a crash
-        log.warning("could not read the parameters of %s: %s", problem.name, e)
-        return None
-    if len(state) > len(graph.placeholders):
-        return None
-    return FamilyMatch(GENERIC, problem, graph, state, sig, {})
+    return _with_state(GENERIC, problem, graph, {}) if graph.nodes else None
 
 
 def family_of(problem: Problem) -> str | None:

@@ -47,7 +47,8 @@ _STREAM_NAMES = frozenset({"Stream", "stream", "set_stream", "ExternalStream", "
                            "StreamContext"})
 
 
-def _dotted(node: ast.AST) -> str | None:
+def dotted_name(node: ast.AST) -> str | None:
+    """``a.b.c`` for an attribute chain on a name, else None."""
     parts = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
@@ -60,7 +61,7 @@ def _dotted(node: ast.AST) -> str | None:
 
 def _is_jit_decorator(dec: ast.AST) -> bool:
     target = dec.func if isinstance(dec, ast.Call) else dec
-    name = _dotted(target) or ""
+    name = dotted_name(target) or ""
     return name.split(".")[-1] in ("jit", "autotune", "heuristics") and ("triton" in name or name in ("jit",))
 
 
@@ -125,7 +126,7 @@ class _Checker(ast.NodeVisitor):
         if is_jit:
             self.jit_kernels.add(node.name)
         for d in node.decorator_list:
-            name = (_dotted(d.func if isinstance(d, ast.Call) else d) or "").split(".")[-1]
+            name = (dotted_name(d.func if isinstance(d, ast.Call) else d) or "").split(".")[-1]
             if name in _CACHE_DECORATORS:
                 self.flag("result_cache", f"@{name} caches results across calls", node)
         if node.name in ("__torch_function__", "__torch_dispatch__"):
@@ -140,7 +141,7 @@ class _Checker(ast.NodeVisitor):
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         for b in node.bases:
-            name = self._resolve(_dotted(b) or "")
+            name = self._resolve(dotted_name(b) or "")
             if name in ("torch.Tensor", "Tensor"):
                 self.flag("lazy_evaluation", f"class {node.name} subclasses torch.Tensor", node)
             if name.split(".")[-1] == "Model":
@@ -166,7 +167,7 @@ class _Checker(ast.NodeVisitor):
                 self._check_store(t, node)
             return
         if isinstance(target, ast.Attribute):
-            dotted = _dotted(target) or ""
+            dotted = dotted_name(target) or ""
             root = self._resolve(dotted).split(".")[0]
             if root in ("torch", "triton", "math", "functools", "operator") or dotted.split(".")[0] in self.aliases:
                 self.flag("monkeypatch", f"assigns {dotted}: no patching of torch, triton or timers", node)
@@ -175,7 +176,7 @@ class _Checker(ast.NodeVisitor):
             if target.attr.startswith("__"):
                 self.flag("monkeypatch", f"assigns dunder attribute {target.attr}", node)
         if isinstance(target, ast.Subscript) and self._func_stack and not self._in_jit:
-            base = _dotted(target.value) or ""
+            base = dotted_name(target.value) or ""
             if base and base.split(".")[0] in self.module_names:
                 self.flag("result_cache", f"writes into module-level {base}: no result caching", node)
             if base.startswith("self.") and self._func_stack[-1] == "forward":
@@ -208,7 +209,7 @@ class _Checker(ast.NodeVisitor):
             self.flag("introspection", f"touches {node.attr}: no interpreter introspection", node)
         elif node.attr == "__class__" and isinstance(node.ctx, ast.Store):
             self.flag("monkeypatch", "reassigns __class__", node)
-        dotted = _dotted(node)
+        dotted = dotted_name(node)
         if dotted:
             full = self._resolve(dotted)
             parts = full.split(".")
@@ -224,7 +225,7 @@ class _Checker(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         if isinstance(func, ast.Subscript):
-            name = _dotted(func.value)
+            name = dotted_name(func.value)
             if name:
                 self.launched.add(name.split(".")[-1])
         if isinstance(func, ast.Name) and func.id in _DANGEROUS_BUILTINS:
@@ -232,7 +233,7 @@ class _Checker(ast.NodeVisitor):
                       node)
         if isinstance(func, ast.Name) and func.id == "Model":
             self.flag("calls_reference", "instantiates the reference Model", node)
-        dotted = _dotted(func) if isinstance(func, ast.Attribute) else None
+        dotted = dotted_name(func) if isinstance(func, ast.Attribute) else None
         if dotted and not self._in_jit:
             full = self._resolve(dotted)
             root = full.split(".")[0]
@@ -251,7 +252,7 @@ class _Checker(ast.NodeVisitor):
             elif func.attr in COMPUTE_METHODS and root not in self._triton_lang_aliases():
                 self.flag("torch_compute", f"calls .{func.attr}() on a tensor outside a Triton kernel", node)
             if func.attr in ("forward",) and isinstance(func.value, ast.Call):
-                base = _dotted(func.value.func) or ""
+                base = dotted_name(func.value.func) or ""
                 if base == "super":
                     self.flag("calls_reference", "calls super().forward", node)
         self.generic_visit(node)

@@ -31,6 +31,7 @@ from ks_inductor.evolve.inductor.program import (
     LaunchConfig,
     SeedUnavailable,
 )
+from ks_inductor.judge.static_checks import dotted_name
 
 # Statements of Inductor's wrapper that only check or set up what the seed's forward does not need.
 _SKIPPED_CALLS = {"assert_size_stride", "assert_alignment", "torch.cuda.set_device", "args.clear",
@@ -41,13 +42,7 @@ _HEURISTICS = {"pointwise", "reduction", "persistent_reduction"}
 
 
 def _dotted(node: ast.AST) -> str:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-    return ".".join(reversed(parts))
+    return dotted_name(node) or ""
 
 
 # --------------------------------------------------------------------------------------------- code generation
