@@ -277,9 +277,11 @@ class RayExecutor:
     def _collect(self, pending: dict[Any, tuple[Any, Any, int]], submit: Any, store: Any, config: Any, apply: Any,
                  board: _Board) -> None:
         ray = _ray()
-        from ray.exceptions import NodeDiedError, RayActorError, WorkerCrashedError
+        import ray.exceptions as rx
 
-        lost = (WorkerCrashedError, RayActorError, NodeDiedError)
+        # The worker, its node or its memory gone: the region itself did nothing wrong, so it runs again.
+        lost = tuple(getattr(rx, n) for n in ("WorkerCrashedError", "RayActorError", "NodeDiedError",
+                                              "OutOfMemoryError") if hasattr(rx, n))
         with board:
             while pending:
                 done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
