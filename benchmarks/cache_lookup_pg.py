@@ -15,7 +15,7 @@ as the median (and p90) of single lookups of random keys from one warm process, 
 * ``miss``: a key with no kernel at all, memo off.
 * ``first_lookup_new_process``: a fresh reader: connect, check the schema, first lookup (one sample per run).
 
-The result goes to ``benchmarks/results/cache-lookup-pg-cpu.json`` (or ``--out``).
+The result goes to ``benchmarks/results/cache-lookup-pg-cpu-DATE.json`` (or ``--out``).
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--db", help="an empty PostgreSQL database (default: a throwaway local server)")
     ap.add_argument("--kernels", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=5_000, help="lookups per measurement")
-    ap.add_argument("--out", help="result JSON (default: benchmarks/results/cache-lookup-pg-cpu.json)")
+    ap.add_argument("--out", help="result JSON (default: benchmarks/results/cache-lookup-pg-cpu-DATE.json)")
     a = ap.parse_args(argv)
     cluster = None
     url = a.db
@@ -168,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         "host": {"machine": platform.machine(), "python": platform.python_version(), "cpus": _cpus()},
         "date": time.strftime("%Y-%m-%d"), **res,
     }
-    out = Path(a.out) if a.out else ROOT / "benchmarks" / "results" / "cache-lookup-pg-cpu.json"
+    default = ROOT / "benchmarks" / "results" / f"cache-lookup-pg-cpu-{result['date']}.json"
+    out = Path(a.out) if a.out else default
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
