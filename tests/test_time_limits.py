@@ -83,9 +83,10 @@ def test_a_final_protocol_cut_off_by_the_limit_stores_the_search_best_unverified
         took = time.monotonic() - t0
     assert took <= 1.10 * limit, took
     assert judge.finals >= 1 and summary.judged >= 2
-    # Time was kept for the final judgments: the search stopped before the limit.
+    # Time was kept for the final judgments: the search stopped before the limit. Every search judgment that
+    # finished left its step; the final judgments (counted in judged) and any the limit cut off leave none.
     steps = store.steps(run_id=summary.run_id)
-    assert len(steps) == summary.judged
+    assert 2 <= len(steps) <= summary.judged - judge.finals
     rec = summary.best
     assert rec is not None and rec.status == "rejected", rec
     assert "final protocol" in summary.note and "rejected" in summary.note
