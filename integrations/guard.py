@@ -318,6 +318,31 @@ class PackGuard:
                     "kernels": {k[:12]: [pk.state for pk in v] for k, v in self.kernels.items()}}
 
 
+def installed_version(module: str) -> str | None:
+    """``module.__version__`` of an installed stack, None where it is not importable."""
+    import importlib
+
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        return None
+    return str(getattr(mod, "__version__", "")) or None
+
+
+class StackState:
+    """What a stack's integration did in this process: its guard, why it refused (empty when it did not), and the
+    ops it serves by layer configuration."""
+
+    def __init__(self) -> None:
+        self.guard: PackGuard | None = None
+        self.refused = ""
+        self.served: dict[tuple, ServedOp] = {}
+        self.lock = threading.Lock()
+
+    def stats(self) -> dict[str, Any]:
+        return self.guard.stats() if self.guard is not None else {"hits": {}, "fallbacks": {}, "kernels": {}}
+
+
 class ServedOp:
     """One op of one layer kind: ``op(*tensors)`` returns the kernel's result (a tensor, or a tuple where the op has
     several outputs), or None where the caller must run its own path (the reason is counted)."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import threading
 from typing import Any
 
 from integrations import guard as G
@@ -40,18 +39,12 @@ BACKENDS = (
 _ORIGINAL = "_kernelsmith_build_op"
 
 
-class State:
+class State(G.StackState):
     """What ``install`` did: the guard, the backends wrapped, and why nothing was if so."""
 
     def __init__(self) -> None:
-        self.guard: G.PackGuard | None = None
+        super().__init__()
         self.wrapped: list[str] = []
-        self.refused = ""
-        self.served: dict[tuple, G.ServedOp] = {}
-        self.lock = threading.Lock()
-
-    def stats(self) -> dict[str, Any]:
-        return self.guard.stats() if self.guard is not None else {"hits": {}, "fallbacks": {}, "kernels": {}}
 
 
 _STATE = State()
@@ -62,11 +55,7 @@ def state() -> State:
 
 
 def stack_version() -> str | None:
-    try:
-        from lmdeploy.version import __version__
-    except ImportError:
-        return None
-    return str(__version__)
+    return G.installed_version("lmdeploy.version")
 
 
 # ============================================================================================ ops

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from typing import Any
 
 from integrations import guard as G
@@ -33,16 +32,12 @@ OP_SILU_AND_MUL = "silu_and_mul"
 _NAMES = ("RMSNorm", "SiluAndMul")
 
 
-class State:
-    def __init__(self) -> None:
-        self.guard: G.PackGuard | None = None
-        self.registered: list[str] = []
-        self.refused = ""
-        self.served: dict[tuple, G.ServedOp] = {}
-        self.lock = threading.Lock()
+class State(G.StackState):
+    """What ``register`` did: the guard, the layer classes registered, and why nothing was if so."""
 
-    def stats(self) -> dict[str, Any]:
-        return self.guard.stats() if self.guard is not None else {"hits": {}, "fallbacks": {}, "kernels": {}}
+    def __init__(self) -> None:
+        super().__init__()
+        self.registered: list[str] = []
 
 
 _STATE = State()
@@ -53,11 +48,7 @@ def state() -> State:
 
 
 def stack_version() -> str | None:
-    try:
-        from vllm import __version__
-    except ImportError:
-        return None
-    return str(__version__)
+    return G.installed_version("vllm")
 
 
 def _served(op: str, group: tuple, reference: Any, arity: int) -> G.ServedOp | None:
