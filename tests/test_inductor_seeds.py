@@ -111,6 +111,8 @@ def test_grid_follows_inductor_rules():
     gx, gy, gz = grid(k, {"XBLOCK": 8, "YBLOCK": 1}, {"xnumel": 8, "ynumel": 200_000})
     assert (gx, gz) == (1, 4) and gy * gz >= 200_000 and gy <= 65535
     assert InductorProgram.from_json(InductorProgram(kernels=[k]).to_json()).kernels[0] == k
+    k.grid_type = "BatchMatmulGrid3D"
+    assert grid(k, {"XBLOCK": 8, "YBLOCK": 4, "ZBLOCK": 2}, {"xnumel": 64, "ynumel": 8, "znumel": 6}) == (3, 2, 8)
 
 
 MODEL = textwrap.dedent("""

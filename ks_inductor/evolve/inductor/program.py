@@ -25,7 +25,7 @@ MAX_BLOCK = {"XBLOCK": 4096, "YBLOCK": 1024, "ZBLOCK": 1024, "R0_BLOCK": 4096, "
 MAX_Y_GRID = 65535
 
 # The launch grids Inductor's pointwise and reduction kernels use, by its inductor_meta["grid_type"].
-GRID_TYPES = ("Grid1D", "Grid2D", "Grid3D", "Grid2DWithYZOverflow")
+GRID_TYPES = ("Grid1D", "Grid2D", "Grid3D", "Grid2DWithYZOverflow", "BatchMatmulGrid3D")
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,8 @@ def grid(kernel: KernelPlan, blocks: dict[str, int], numels: dict[str, int]) -> 
         return x, y, 1
     if kernel.grid_type == "Grid3D":
         return x, y, z
+    if kernel.grid_type == "BatchMatmulGrid3D":
+        return z, y, x  # the native batched matmul puts the batch (z) on the grid's first axis
     if kernel.grid_type == "Grid2DWithYZOverflow":
         # y beyond CUDA's 65535 limit folds into z; the kernel recombines them.
         div = cdiv(y, MAX_Y_GRID)
