@@ -10,21 +10,45 @@ from __future__ import annotations
 
 import argparse
 import json
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from ks_inductor.evolve.families import classify, generic_match
 from ks_inductor.evolve.templates import INDUCTOR, templates_for
 from ks_inductor.problem import problem_from_source
 
+# Tracing (make_fx, fake tensors) is not thread-safe: one problem is traced at a time, while Inductor's code
+# generation, each in a process of its own, runs for several.
+_TRACE = threading.Lock()
+
 
 def survey_one(f: Path) -> dict:
+    with _TRACE:
+        row, fm = _templates(f)
+    if fm is None:
+        return row
+    INDUCTOR.variants(fm)  # Inductor's code generation, outside the lock
+    with _TRACE:
+        for v in INDUCTOR.variants(fm):
+            try:
+                INDUCTOR.render(fm, INDUCTOR.default(fm, v, fm.target), v)
+                row["inductor"].append(v)
+            except Exception as e:  # noqa: BLE001
+                row["errors"].append(f"inductor/{v}: {type(e).__name__}: {str(e)[:160]}")
+        row["inductor_missing"] = INDUCTOR.unavailable(fm)
+    return row
+
+
+def _templates(f: Path) -> tuple[dict, Any]:
+    """The row with the templates' seeds, and the match Inductor's seeds are rendered for (None: no problem)."""
     row: dict = {"problem": f.stem, "family": None, "seeds": [], "inductor": [], "inductor_missing": {}, "errors": []}
     try:
         p = problem_from_source(f.read_text(), f.stem)
     except Exception as e:  # noqa: BLE001 - a problem that does not load is reported, the survey goes on
         row["errors"].append(f"load: {type(e).__name__}: {str(e)[:160]}")
-        return row
+        return row, None
     row["ops"] = p.op_summary
     fm = classify(p)
     if fm is not None:
@@ -36,16 +60,7 @@ def survey_one(f: Path) -> dict:
                     row["seeds"].append(f"{t.name}/{v}")
                 except Exception as e:  # noqa: BLE001
                     row["errors"].append(f"{t.name}/{v}: {type(e).__name__}: {str(e)[:160]}")
-    fm = fm or generic_match(p)
-    if fm is not None:
-        for v in INDUCTOR.variants(fm):
-            try:
-                INDUCTOR.render(fm, INDUCTOR.default(fm, v, fm.target), v)
-                row["inductor"].append(v)
-            except Exception as e:  # noqa: BLE001
-                row["errors"].append(f"inductor/{v}: {type(e).__name__}: {str(e)[:160]}")
-        row["inductor_missing"] = INDUCTOR.unavailable(fm)
-    return row
+    return row, fm or generic_match(p)
 
 
 def survey(folder: Path, level: int, workers: int = 1) -> list[dict]:
