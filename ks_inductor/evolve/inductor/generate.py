@@ -26,6 +26,7 @@ _MATMUL_OPS = ("mm", "bmm", "addmm", "baddbmm", "matmul", "dot")
 TIMEOUT_S = 300.0
 
 _lock = threading.Lock()
+_key_locks: dict[tuple[str, str], threading.Lock] = {}
 _memo: dict[tuple[str, str], tuple[dict[str, InductorProgram], dict[str, str]]] = {}
 
 
@@ -33,7 +34,11 @@ def inductor_programs(problem: Problem, target: str) -> tuple[dict[str, Inductor
     """The distinct plans Inductor makes for ``problem`` on ``target`` ("cuda", or "cpu" for the interpreter, where
     code is generated for a stand-in sm_90 device), by variant name; and per variant that has none, why."""
     key = (problem.key, target)
+    # One generation per problem, however many threads ask; different problems generate at once (a warm searching
+    # several regions in parallel).
     with _lock:
+        key_lock = _key_locks.setdefault(key, threading.Lock())
+    with key_lock:
         if key not in _memo:
             _memo[key] = _generate(problem, target)
         return _memo[key]
