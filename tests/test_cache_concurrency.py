@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from kernel_cache.store import KernelStore
 from kernel_cache.testing import h200
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.writers import BATCH, KILLED_WRITER, ROOT, subprocess_env
 
 _WRITER = r"""
 import os, sys, time
@@ -40,38 +37,12 @@ store.finish_run(run, {"n": n})
 store.close()
 """
 
-_KILLED = r"""
-import os, sys
-from kernel_cache.store import KernelStore
-from kernel_cache.testing import h200, make_record
-
-db, log = sys.argv[1], sys.argv[2]
-store = KernelStore(db)
-fp = h200()
-with open(log, "a", buffering=1) as out:
-    i = 0
-    while True:
-        kid = store.add_kernel(make_record("solo", f"s{i}", fp))
-        out.write(f"solo {kid}\n")
-        # A 50-kernel transaction: the kill will often land inside one of these.
-        outcomes = store.merge([], [make_record("batch", f"b{i}-{j}", fp) for j in range(50)])
-        out.write(f"batch {i} {' '.join(str(o.kernel_id) for o in outcomes)}\n")
-        i += 1
-"""
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
 def test_several_writer_processes_lose_nothing(tmp_path):
     db = str(tmp_path / "k.db")
     KernelStore(db).close()
     writers, n = 4, 25
     procs = [subprocess.Popen([sys.executable, "-c", _WRITER, db, str(w), str(n), str(tmp_path)], cwd=ROOT,
-                              env=_env(), stderr=subprocess.PIPE, text=True) for w in range(writers)]
+                              env=subprocess_env(), stderr=subprocess.PIPE, text=True) for w in range(writers)]
     deadline = time.monotonic() + 60
     while len(list(tmp_path.glob("ready-*"))) < writers and time.monotonic() < deadline:
         if any(p.poll() not in (None, 0) for p in procs):
@@ -95,7 +66,7 @@ def test_several_writer_processes_lose_nothing(tmp_path):
 def test_writer_killed_mid_run_leaves_consistent_database(tmp_path):
     db, log = str(tmp_path / "k.db"), tmp_path / "committed.log"
     KernelStore(db).close()
-    proc = subprocess.Popen([sys.executable, "-c", _KILLED, db, str(log)], cwd=ROOT, env=_env(),
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, db, str(log)], cwd=ROOT, env=subprocess_env(),
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
@@ -112,7 +83,7 @@ def test_writer_killed_mid_run_leaves_consistent_database(tmp_path):
         parts = line.split()
         if parts and parts[0] == "solo" and len(parts) == 2:
             committed.add(int(parts[1]))
-        elif parts and parts[0] == "batch" and len(parts) == 52:  # a line cut by the kill is not counted
+        elif parts and parts[0] == "batch" and len(parts) == BATCH + 2:  # a line cut by the kill is not counted
             committed.update(int(x) for x in parts[2:])
     assert len(committed) >= 5 * 51
 
@@ -122,7 +93,7 @@ def test_writer_killed_mid_run_leaves_consistent_database(tmp_path):
     batch_rows = conn.execute("SELECT COUNT(*) FROM kernels WHERE problem_key = 'batch'").fetchone()[0]
     conn.close()
     assert committed <= present  # every committed row survived
-    assert batch_rows % 50 == 0  # and no transaction survived in part
+    assert batch_rows % BATCH == 0  # and no transaction survived in part
     with KernelStore(db) as s:  # the store opens it normally and keeps writing
         s.add_kernel(s.kernels(problem_key="solo")[0])
         assert s.lookup("batch", h200()) is not None

@@ -9,7 +9,6 @@ except under CI=true, where they fail.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -23,13 +22,13 @@ from kernel_cache.record import QUARANTINED, REJECTED, StepRecord
 from kernel_cache.store import KernelStore
 from kernel_cache.testing import h200, make_record
 from tests.postgres_server import unavailable
+from tests.writers import BATCH, KILLED_WRITER, ROOT, subprocess_env
 
 try:
     import psycopg
 except ImportError:  # the tests that need it ask postgres_cluster, which skips (or fails under CI) saying why
     psycopg = None
 
-ROOT = Path(__file__).resolve().parent.parent
 
 # Processes start, import, then wait for "go": the race is on what they do with the database, not on imports.
 _BARRIER = r"""
@@ -77,34 +76,8 @@ store.close()
 print(json.dumps(added))
 """
 
-_KILLED = r"""
-import sys
-from kernel_cache.store import KernelStore
-from kernel_cache.testing import h200, make_record
-
-db, log = sys.argv[1], sys.argv[2]
-store = KernelStore(db)
-fp = h200()
-with open(log, "a", buffering=1) as out:
-    i = 0
-    while True:
-        kid = store.add_kernel(make_record("solo", f"s{i}", fp))
-        out.write(f"solo {kid}\n")
-        # A 40-kernel transaction: the kill will often land inside one of these.
-        outcomes = store.merge([], [make_record("batch", f"b{i}-{j}", fp) for j in range(40)])
-        out.write(f"batch {i} {' '.join(str(o.kernel_id) for o in outcomes)}\n")
-        i += 1
-"""
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
 def _start_together(tmp_path: Path, script: str, args: list[str], n: int) -> list[subprocess.Popen]:
-    procs = [subprocess.Popen([sys.executable, "-c", script, *args, str(tmp_path), str(w)], cwd=ROOT, env=_env(),
+    procs = [subprocess.Popen([sys.executable, "-c", script, *args, str(tmp_path), str(w)], cwd=ROOT, env=subprocess_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w in range(n)]
     deadline = time.monotonic() + 90
     while len(list(tmp_path.glob("ready-*"))) < n and time.monotonic() < deadline:
@@ -160,7 +133,7 @@ def test_concurrent_writers_with_the_same_keys_lose_and_duplicate_nothing(tmp_pa
 def test_writer_killed_mid_run_loses_no_committed_row(tmp_path, postgres_url):
     log = tmp_path / "committed.log"
     KernelStore(postgres_url).close()
-    proc = subprocess.Popen([sys.executable, "-c", _KILLED, postgres_url, str(log)], cwd=ROOT, env=_env(),
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, postgres_url, str(log)], cwd=ROOT, env=subprocess_env(),
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
@@ -177,13 +150,13 @@ def test_writer_killed_mid_run_loses_no_committed_row(tmp_path, postgres_url):
         parts = line.split()
         if parts and parts[0] == "solo" and len(parts) == 2:
             committed.add(int(parts[1]))
-        elif parts and parts[0] == "batch" and len(parts) == 42:  # a line cut by the kill is not counted
+        elif parts and parts[0] == "batch" and len(parts) == BATCH + 2:  # a line cut by the kill is not counted
             committed.update(int(x) for x in parts[2:])
-    assert len(committed) >= 4 * 41
+    assert len(committed) >= 4 * (BATCH + 1)
     with KernelStore(postgres_url) as s:
         ids = {r.id for r in s.kernels()}
         assert committed <= ids
-        assert len(s.kernels(problem_key="batch")) % 40 == 0  # a batch lands whole or not at all
+        assert len(s.kernels(problem_key="batch")) % BATCH == 0  # a batch lands whole or not at all
         # The killed writer's open transaction (and its lock on the generation row) died with its connection.
         t0 = time.monotonic()
         s.add_kernel(make_record("after", "x", h200()))
