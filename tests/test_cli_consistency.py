@@ -16,27 +16,12 @@ from kernel_cache.testing import make_record
 from ks_inductor import backend as B
 from ks_inductor.cli import build_parser, main
 from ks_inductor.warm import WarmSummary
+from tests.test_warm_cli import FACTORY as NORM_FACTORY
 
 PROBLEMS = Path(__file__).resolve().parent / "problems"
 
-FACTORY = textwrap.dedent("""
-    import torch
-    import torch.nn as nn
-
-
-    class Norm(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.w = nn.Parameter(1.0 + 0.1 * torch.randn(32))
-
-        def forward(self, x):
-            xf = x.float()
-            return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * self.w
-
-
-    def make():
-        torch.manual_seed(0)
-        return Norm(), (torch.randn(8, 32),)
+# The warm tests' factory (a small norm model), with one more function that fails.
+FACTORY = NORM_FACTORY + textwrap.dedent("""
 
 
     def boom():
