@@ -47,6 +47,10 @@ class WarmSummary:
     items: list[WarmItem] = field(default_factory=list)
     wall_s: float = 0.0
     fingerprint: dict[str, Any] = field(default_factory=dict)
+    # Per local GPU over the searches: mean and max utilisation in percent and the samples taken
+    # (ks_inductor.gpu_util.GpuSampler.summary); empty on a CPU, with Ray, or with nothing to evolve.
+    gpu_util: list[dict[str, Any]] = field(default_factory=list)
+    gpu_util_source: str | None = None
 
     @property
     def found(self) -> int:
@@ -54,13 +58,14 @@ class WarmSummary:
 
     def to_json(self) -> dict[str, Any]:
         return {"items": [asdict(i) for i in self.items], "wall_s": self.wall_s, "fingerprint": self.fingerprint,
-                "found": self.found}
+                "found": self.found, "judged": sum(i.judged for i in self.items), "gpu_util": self.gpu_util,
+                "gpu_util_source": self.gpu_util_source}
 
     def table(self) -> Any:
         from rich.table import Table
 
         t = Table(title=f"kernelsmith warm: {self.found}/{len(self.items)} keys have a verified kernel "
-                        f"({self.wall_s:.0f}s)")
+                        f"({self.wall_s:.0f}s)", caption=self.gpu_text() or None)
         for col in ("key", "region", "inputs", "status", "judged", "accepted", "best speedup", "s"):
             t.add_column(col, overflow="fold")
         colour = {"found": "green", "skipped": "cyan", "no-kernel": "yellow", "not-run": "yellow", "failed": "red"}
@@ -71,6 +76,11 @@ class WarmSummary:
             t.add_row(i.key[:16], i.name, i.signature, f"[{colour.get(i.status, 'white')}]{i.status}[/]",
                       str(i.judged), str(i.accepted), sp, f"{i.wall_s:.0f}")
         return t
+
+    def gpu_text(self) -> str:
+        if not self.gpu_util:
+            return ""
+        return "average GPU utilisation: " + ", ".join(f"GPU {g['gpu']} {g['mean']:.0f}%" for g in self.gpu_util)
 
 
 # ----------------------------------------------------------------------------------------- sources
@@ -282,13 +292,17 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
         n = getattr(config, "parallel_regions", None) or default_parallel_regions(fp, judge)
         if n > 1:
             executor = RegionThreads(judge, n)
+    gpu = _gpu_sampler(fp, executor, todo)
     if executor is not None:
+        if gpu is not None and hasattr(executor, "gpu"):
+            executor.gpu = gpu
         try:
             deadline = None if total_time_s is None else time.time() + total_time_s - (time.perf_counter() - t0)
             executor.run(todo, config, store, deadline,
                          lambda item, outcome: apply_outcome(item, outcome, store, fp, console), console)
         finally:
             summary.wall_s = time.perf_counter() - t0
+            _end_gpu_sampler(gpu, summary)
         return summary
     try:
         for item, problem in todo:
@@ -312,9 +326,34 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
             item.wall_s = time.perf_counter() - t1
     finally:
         summary.wall_s = time.perf_counter() - t0
+        _end_gpu_sampler(gpu, summary)
+        if gpu is not None and summary.gpu_util:
+            console.print(summary.gpu_text())
         if own_judge and judge is not None:
             judge.close()
     return summary
+
+
+def _gpu_sampler(fp: Any, executor: Any, todo: list[Any]) -> Any:
+    """A started :class:`ks_inductor.gpu_util.GpuSampler` for a search on this host's GPUs, else None: nothing to
+    evolve, an untimed backend (no GPU work worth showing), or a Ray cluster (its GPUs are not all here)."""
+    if not todo or not getattr(fp, "timed", False):
+        return None
+    from ks_inductor.warm_parallel import RegionThreads
+
+    if executor is not None and not isinstance(executor, RegionThreads):
+        return None
+    from ks_inductor.gpu_util import GpuSampler
+
+    gpu = GpuSampler()
+    return gpu.start() if gpu.available else None
+
+
+def _end_gpu_sampler(gpu: Any, summary: WarmSummary) -> None:
+    if gpu is None:
+        return
+    gpu.stop()
+    summary.gpu_util, summary.gpu_util_source = gpu.summary(), gpu.source
 
 
 def region_config(config: Any, left: float | None) -> Any:

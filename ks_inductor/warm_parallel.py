@@ -69,11 +69,12 @@ class _Region:
 
 
 class _Board:
-    """One live view of every region in flight: judgments per minute over all of them, and each one's count, best
-    so far and time."""
+    """One live view of every region in flight: judgments per minute over all of them, each GPU's utilisation (when
+    ``gpu``, a :class:`ks_inductor.gpu_util.GpuSampler`, samples it), and each region's count, best so far and
+    time."""
 
-    def __init__(self, total: int, console: Any, workers: int) -> None:
-        self.total, self.console, self.workers = total, console, workers
+    def __init__(self, total: int, console: Any, workers: int, gpu: Any = None) -> None:
+        self.total, self.console, self.workers, self.gpu = total, console, workers, gpu
         self.running: dict[str, _Region] = {}
         self.finished = 0
         self.judgments = 0
@@ -99,13 +100,17 @@ class _Board:
 
         t = Table(title=f"warm: {self.finished}/{self.total} regions done, {len(self.running)} in flight "
                         f"(up to {self.workers}), {self.judgments} judgments, {self.rate():.0f}/min, "
-                        f"{time.monotonic() - self.t0:.0f}s", title_justify="left")
+                        f"{time.monotonic() - self.t0:.0f}s{self._gpu_now()}", title_justify="left")
         for col in ("region", "key", "judged", "in flight", "best", "s"):
             t.add_column(col, overflow="fold")
         for r in list(self.running.values()):
             t.add_row(r.name, r.key[:12], str(r.judged), str(r.submitted - r.judged), r.best,
                       f"{time.monotonic() - r.t0:.0f}")
         return t
+
+    def _gpu_now(self) -> str:
+        text = self.gpu.text(latest=True) if self.gpu is not None else ""
+        return f", {text}" if text else ""
 
     def start(self, item: Any) -> _Region:
         region = self.running[item.key] = _Region(self, item.name, item.key)
@@ -126,6 +131,7 @@ class RegionThreads:
         self.workers = max(1, workers)
         self.judgments = 0
         self.rate = 0.0  # judgments per minute over the run, once it ended
+        self.gpu: Any = None  # a started GpuSampler, set by warm() on a host with GPUs to show
 
     def fingerprint(self, config: Any) -> Any:
         from ks_inductor.judge.backends import current_fingerprint
@@ -145,7 +151,7 @@ class RegionThreads:
         own = self.judge is None
         judge = self.judge or search_judge(config)
         locked = LockedStore(store)
-        board = _Board(len(todo), console, self.workers)
+        board = _Board(len(todo), console, self.workers, self.gpu)
 
         def one(item: Any, problem: Any) -> dict[str, Any]:
             left = None if deadline is None else deadline - time.time()
@@ -189,8 +195,9 @@ class RegionThreads:
                 if own:
                     judge.close()
                 pool.shutdown(wait=False, cancel_futures=True)
+        gpu = self.gpu.text() if self.gpu is not None else ""
         console.print(f"searched {len(todo)} regions, up to {self.workers} at once: {self.judgments} judgments, "
-                      f"{self.rate:.0f} per minute")
+                      f"{self.rate:.0f} per minute" + (f"; average utilisation {gpu}" if gpu else ""))
 
     def close(self) -> None:
         """Nothing to release: the judge this executor made was closed at the end of its run."""
