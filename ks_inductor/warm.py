@@ -186,7 +186,7 @@ def hf_model(config: str, overrides: dict[str, Any] | None = None, batch: int = 
     except Exception as e:  # noqa: BLE001
         raise WarmError(f"cannot build a transformers config from {config!r}: {e}") from None
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if device == "cuda" else torch.float32)
+    torch_dtype = _torch_dtype(dtype) if dtype else (torch.bfloat16 if device == "cuda" else torch.float32)
     torch.manual_seed(0)
     try:
         model = transformers.AutoModelForCausalLM.from_config(cfg)
@@ -195,6 +195,21 @@ def hf_model(config: str, overrides: dict[str, Any] | None = None, batch: int = 
     model = model.to(device=device, dtype=torch_dtype).eval()
     ids = torch.randint(0, int(getattr(cfg, "vocab_size", 1000)), (batch, seq), device=device)
     return model, (ids,)
+
+
+_DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
+
+
+def _torch_dtype(name: str) -> Any:
+    """``bf16``, ``bfloat16``, ``torch.bfloat16``, ... → the torch dtype; a name torch has no dtype for is a
+    WarmError."""
+    import torch
+
+    key = name.strip().lower().removeprefix("torch.")
+    dtype = getattr(torch, _DTYPE_ALIASES.get(key, key), None)
+    if not isinstance(dtype, torch.dtype):
+        raise WarmError(f"unknown dtype {name!r}: use bf16, fp16, fp32 or a torch dtype name such as bfloat16")
+    return dtype
 
 
 def problems_from_model(model: Any, inputs: Sequence[Any], db: str | None = None,

@@ -23,7 +23,8 @@ def _add_model_source(p: argparse.ArgumentParser) -> None:
                    help="override a config field, e.g. --hf-set hidden_size=64 (repeatable)")
     p.add_argument("--batch", type=int, default=1, help="batch size of the example input ids (HF)")
     p.add_argument("--seq", type=int, default=16, help="sequence length of the example input ids (HF)")
-    p.add_argument("--dtype", default=None, help="model dtype for HF configs (default bf16 on GPU, fp32 on CPU)")
+    p.add_argument("--dtype", default=None, help="model dtype for HF configs: bf16, fp16, fp32 or a torch dtype "
+                   "name (default bf16 on GPU, fp32 on CPU)")
     p.add_argument("--device", default=None, help="device for HF configs (default cuda when available)")
     add_db_argument(p)
     add_backend_argument(p)

@@ -136,3 +136,16 @@ def test_warm_from_transformers_config(tmp_path, capsys):
     explained = _json_of(capsys)
     kinds = {r["kind"] for g in explained["graphs"] for r in g["regions"]}
     assert {"norm", "matmul"} <= kinds
+
+
+def test_hf_dtype_names():
+    import torch
+
+    from ks_inductor.warm import WarmError, _torch_dtype
+
+    assert _torch_dtype("bf16") is _torch_dtype("bfloat16") is _torch_dtype("torch.bfloat16") is torch.bfloat16
+    assert _torch_dtype("fp16") is torch.float16 and _torch_dtype("fp32") is torch.float32
+    with pytest.raises(WarmError, match="unknown dtype"):
+        _torch_dtype("bf17")
+    with pytest.raises(WarmError, match="unknown dtype"):
+        _torch_dtype("nn")  # torch.nn exists but is no dtype
