@@ -11,6 +11,10 @@ to ``$OUT/judge_throughput.json`` when ``$OUT`` is set, else to stdout.
 
 On a GPU host it measures the real protocol (timing, steady state); with ``--backend triton-interpret`` it measures
 the interpreter judge on the CPU, where timing is a short re-check of rotated inputs rather than a measurement.
+
+``--candidate seeds`` judges the embedded mutator's seed candidates for the problem instead of one file (each
+template's variants and launch shapes, taken in turn until ``--n``): different kernels, as a search's first
+generation is, for problems that have no hand-written candidate (``benchmarks/problems/*_bf16.py``).
 """
 
 from __future__ import annotations
@@ -31,13 +35,30 @@ DEFAULT_PROBLEM = ROOT / "tests" / "problems" / "rmsnorm.py"
 DEFAULT_CANDIDATE = ROOT / "tests" / "candidates" / "rmsnorm_ok.py"
 
 
-def measure(problem_path: Path, candidate_path: Path, n: int, backend: str | None, trials: int | None,
+def seed_sources(problem: object, device: str) -> list[str]:
+    """The embedded mutator's seeds for ``problem`` on ``device`` (templates only: Inductor's code generation is
+    per problem and not the judge's work)."""
+    from ks_inductor.evolve.families import classify
+    from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
+
+    fm = classify(problem)
+    if fm is None:
+        raise SystemExit(f"no op family matches {getattr(problem, 'name', problem)}: give a --candidate file")
+    fm.target = device
+    sources = [c.source for c in EmbeddedMutator(fm, inductor=False).seeds()]
+    if not sources:
+        raise SystemExit(f"no template renders a seed for {getattr(problem, 'name', problem)}")
+    return sources
+
+
+def measure(problem_path: Path, candidate_path: Path | str, n: int, backend: str | None, trials: int | None,
             workers: int | None) -> dict:
     from ks_inductor.judge import Judge, JudgeConfig
     from ks_inductor.problem import load_problem
 
     problem = load_problem(problem_path)
-    source = candidate_path.read_text()
+    seeds = str(candidate_path) == "seeds"
+    source = "" if seeds else Path(candidate_path).read_text()
     overrides = {"backend": backend}
     if trials:
         overrides["trials"] = trials
@@ -45,9 +66,10 @@ def measure(problem_path: Path, candidate_path: Path, n: int, backend: str | Non
     t_start = time.monotonic()
     with Judge(config, max_workers=workers) as judge:
         started_s = time.monotonic() - t_start
-        first = judge.evaluate(problem, source + "\n# warm-up\n")  # computes and caches the reference
+        pool = seed_sources(problem, judge.backend.device) if seeds else [source]
+        first = judge.evaluate(problem, pool[0] + "\n# warm-up\n")  # computes and caches the reference
         t0 = time.monotonic()
-        futures = [judge.submit(problem, source + f"\n# child {i}\n") for i in range(n)]
+        futures = [judge.submit(problem, pool[i % len(pool)] + f"\n# child {i}\n") for i in range(n)]
         results = [f.result() for f in futures]
         wall = time.monotonic() - t0
         devices = judge.device_count
@@ -60,7 +82,8 @@ def measure(problem_path: Path, candidate_path: Path, n: int, backend: str | Non
     total = sum(stages.values())
     durations = [r.duration_s for r in results]
     report.update({
-        "problem": problem_path.name, "candidate": candidate_path.name, "protocol": "search",
+        "problem": problem_path.name, "candidate": "seeds" if seeds else Path(candidate_path).name,
+        "distinct_sources": len(pool), "protocol": "search",
         "config": {"trials": config.trials, **config.protocol(final=False)},
         "judged": n, "verdicts": {v: sum(r.verdict == v for r in results) for v in {r.verdict for r in results}},
         "wall_s": wall, "per_minute": 60.0 * n / wall, "per_device_minute": 60.0 * n / wall / max(1, devices),
@@ -77,7 +100,8 @@ def measure(problem_path: Path, candidate_path: Path, n: int, backend: str | Non
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--problem", type=Path, default=DEFAULT_PROBLEM, help="KernelBench-format problem file")
-    p.add_argument("--candidate", type=Path, default=DEFAULT_CANDIDATE, help="a correct candidate for it")
+    p.add_argument("--candidate", default=DEFAULT_CANDIDATE,
+                   help="a correct candidate for it, or 'seeds': the embedded mutator's seed candidates")
     p.add_argument("--n", type=int, default=24, help="candidates judged (default 24)")
     p.add_argument("--backend", default=None, help="judge backend (default: detect)")
     p.add_argument("--trials", type=int, default=None, help="correctness trials (default: the judge's)")
