@@ -3,7 +3,7 @@ compile will look up, each searched from Inductor's own kernels and the op-famil
 ``torch.compile(model, backend="kernelsmith")`` against eager and ``torch.compile`` (Inductor) in one process.
 
     python benchmarks/gpu/kernelbench_compile.py KERNELBENCH_DIR 1/19,1/23,2/12 TAG [--budget 32]
-        [--time-limit SECONDS] [--max-mib M] [--parallel P] [--backend triton-cuda]
+        [--time-limit SECONDS] [--total-time SECONDS] [--max-mib M] [--parallel P] [--backend triton-cuda]
 
 ``--max-mib`` shrinks a problem's size constants (module-level ``NAME = int`` lines, the largest halved first) until
 its inputs and outputs fit in M MiB, so a whole set runs inside one device lease; the shapes used are recorded.
@@ -80,7 +80,7 @@ def inductor_seed_verdicts(db_file: str, keys: list[str]) -> dict[str, dict[str,
 # ----------------------------------------------------------------------------------------- measuring (child process)
 
 
-def measure(path: str, db: str, rounds: int) -> dict[str, Any]:
+def measure(path: str, db: str, rounds: int, device: str = "cuda") -> dict[str, Any]:
     """Eager, Inductor and kernelsmith on one problem, in this process."""
     import torch
 
@@ -88,7 +88,7 @@ def measure(path: str, db: str, rounds: int) -> dict[str, Any]:
     from ks_inductor.judge.timing import benchmark_interleaved, make_l2_flush
     from ks_inductor.warm import kernelbench_model
 
-    model, inputs = kernelbench_model(path)
+    model, inputs = kernelbench_model(path, device=device)
     with torch.no_grad():
         ref = model(*inputs)
         ind = torch.compile(model)
@@ -114,7 +114,9 @@ def measure(path: str, db: str, rounds: int) -> dict[str, Any]:
         reports = compile_reports()[n0:]
         out["regions"] = sum(len(r.regions) for r in reports)
         out["served"] = sum(r.swapped for r in reports)
-        samples = benchmark_interleaved(fns, rounds=rounds, flush=make_l2_flush("cuda"), device="cuda")
+        out["keys"] = [g.key for r in reports for g in r.regions if g.key]
+        out["region_status"] = [f"{g.kind}:{g.status}" for r in reports for g in r.regions]
+        samples = benchmark_interleaved(fns, rounds=rounds, flush=make_l2_flush(device), device=device)
     med = {k: sorted(x for r in v for x in r)[len([x for r in v for x in r]) // 2] for k, v in samples.items()}
     out["ms"] = med
     out["vs_inductor"] = med["inductor"] / med["kernelsmith"]
@@ -136,12 +138,14 @@ def main() -> None:
     ap.add_argument("--max-mib", type=float, default=64.0)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--backend", default="triton-cuda")
-    ap.add_argument("--parallel", type=int, default=3, help="problems warmed at once")
+    ap.add_argument("--parallel", type=int, default=None, help="regions searched at once (warm --parallel-regions)")
+    ap.add_argument("--total-time", type=float, default=None, help="seconds for the whole warm")
+    ap.add_argument("--measure-timeout", type=float, default=300.0, help="seconds per problem's measurement")
     ap.add_argument("--measure", help=argparse.SUPPRESS)  # child mode: PATH DB
     a = ap.parse_args()
     if a.measure:
         path, db = a.measure.split("::", 1)
-        print(json.dumps(measure(path, db, a.rounds)))
+        print(json.dumps(measure(path, db, a.rounds, "cpu" if a.backend == "triton-interpret" else "cuda")))
         return
     out_dir = Path(os.environ.get("OUT", "/tmp"))
     db_file = out_dir / f"kernelbench-compile-{a.tag}.db"
@@ -161,40 +165,79 @@ def main() -> None:
         files.append(f)
         rows.append({"problem": f"level{level}/{src_file.name}", "sizes": consts})
 
-    # Warm: several problems at once (the GPU idles through each one's tracing and code generation); then each
-    # problem is measured alone, so the timings that are reported share the GPU with nothing.
+    # Warm as a user warms a folder of models: one `kernelsmith warm --kernelbench DIR`, its regions searched several
+    # at once over every local GPU by one judge (whose per-device lock keeps timings alone on their device). Then
+    # each problem is measured by itself on one GPU, up to one problem per GPU at a time.
+    args = ["warm", "--kernelbench", str(work), "--budget", str(a.budget), "--db", db, "--backend", a.backend,
+            "--json"]
+    if a.time_limit:
+        args += ["--time-limit", str(a.time_limit)]
+    if a.total_time:
+        args += ["--total-time", str(a.total_time)]
+    if a.parallel:
+        args += ["--parallel-regions", str(a.parallel)]
+    rc, so, se, wall = _cli(args, timeout=(a.total_time or 1500) + 300)
+    warm: dict[str, Any] = {"rc": rc, "wall_s": round(wall, 1), "stderr_tail": se.strip().splitlines()[-5:]}
+    try:
+        summary = json.loads(so.strip().splitlines()[-1])
+        warm["items"] = [{k: i.get(k) for k in ("key", "name", "status", "judged", "accepted", "best_speedup",
+                                                 "note", "wall_s")} for i in summary["items"]]
+        warm["summary_wall_s"] = summary.get("wall_s")
+    except (ValueError, IndexError, KeyError):
+        warm["items"] = []
+    by_key = {i["key"]: i for i in warm["items"]}
+    print(json.dumps({"warm_rc": rc, "warm_wall_s": warm["wall_s"], "regions": len(warm["items"])}), flush=True)
+
+    import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    def warm_one(f: Path) -> tuple[int, str, str, float]:
-        args = ["warm", str(f), "--budget", str(a.budget), "--db", db, "--backend", a.backend, "--json"]
-        if a.time_limit:
-            args += ["--time-limit", str(a.time_limit)]
-        return _cli(args, timeout=1800)
+    devices = _devices(a.backend)
+    free: list[str] = list(devices)
+    cond = threading.Condition()
 
-    with ThreadPoolExecutor(a.parallel) as pool:
-        warmed = list(pool.map(warm_one, files))
-    for row, (rc, so, se, wall) in zip(rows, warmed):
-        row["warm"] = {"rc": rc, "wall_s": round(wall, 1), "stderr_tail": se.strip().splitlines()[-3:]}
-        try:
-            summary = json.loads(so.strip().splitlines()[-1])
-            row["warm"]["items"] = [{k: i[k] for k in ("key", "name", "status", "judged", "accepted", "best_speedup",
-                                                       "note")} for i in summary["items"]]
-            row["seeds"] = inductor_seed_verdicts(str(db_file), [i["key"] for i in summary["items"]])
-        except (ValueError, IndexError, KeyError):
-            row["warm"]["items"] = []
-    for row, f in zip(rows, files):
+    def measure_one(job: tuple[dict[str, Any], Path]) -> None:
+        row, f = job
+        with cond:
+            while not free:
+                cond.wait()
+            dev = free.pop()
+        env = dict(os.environ)
+        if dev != "cpu":
+            env["CUDA_VISIBLE_DEVICES"] = dev
         t0 = time.time()
         try:
             p = subprocess.run([sys.executable, __file__, a.kernelbench, "-", a.tag, "--rounds", str(a.rounds),
-                                "--measure", f"{f}::{db}"], capture_output=True, text=True, timeout=300)
+                                "--backend", a.backend, "--measure", f"{f}::{db}"], capture_output=True, text=True,
+                               timeout=a.measure_timeout, env=env)
             row["measure"] = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else {
                 "error": (p.stderr.strip().splitlines() or ["?"])[-1]}
         except (subprocess.TimeoutExpired, ValueError, IndexError) as e:
             row["measure"] = {"error": f"{type(e).__name__}: {e}"}
+        finally:
+            with cond:
+                free.append(dev)
+                cond.notify()
         row["measure_wall_s"] = round(time.time() - t0, 1)
-        result_file.write_text(json.dumps({"rows": rows, "summary": summarize(rows)}, indent=1))
+        row["gpu"] = dev
+        keys = row["measure"].get("keys", [])
+        row["warm"] = [by_key[k] for k in keys if k in by_key]
+        row["seeds"] = inductor_seed_verdicts(str(db_file), keys)
         print(json.dumps({"problem": row["problem"], "measure": row["measure"]})[:400], flush=True)
-    result_file.write_text(json.dumps({"rows": rows, "summary": summarize(rows), "environment": _env()}, indent=1))
+        with cond:
+            result_file.write_text(json.dumps({"warm": warm, "rows": rows, "summary": summarize(rows)}, indent=1))
+
+    with ThreadPoolExecutor(len(devices)) as pool:
+        list(pool.map(measure_one, zip(rows, files)))
+    result_file.write_text(json.dumps({"warm": warm, "rows": rows, "summary": summarize(rows),
+                                       "command": " ".join(sys.argv), "environment": _env()}, indent=1))
+
+
+def _devices(backend: str) -> list[str]:
+    if backend == "triton-interpret":
+        return ["cpu"]
+    import torch
+
+    return [str(i) for i in range(max(1, torch.cuda.device_count()))]
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -136,7 +136,7 @@ class Judge:
         self._secret = self.config.seed if self.config.seed is not None else int.from_bytes(os.urandom(4), "little")
         self._root = tempfile.mkdtemp(prefix="ks-judge-")
         n = max_workers or (2 if self.backend.device == "cpu" else
-                            max(2, min((os.cpu_count() or 4) // 2, 6 * len(dev_list))))
+                            max(2, min((os.cpu_count() or 4) // 2, 8 * len(dev_list))))
         per_device = max(1, n // len(dev_list)) if spares else 0
         self._pool = WorkerPool(self.backend, dev_list, os.path.join(self._root, "logs"), spares=per_device)
         self._executor = ThreadPoolExecutor(max_workers=n, thread_name_prefix="ks-judge")

@@ -91,6 +91,37 @@ def deliver(workdir: str, kind: str, index: int, outs: list[Any], **extra: Any) 
         raise RuntimeError(f"the judge did not take output {kind} {index}")
 
 
+# Host memory the outputs of a timed run may wait in until the device is released (see Deliveries).
+STASH_BYTES = 1 << 30
+
+
+class Deliveries:
+    """Outputs produced while the device is held alone, handed to the judge once it is released.
+
+    Writing an output and waiting for the judge's comparison is host work; done under the exclusive lock it keeps
+    every other judgment off the device for nothing. Each output is copied to host memory as it is produced (the
+    candidate runs no more before the hand-over, so nothing it does later can change the copy), up to ``limit``
+    bytes in all; past that an output is handed over at once, as when outputs are too large to keep."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.used = limit, 0
+        self.waiting: list[tuple[str, str, int, list[Any], dict[str, Any]]] = []
+
+    def hand(self, workdir: str, kind: str, index: int, outs: list[Any], **extra: Any) -> None:
+        size = sum(o.numel() * o.element_size() for o in outs if hasattr(o, "element_size"))
+        if self.used + size > self.limit:
+            deliver(workdir, kind, index, outs, **extra)
+            return
+        self.used += size
+        host = [o.detach().to("cpu", copy=True) if hasattr(o, "detach") else o for o in outs]
+        self.waiting.append((workdir, kind, index, host, extra))
+
+    def flush(self) -> None:
+        while self.waiting:
+            workdir, kind, index, outs, extra = self.waiting.pop(0)
+            deliver(workdir, kind, index, outs, **extra)
+
+
 def _sync(device: str) -> None:
     if device != "cpu":
         import torch
@@ -340,8 +371,10 @@ def _run_candidate(job: dict[str, Any], seen: _Seen) -> dict[str, Any]:
         _sync(device)
     del first
     stage("correctness")
-    acquire("shared")
     for i, (seed, dist) in enumerate(trials):
+        # The device is held (shared) only while the trial computes: handing the output over and the judge's
+        # comparison are host work, and a timing waiting for the device alone should not wait for them.
+        acquire("shared")
         inputs = make_inputs(ref_mod, job["specs"], seed, dist, device)
         saved = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         ref_first = rng.random() < 0.5
@@ -367,9 +400,11 @@ def _run_candidate(job: dict[str, Any], seen: _Seen) -> dict[str, Any]:
                 flags.append(("inputs_modified", f"trial {i}: the candidate changed input {j} in place"))
         flags.extend(_check_output_objects(outs, device))
         del inputs, saved
-        deliver(job["workdir"], "trial", i, [o for o in outs if isinstance(o, torch.Tensor)])
+        host = [o.detach().to("cpu") for o in outs if isinstance(o, torch.Tensor)]
         del outs
-    release("shared")
+        release("shared")
+        deliver(job["workdir"], "trial", i, host)
+        del host
     flags.extend(seen.trial_flags())
 
     result: dict[str, Any] = {"launches": dict(counter.counts), "launches_per_call": launches_per_call}
@@ -413,6 +448,7 @@ def _timing(job: dict[str, Any], ref_mod: Any, ref_model: Any, model: Any, count
     # The device alone for a measurement; an untimed run (the interpreter's re-check of rotated inputs) measures
     # nothing, and holding the device alone would only leave a core idle while another judgment waits.
     mode = "exclusive" if job["timed"] else "shared"
+    later = Deliveries(STASH_BYTES)
     acquire(mode)
     stage("timing")
     try:
@@ -440,7 +476,7 @@ def _timing(job: dict[str, Any], ref_mod: Any, ref_model: Any, model: Any, count
                 _poison(job["output_specs"], device)
                 outs = _as_outputs(model(*active))
                 _sync(device)
-                deliver(job["workdir"], "post", k, outs)
+                later.hand(job["workdir"], "post", k, outs)
                 del outs
             steady: dict[str, Any] = {}
             if job["timed"] and cfg.get("steady") and device != "cpu":
@@ -449,13 +485,14 @@ def _timing(job: dict[str, Any], ref_mod: Any, ref_model: Any, model: Any, count
                 counter.enabled = False
                 mark("steady_state")
                 try:
-                    steady = _steady_state(job, tools, ref_model, sets, flags, device)
+                    steady = _steady_state(job, tools, ref_model, sets, flags, device, later)
                 finally:
                     counter.enabled = True
                 mark("timing")
             bandwidth = T.measure_copy_bandwidth(device, 512 * 2**20) if job["timed"] else None
     finally:
         release(mode)
+    later.flush()
     if counter.off_stream and not any(f[0] == "side_stream" for f in flags):
         flags.append(("side_stream", f"{counter.off_stream} Triton launch(es) during timing went to a stream other "
                       "than the current one"))
@@ -491,7 +528,7 @@ def _add_rivals(job: dict[str, Any], ref_mod: Any, ref_model: Any, tools: dict[s
 
 
 def _steady_state(job: dict[str, Any], tools: dict[str, Any], reference: Any, sets: list[list[Any]],
-                  flags: list[tuple[str, str]], device: str) -> dict[str, Any]:
+                  flags: list[tuple[str, str]], device: str, later: Deliveries) -> dict[str, Any]:
     """Time every tool inside a CUDA graph, the way a served model runs it: one call per input set, back to back,
     over sets that together exceed a few times the L2 (``timing.benchmark_graphed``).
 
@@ -570,7 +607,7 @@ def _steady_state(job: dict[str, Any], tools: dict[str, Any], reference: Any, se
         flags.append(("stale_result", f"wrong when replayed in a CUDA graph on new input contents: {failures[0]}"))
         return {}
     for k in range(count):
-        deliver(job["workdir"], "graph", k, held.pop(k), set=content(k, shift["candidate"]))
+        later.hand(job["workdir"], "graph", k, held.pop(k), set=content(k, shift["candidate"]))
     return {"steady_samples": samples, "steady_errors": errors, "graphs": count}
 
 
