@@ -15,6 +15,7 @@ Ops covered:
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -98,3 +99,37 @@ def key_function(binding: Binding) -> Callable[[tuple], str | None]:
         return key
 
     return key_of
+
+
+# ============================================================================================ the pack a deployment needs
+
+
+@dataclass
+class PackBuild:
+    problems: list[Any]
+    warm: Any  # ks_inductor.warm.WarmSummary
+    export: Any  # kernel_cache.pack.ExportResult | None (None when no problem got a kernel)
+    missing: list[str]  # keys with no verified kernel for this machine
+
+
+def pack_for_problems(problems: list[Any], path: str | os.PathLike[str], *, db: str | None = None,
+                      config: Any = None, judge: Any = None, sign_key: str | os.PathLike[str] | None = None,
+                      console: Any = None, vector_cap_bytes: int = 64 * 2**20, vectors: bool = True,
+                      min_speedup: float | None = None) -> PackBuild:
+    """Warm the kernel cache (``db``) for the layer problems a deployment meets, then export exactly their
+    verified kernels for this machine, with golden vectors, to the pack at ``path`` (nothing is written when
+    none has a kernel). ``min_speedup`` leaves out kernels whose recorded speedup is lower."""
+    from kernel_cache.pack import ExportFilters, export_pack
+    from ks_inductor.backend import current_fingerprint, open_store
+    from ks_inductor.warm import warm
+
+    store = open_store(db)
+    summary = warm(problems, store, config=config, judge=judge, console=console, origin="model-layers")
+    fp = judge.fingerprint if judge is not None else current_fingerprint(getattr(config, "backend", None))
+    keys = [p.key for p in problems if store.lookup(p.key, fp) is not None]
+    missing = [p.key for p in problems if p.key not in keys]
+    result = None
+    if keys:
+        result = export_pack(store, path, ExportFilters(keys=keys, fingerprint=fp.id, min_speedup=min_speedup),
+                             sign_key=sign_key, vectors=vectors, vector_cap_bytes=vector_cap_bytes)
+    return PackBuild(problems, summary, result, missing)

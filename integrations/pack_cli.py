@@ -1,74 +1,191 @@
-"""``python -m integrations.pack_cli --for MODEL -o PACK``: the pack a transformers deployment of MODEL needs.
+"""``kernelsmith pack export --for MODEL -o PACK``: the pack a serving deployment of MODEL needs.
 
-MODEL is a transformers model type (``llama``) or a config.json; the model is built with random weights (nothing
-downloaded), run at each deployment shape (``--batch`` times every ``--seq``: the prefill lengths and, for
-generation, ``--seq 1`` for the decode step), and the RMSNorm and SiLU·mul problems its layers meet are warmed
-into the kernel cache and exported, with golden vectors, as one pack (``integrations.transformers.pack_for_model``).
+MODEL is a transformers model type (``llama``) or a config.json. For ``--stack transformers`` the model is built
+with random weights (nothing downloaded) and run at each deployment shape (every ``--batch`` times every
+``--seq``: the prefill lengths and, for generation, ``--seq 1`` for the decode step); the RMSNorm and SiLU·mul
+problems its layers meet are what the pack holds (``integrations.transformers.pack_for_model``). For
+``--stack sglang`` only the config is read: SGLang's ``RMSNorm`` (with and without the residual) and
+``SiluAndMul`` at ``(batch * seq, hidden)`` are the problems (``integrations.sglang.layer_problems``; needs
+SGLang's Python part). The problems are warmed into the kernel cache and their verified kernels for this machine
+exported, with golden vectors, as one pack (``integrations.ops.pack_for_problems``).
+
+``kernel_cache.cli`` mounts these arguments on ``pack export``; this module holds what only a model-aware export
+needs, so the kernel cache does not import the integrations unless ``--for`` is given.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
+from pathlib import Path
 from typing import Any
 
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m integrations.pack_cli", description=__doc__.split("\n\n")[0])
-    p.add_argument("--for", dest="model", required=True, metavar="MODEL",
-                   help="a transformers model type (llama, qwen2, ...) or a config.json")
-    p.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
-                   help="config override, e.g. --set hidden_size=4096 (repeatable)")
-    p.add_argument("--batch", type=int, action="append", default=None, help="batch size (repeatable; default 1)")
-    p.add_argument("--seq", type=int, action="append", default=None,
-                   help="tokens per sequence per forward (repeatable; default 16)")
-    p.add_argument("--dtype", default=None, help="model dtype (default bf16 on GPU, fp32 on CPU)")
-    p.add_argument("--device", default=None, help="device (default cuda when available)")
-    p.add_argument("--db", default=None, help="kernel cache URL or SQLite path (default: KERNELSMITH_DB)")
-    p.add_argument("-o", "--output", required=True, help="the pack to write")
-    p.add_argument("--budget", type=int, default=None, help="candidates judged per problem")
-    p.add_argument("--backend", default=None, help="judge backend (triton-cuda, triton-maca, triton-interpret)")
-    p.add_argument("--sign-key", default=None, help="ed25519 private key to sign the pack with")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    return p
+STACKS = ("transformers", "sglang")
+# The arguments that only mean something with --for (dest -> flag), and those that cannot go with it.
+_WITH_FOR = {"stack": "--stack", "hf_set": "--hf-set", "batch": "--batch", "seq": "--seq", "dtype": "--dtype",
+             "device": "--device", "backend": "--backend"}
+_NOT_WITH_FOR = {"keys": "--key", "family": "--family", "fingerprint": "--fingerprint"}
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The model-aware arguments of ``kernelsmith pack export``."""
+    from ks_inductor.cli import add_backend_argument, add_search_arguments, positive_int
+
+    g = p.add_argument_group("the pack a deployment needs (--for)")
+    g.add_argument("--for", dest="model", metavar="MODEL", default=None,
+                   help="build the pack a deployment of MODEL needs: warm the kernel cache for the layers MODEL "
+                        "runs at the deployment's shapes, then export exactly their kernels; MODEL is a "
+                        "transformers model type such as 'llama' or a config.json (random weights, nothing "
+                        "downloaded)")
+    g.add_argument("--stack", choices=STACKS, default=None,
+                   help="with --for: the serving stack whose layers the pack is for (default transformers; "
+                        "sglang needs SGLang's Python part installed)")
+    g.add_argument("--hf-set", metavar="KEY=VALUE", action="append", default=None,
+                   help="with --for: override a config field, e.g. --hf-set hidden_size=4096 (repeatable)")
+    g.add_argument("--batch", type=positive_int, action="append", default=None, metavar="N",
+                   help="with --for: a batch size the deployment serves (repeatable; default 1)")
+    g.add_argument("--seq", type=positive_int, action="append", default=None, metavar="N",
+                   help="with --for: tokens per sequence in one forward: each prefill length, and 1 for the "
+                        "decode step (repeatable; default 16)")
+    g.add_argument("--dtype", default=None,
+                   help="with --for: the model's dtype (default bf16 on GPU, fp32 on CPU)")
+    g.add_argument("--device", default=None, help="with --for: device (default cuda when available)")
+    add_backend_argument(g)
+    add_search_arguments(g, per="layer problem", budget=32)
+
+
+def check(args: argparse.Namespace) -> None:
+    """Refuse flags that do not go together (a UsageError: one line, exit code 2)."""
+    from ks_inductor.cli import UsageError
+
+    if args.model is None:
+        given = [flag for dest, flag in _WITH_FOR.items() if getattr(args, dest) not in (None, [])]
+        if given:
+            raise UsageError(f"{given[0]} applies only with --for MODEL")
+        return
+    given = [flag for dest, flag in _NOT_WITH_FOR.items() if getattr(args, dest) not in (None, [])]
+    if given:
+        raise UsageError(f"{given[0]} selects kernels from the cache, --for selects them from the model: "
+                         "give one or the other")
+
+
+def _dtype(name: str | None, device: str) -> Any:
     import torch
 
-    from integrations.transformers import pack_for_model
-    from ks_inductor.evolve import EvolveConfig
+    from ks_inductor.cli import UsageError
+
+    if name is None:
+        return torch.bfloat16 if device == "cuda" else torch.float32
+    aliases = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
+    dt = getattr(torch, aliases.get(name, name), None)
+    if not isinstance(dt, torch.dtype):
+        raise UsageError(f"--dtype {name!r}: not a torch dtype (bf16, fp16, fp32, bfloat16, ...)")
+    return dt
+
+
+def _hf_config(model: str, overrides: dict[str, Any]) -> Any:
+    from ks_inductor.cli import UsageError
+
+    try:
+        import transformers
+    except ImportError:
+        raise UsageError("--for needs `transformers` to read the model's config (pip install transformers)") from None
+    path = Path(model)
+    try:
+        if path.is_file():
+            return transformers.AutoConfig.from_pretrained(str(path.parent) if path.name == "config.json"
+                                                           else str(path), **overrides)
+        return transformers.AutoConfig.for_model(model, **overrides)
+    except Exception as e:  # noqa: BLE001 - whatever transformers says about the name or the file
+        raise UsageError(f"cannot build a transformers config from {model!r}: {e}") from None
+
+
+def _problems(args: argparse.Namespace, batches: list[int], seqs: list[int]) -> list[Any]:
+    import torch
+
+    from ks_inductor.cli import UsageError
     from ks_inductor.warm import WarmError, hf_model, parse_overrides
 
-    batches, seqs = args.batch or [1], args.seq or [16]
     try:
-        model, (ids,) = hf_model(args.model, parse_overrides(args.overrides), batches[0], seqs[0], args.dtype,
-                                 args.device)
+        overrides = parse_overrides(args.hf_set or [])
     except WarmError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    vocab = int(getattr(model.config, "vocab_size", 1000))
-    gen = torch.Generator().manual_seed(0)
-    inputs = [(torch.randint(0, vocab, (b, s), generator=gen).to(ids.device),) for b in batches for s in seqs]
-    cfg: dict[str, Any] = {"backend": args.backend}
-    if args.budget is not None:
-        cfg["budget"] = args.budget
-    build = pack_for_model(model, inputs, args.output, db=args.db, config=EvolveConfig(**cfg),
-                           sign_key=args.sign_key)
-    out = {"pack": args.output if build.export is not None else None,
-           "problems": [{"name": p.name, "key": p.key, "inputs": p.signature()} for p in build.problems],
-           "missing": build.missing, "kernels": build.export.kernels if build.export is not None else 0}
+        raise UsageError(str(e)) from None
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if (args.stack or "transformers") == "transformers":
+        from integrations.transformers import layer_problems
+
+        dtype = str(_dtype(args.dtype, device)).removeprefix("torch.")
+        try:
+            model, (ids,) = hf_model(args.model, overrides, batches[0], seqs[0], dtype, device)
+        except WarmError as e:
+            raise UsageError(str(e)) from None
+        vocab = int(getattr(model.config, "vocab_size", 1000))
+        gen = torch.Generator().manual_seed(0)
+        inputs = [(torch.randint(0, vocab, (b, s), generator=gen).to(ids.device),) for b in batches for s in seqs]
+        return layer_problems(model, inputs)
+    try:
+        from integrations.sglang import layer_problems as sglang_problems
+    except ImportError as e:
+        raise UsageError(f"--stack sglang needs SGLang's Python part: {e}") from None
+    cfg = _hf_config(args.model, overrides)
+    dtype = _dtype(args.dtype, device)
+    missing = [k for k in ("hidden_size", "intermediate_size") if not getattr(cfg, k, None)]
+    if missing:
+        raise UsageError(f"the config of {args.model!r} has no {missing[0]}: not a gated-MLP decoder")
+    hidden, inter = int(cfg.hidden_size), int(cfg.intermediate_size)
+    eps = float(getattr(cfg, "rms_norm_eps", 1e-6))
+    tokens = sorted({b * s for b in batches for s in seqs})
+    try:
+        return sglang_problems([((t, hidden), dtype, eps) for t in tokens], [((t, 2 * inter), dtype) for t in tokens],
+                               [((t, hidden), dtype, eps) for t in tokens])
+    except ImportError as e:
+        raise UsageError(f"--stack sglang needs SGLang's Python part: {e}") from None
+
+
+def export_for_model(args: argparse.Namespace) -> int:
+    """``pack export --for``: 0 when every layer problem has a kernel in the pack, 1 when some or all have none
+    (the pack then holds the others; none is written when no problem has a kernel)."""
+    from rich.console import Console
+
+    from integrations.ops import pack_for_problems
+    from kernel_cache.errors import CacheError
+    from ks_inductor.cli import UsageError
+    from ks_inductor.evolve import EvolveConfig
+    from ks_inductor.judge.backends import BackendUnavailable
+
+    check(args)
+    batches, seqs = args.batch or [1], args.seq or [16]
+    console = Console(stderr=True)
+    with console.status(f"finding the layer problems of {args.model}"):
+        problems = _problems(args, batches, seqs)
+    if not problems:
+        raise UsageError(f"{args.model}: none of its layers is one a {args.stack or 'transformers'} pack serves")
+    config = EvolveConfig(budget=args.budget, time_limit_s=args.time_limit, islands=args.islands,
+                          backend=args.backend, seed=args.seed)
+    try:
+        build = pack_for_problems(problems, args.output, db=args.db, config=config, sign_key=args.sign_key,
+                                  console=console, vectors=not args.no_vectors, min_speedup=args.min_speedup)
+    except BackendUnavailable as e:
+        raise UsageError(str(e)) from None
+    except CacheError as e:
+        raise UsageError(str(e)) from None
+    res = build.export
+    out = {"pack": res.path if res is not None else None, "stack": args.stack or "transformers",
+           "problems": [{"name": p.name, "key": p.key, "inputs": p.signature(),
+                         "packed": p.key not in build.missing} for p in build.problems],
+           "missing": build.missing, "kernels": res.kernels if res is not None else 0,
+           "with_vectors": res.with_vectors if res is not None else 0, "signed": bool(res and res.signed)}
     if args.json:
         print(json.dumps(out))
     else:
+        c = Console()
         for p in out["problems"]:
-            state = "missing" if p["key"] in build.missing else "packed"
-            print(f"{p['name']:9} {p['key'][:16]} {p['inputs']:40} {state}")
-        print(f"wrote {args.output}" if build.export is not None else "no kernel found; no pack written")
-    return 0 if build.export is not None and not build.missing else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+            c.print(f"{p['name']:13} {p['key'][:16]} {p['inputs']:44} {'packed' if p['packed'] else 'missing'}",
+                    highlight=False)
+        if res is None:
+            c.print("no layer problem has a verified kernel for this machine; no pack written", highlight=False)
+        else:
+            c.print(f"wrote [bold]{res.path}[/]: {res.kernels} kernel(s) for {res.problems} of "
+                    f"{len(build.problems)} layer problem(s), golden vectors for {res.with_vectors}"
+                    f"{', signed' if res.signed else ''}", highlight=False)
+    return 0 if res is not None and not build.missing else 1

@@ -28,8 +28,10 @@ from integrations.ops import (
     OP_RMSNORM,
     OP_SILU_MUL,
     Binding,
+    PackBuild,
     key_function,
     layer_problem,
+    pack_for_problems,
     rmsnorm_binding,
     silu_mul_binding,
 )
@@ -205,36 +207,17 @@ def layer_problems(model: torch.nn.Module, example_inputs: Sequence[Any]) -> lis
     return list(found.values())
 
 
-@dataclass
-class PackBuild:
-    problems: list[Any]
-    warm: Any  # ks_inductor.warm.WarmSummary
-    export: Any  # kernel_cache.pack.ExportResult | None (None when no problem got a kernel)
-    missing: list[str]  # keys with no verified kernel for this machine
-
-
 def pack_for_model(model: torch.nn.Module, example_inputs: Sequence[Any], path: str | os.PathLike[str], *,
                    db: str | None = None, config: Any = None, judge: Any = None,
                    sign_key: str | os.PathLike[str] | None = None, console: Any = None,
-                   vector_cap_bytes: int = 64 * 2**20) -> PackBuild:
+                   vector_cap_bytes: int = 64 * 2**20, vectors: bool = True,
+                   min_speedup: float | None = None) -> PackBuild:
     """Warm the kernel cache for the layers ``model`` runs at ``example_inputs`` and export exactly the pack a
     deployment of it needs (the layer problems ``apply_kernelsmith`` looks up, with golden vectors).
 
     The deployment's shapes are the ones to pass: a pack serves only the signatures it holds (for generation, the
     prefill lengths in use and the decode step at each batch size). Golden vectors are kept for problems up to
     ``vector_cap_bytes``; a kernel of a larger one is proven on the device against the layer's own computation."""
-    from kernel_cache.pack import ExportFilters, export_pack
-    from ks_inductor.backend import current_fingerprint, open_store
-    from ks_inductor.warm import warm
-
-    problems = layer_problems(model, example_inputs)
-    store = open_store(db)
-    summary = warm(problems, store, config=config, judge=judge, console=console, origin="model-layers")
-    fp = judge.fingerprint if judge is not None else current_fingerprint(getattr(config, "backend", None))
-    keys = [p.key for p in problems if store.lookup(p.key, fp) is not None]
-    missing = [p.key for p in problems if p.key not in keys]
-    result = None
-    if keys:
-        result = export_pack(store, path, ExportFilters(keys=keys, fingerprint=fp.id), sign_key=sign_key,
-                             vector_cap_bytes=vector_cap_bytes)
-    return PackBuild(problems, summary, result, missing)
+    return pack_for_problems(layer_problems(model, example_inputs), path, db=db, config=config, judge=judge,
+                             sign_key=sign_key, console=console, vector_cap_bytes=vector_cap_bytes,
+                             vectors=vectors, min_speedup=min_speedup)

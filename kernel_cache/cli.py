@@ -82,7 +82,8 @@ def _register_pack(subparsers: Any) -> None:
     pack = subparsers.add_parser("pack", help="export, verify, import and inspect kernel cache packs (.kspack)")
     sub = pack.add_subparsers(dest="pack_command", metavar="ACTION", required=True)
 
-    p = sub.add_parser("export", help="write verified kernels, their problems and golden vectors to a pack")
+    p = sub.add_parser("export", help="write verified kernels, their problems and golden vectors to a pack; with "
+                                      "--for MODEL, the pack a serving deployment of MODEL needs")
     add_db_argument(p)
     _json_arg(p)
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="the pack to write (.kspack)")
@@ -92,6 +93,9 @@ def _register_pack(subparsers: Any) -> None:
     p.add_argument("--min-speedup", type=float, help="minimum speedup (lower confidence bound when known)")
     p.add_argument("--sign-key", metavar="PEM", help="ed25519 private key to sign the manifest with")
     p.add_argument("--no-vectors", action="store_true", help="omit golden vectors")
+    from integrations.pack_cli import add_arguments as add_model_arguments
+
+    add_model_arguments(p)
     p.set_defaults(func=_cmd_export)
 
     for name, helptext in (("verify", "check a pack's integrity, safety and fit to this machine"),
@@ -319,7 +323,12 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    from integrations.pack_cli import check, export_for_model
     from kernel_cache.pack import ExportFilters, export_pack
+
+    check(args)
+    if args.model is not None:
+        return export_for_model(args)
 
     filters = ExportFilters(keys=args.keys, op_family=args.family, fingerprint=args.fingerprint,
                             min_speedup=args.min_speedup)

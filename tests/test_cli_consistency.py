@@ -110,9 +110,10 @@ def test_db_has_one_description_everywhere():
 def test_budget_and_time_limit_mean_the_same_in_evolve_and_warm():
     budget = dict(_actions("--budget"))
     limit = dict(_actions("--time-limit"))
-    assert set(budget) == set(limit) == {("evolve",), ("warm",)}
+    assert set(budget) == set(limit) == {("evolve",), ("warm",), ("pack", "export")}
     assert budget[("evolve",)].help.startswith("candidates judged per problem")
     assert budget[("warm",)].help.startswith("candidates judged per region")
+    assert budget[("pack", "export")].help.startswith("candidates judged per layer problem")
     for a in limit.values():
         assert a.metavar == "SECONDS" and "in seconds" in a.help
     total = dict(_actions("--total-time"))

@@ -250,16 +250,51 @@ def test_version_parsing():
     assert not G.version_known("x", None, (1,), (2,))
 
 
-def test_pack_for_a_model_from_the_command_line(tmp_path, capsys):
-    from integrations.pack_cli import main
+TINY = ["--hf-set", "hidden_size=32", "--hf-set", "intermediate_size=64", "--hf-set", "num_hidden_layers=1",
+        "--hf-set", "num_attention_heads=2", "--hf-set", "num_key_value_heads=1", "--hf-set", "vocab_size=64"]
 
-    tiny = ["--set", "hidden_size=32", "--set", "intermediate_size=64", "--set", "num_hidden_layers=1",
-            "--set", "num_attention_heads=2", "--set", "num_key_value_heads=1", "--set", "vocab_size=64"]
-    rc = main(["--for", "llama", *tiny, "--batch", "2", "--seq", "1", "--db", str(tmp_path / "k.db"),
-               "-o", str(tmp_path / "llama.kspack"), "--budget", "1", "--backend", "triton-interpret", "--json"])
+
+def test_pack_export_for_a_model_serves_that_model(tmp_path, capsys, monkeypatch):
+    """``kernelsmith pack export --for``: warm, export, and the pack serves the model it was built for."""
+    from ks_inductor import backend as B
+    from ks_inductor.cli import main
+    from ks_inductor.warm import hf_model, parse_overrides
+
+    monkeypatch.setenv("KERNELSMITH_HOME", str(tmp_path / "home"))
+    pack = tmp_path / "llama.kspack"
+    rc = main(["pack", "export", "--for", "llama", *TINY, "--batch", "2", "--seq", "3", "--seq", "1",
+               "--db", str(tmp_path / "k.db"), "-o", str(pack), "--budget", "1", "--backend", "triton-interpret",
+               "--json"])
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert rc == 0 and out["missing"] == [] and out["kernels"] == 2
+    B.forget_stores()
+    assert rc == 0 and out["missing"] == [] and out["kernels"] == 4 and out["with_vectors"] == 4, out
     assert sorted((p["name"], p["inputs"]) for p in out["problems"]) == [
-        ("rmsnorm", "float32[2, 1, 32], float32[32]"), ("silu_mul", "float32[2, 1, 64], float32[2, 1, 64]")]
-    guard, why = G.load_guard("test", tmp_path / "llama.kspack")
-    assert guard is not None and len(guard.kernels) == 2, why
+        ("rmsnorm", "float32[2, 1, 32], float32[32]"), ("rmsnorm", "float32[2, 3, 32], float32[32]"),
+        ("silu_mul", "float32[2, 1, 64], float32[2, 1, 64]"), ("silu_mul", "float32[2, 3, 64], float32[2, 3, 64]")]
+
+    overrides = parse_overrides([kv for kv in TINY if kv != "--hf-set"])
+    model, _ = hf_model("llama", overrides, 2, 3, "float32", "cpu")
+    x = torch.randint(0, 64, (2, 3), generator=torch.Generator().manual_seed(1))
+    want = logits(model, x)
+    report = apply_kernelsmith(model, pack)
+    assert report.refused == "" and sorted(report.swapped) == [  # the one layer's two norms and MLP, the last norm
+        "model.layers.0.input_layernorm", "model.layers.0.mlp", "model.layers.0.post_attention_layernorm",
+        "model.norm"]
+    torch.testing.assert_close(logits(model, x), want, atol=1e-4, rtol=1e-4)
+    assert report.stats()["hits"] == {"rmsnorm": 3, "silu_mul": 1}
+
+
+def test_pack_export_for_refuses_mistakes_on_one_line(tmp_path, capsys):
+    from ks_inductor.cli import main
+
+    db, out = str(tmp_path / "k.db"), str(tmp_path / "p.kspack")
+    for argv, said in ((["--batch", "2"], "--batch applies only with --for MODEL"),
+                       (["--stack", "sglang"], "--stack applies only with --for MODEL"),
+                       (["--for", "llama", "--key", "abc"], "--key selects kernels from the cache"),
+                       (["--for", "no_such_model_type"], "no_such_model_type"),
+                       (["--for", "llama", *TINY, "--dtype", "float99"], "--dtype 'float99'"),
+                       (["--for", "llama", "--hf-set", "hidden_size"], "expected key=value")):
+        assert main(["pack", "export", *argv, "--db", db, "-o", out]) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert "Traceback" not in err and len(err.splitlines()) == 1 and said in err, (argv, err)
+    assert not (tmp_path / "k.db").exists() and not (tmp_path / "p.kspack").exists()
