@@ -36,5 +36,8 @@ setup(
         "torch_dynamo_backends": ["kernelsmith = ks_inductor.backend:kernelsmith_backend"],
         # vLLM calls it in every process; it does nothing unless KERNELSMITH_PACK names a pack.
         "vllm.general_plugins": ["kernelsmith = integrations.vllm:register"],
+        # SGLang's load_plugins() calls it in every process (SGLANG_PLUGINS filters by name); inert unless
+        # KERNELSMITH_PACK names a pack.
+        "sglang.srt.plugins": ["kernelsmith = integrations.sglang:register"],
     },
 )

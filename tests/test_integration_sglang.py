@@ -1,0 +1,180 @@
+"""Serving a pack in SGLang's own layer classes (``RMSNorm`` with and without the residual, ``SiluAndMul``) through
+SGLang's plugin framework: the ``sglang.srt.plugins`` entry point found and run by SGLang's ``load_plugins()``,
+whose ``HookType.REPLACE`` hooks replace the layers' forwards; on a CPU, under the Triton interpreter.
+
+Skipped where SGLang's Python part is not importable. CI does not install it (its own torch pin and the
+torchvision it imports are a CUDA build of several GB); ``make test-sglang`` makes a virtual environment with
+them and runs this file (docs/serving.md)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import zipfile
+
+import pytest
+import torch
+
+pytest.importorskip("sglang.srt.layers.layernorm", reason="needs sglang (its Python part): make test-sglang")
+
+from integrations import guard as G  # noqa: E402
+from integrations import sglang as S  # noqa: E402
+
+HIDDEN, INTER, TOKENS, EPS = 64, 96, 12, 1e-6
+
+
+@pytest.fixture(autouse=True)
+def _clean(monkeypatch):
+    import sglang.srt.plugins as plugins
+
+    for k in (G.ENV_PACK, G.ENV_TRUSTED_KEYS, G.ENV_DISABLE):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("SGLANG_PLUGINS", "kernelsmith")  # only ours, whatever else is installed
+    monkeypatch.setattr(plugins, "_plugins_loaded", False)  # load_plugins() runs once per process
+    S.unregister()
+    yield
+    S.unregister()
+
+
+@pytest.fixture(scope="module")
+def pack(tmp_path_factory):
+    """The pack a Llama-style deployment on SGLang needs at 12 tokens a forward, built by the command line."""
+    import json
+    import os
+
+    from ks_inductor import backend as B
+    from ks_inductor.cli import main
+
+    root = tmp_path_factory.mktemp("sglang")
+    old = os.environ.get("KERNELSMITH_HOME")
+    os.environ["KERNELSMITH_HOME"] = str(root / "home")
+    try:
+        argv = ["pack", "export", "--for", "llama", "--stack", "sglang", "--hf-set", f"hidden_size={HIDDEN}",
+                "--hf-set", f"intermediate_size={INTER}", "--hf-set", f"rms_norm_eps={EPS}", "--batch", "1",
+                "--seq", str(TOKENS), "--db", str(root / "k.db"), "-o", str(root / "sglang.kspack"), "--budget", "1",
+                "--backend", "triton-interpret", "--json"]
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            rc = main(argv)
+    finally:
+        B.forget_stores()
+        if old is None:
+            os.environ.pop("KERNELSMITH_HOME", None)
+        else:
+            os.environ["KERNELSMITH_HOME"] = old
+    built = json.loads(out.getvalue().strip().splitlines()[-1])
+    assert rc == 0 and built["missing"] == [] and built["kernels"] == 3 and built["with_vectors"] == 3, built
+    assert sorted((p["name"], p["inputs"]) for p in built["problems"]) == [
+        ("add_rmsnorm", f"float32[{TOKENS}, {HIDDEN}], float32[{TOKENS}, {HIDDEN}], float32[{HIDDEN}]"),
+        ("rmsnorm", f"float32[{TOKENS}, {HIDDEN}], float32[{HIDDEN}]"),
+        ("silu_and_mul", f"float32[{TOKENS}, {2 * INTER}]")]
+    return root / "sglang.kspack"
+
+
+def layers():
+    from sglang.srt.layers.activation import SiluAndMul
+    from sglang.srt.layers.layernorm import RMSNorm
+
+    torch.manual_seed(0)
+    norm = RMSNorm(HIDDEN, EPS)
+    with torch.no_grad():
+        norm.weight.copy_(1 + 0.1 * torch.randn(HIDDEN))
+    return norm, SiluAndMul()
+
+
+def inputs(tokens=TOKENS):
+    g = torch.Generator().manual_seed(tokens)
+    return (torch.randn(tokens, HIDDEN, generator=g), torch.randn(tokens, HIDDEN, generator=g),
+            torch.randn(tokens, 2 * INTER, generator=g))
+
+
+def load_plugins():
+    """SGLang's own plugin loading: entry points of ``sglang.srt.plugins``, then ``HookRegistry.apply_hooks()``."""
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+    return S.state()
+
+
+def test_plugin_replaces_the_layers_forwards_and_matches_sglang(pack, monkeypatch):
+    from sglang.srt.layers.activation import SiluAndMul
+    from sglang.srt.layers.layernorm import RMSNorm
+
+    own_norm, own_act = RMSNorm.forward_native, SiluAndMul.forward_native
+    monkeypatch.setenv(G.ENV_PACK, str(pack))
+    st = load_plugins()
+    assert st.refused == "" and sorted(st.hooked) == sorted(
+        f"{cls}.{m}" for cls in (S.NORM, S.ACT) for m in ("forward_native", "forward_cuda"))
+    assert RMSNorm.forward_native is not own_norm and RMSNorm.forward_native.__wrapped__ is own_norm
+    norm, act = layers()
+    x, r, h = inputs()
+    with torch.no_grad():
+        torch.testing.assert_close(norm(x), own_norm(norm, x), atol=1e-5, rtol=1e-5)
+        out, res = norm(x.clone(), r.clone())
+        want, want_res = own_norm(norm, x.clone(), r.clone())
+        torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(res, want_res)
+        torch.testing.assert_close(act(h), own_act(act, h), atol=1e-5, rtol=1e-5)
+        # SGLang dispatched through its own resolution to the replaced forward_native
+        assert norm._forward_method.__func__ is RMSNorm.forward_native
+        # another token count, another dtype, an argument the kernel does not take: SGLang's own code
+        x5, _, h5 = inputs(5)
+        torch.testing.assert_close(norm(x5), own_norm(norm, x5))
+        torch.testing.assert_close(act(h5), own_act(act, h5))
+        torch.testing.assert_close(act(h.double()), own_act(act, h.double()))
+        got = norm(x.clone(), r.clone(), post_residual_addition=r.clone())
+        torch.testing.assert_close(got, own_norm(norm, x.clone(), r.clone(), r.clone()))
+    assert st.stats()["hits"] == {"add_rmsnorm": 1, "rmsnorm": 1, "silu_and_mul": 1}
+    assert st.stats()["fallbacks"] == {"rmsnorm": {"shape": 1}, "silu_and_mul": {"dtype": 1, "shape": 1}}
+
+    # the kill switch works on a running server
+    monkeypatch.setenv(G.ENV_DISABLE, "1")
+    with torch.no_grad():
+        torch.testing.assert_close(norm(x), own_norm(norm, x))
+    assert st.stats()["fallbacks"]["rmsnorm"] == {"shape": 1, "disabled": 1}
+
+    S.unregister()
+    assert RMSNorm.forward_native is own_norm and SiluAndMul.forward_native is own_act
+
+
+def test_a_layer_computing_something_else_is_not_served(pack, monkeypatch):
+    from sglang.srt.layers.layernorm import RMSNorm
+
+    monkeypatch.setenv(G.ENV_PACK, str(pack))
+    st = load_plugins()
+    other_eps = RMSNorm(HIDDEN, 1e-5)
+    x, _, _ = inputs()
+    with torch.no_grad():
+        torch.testing.assert_close(other_eps(x), S.state().hooked[f"{S.NORM}.forward_native"](other_eps, x))
+    assert st.stats()["hits"] == {} and [k.state for ks in st.guard.kernels.values() for k in ks] == ["unchecked"] * 3
+
+
+def test_tampered_pack_unknown_version_and_no_configuration(pack, tmp_path, caplog, monkeypatch):
+    import sglang
+    from sglang.srt.layers.layernorm import RMSNorm
+
+    own = RMSNorm.forward_native
+    bad = tmp_path / "bad.kspack"
+    with zipfile.ZipFile(pack) as zin, zipfile.ZipFile(bad, "w") as zout:
+        for info in zin.infolist():
+            body = zin.read(info)
+            if info.filename.startswith("vectors/"):
+                body = body[:-1] + bytes([body[-1] ^ 1])
+            zout.writestr(info, body)
+    monkeypatch.setenv(G.ENV_PACK, str(bad))
+    with caplog.at_level(logging.INFO, logger="kernelsmith.integrations"):
+        st = load_plugins()
+    assert st.hooked == {} and st.refused.startswith("pack refused")
+    lines = [r for r in caplog.records if r.name == "kernelsmith.integrations"]
+    assert len(lines) == 1 and lines[0].levelno == logging.ERROR
+    assert RMSNorm.forward_native is own
+
+    S.unregister()
+    monkeypatch.setattr(sglang, "__version__", "0.99.0")
+    st = S.register(pack)
+    assert st.hooked == {} and "0.99.0" in st.refused
+    monkeypatch.undo()
+
+    S.unregister()
+    assert S.register().refused.startswith("no pack given")  # the plugin is inert unless configured
