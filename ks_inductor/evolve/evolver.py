@@ -623,12 +623,16 @@ def evolve_problem(problem: Problem, config: EvolveConfig, store: Any, judge: An
     bounds the whole call, the judge's start and the final judgments included. ``progress``: True for a progress
     bar, False for none, or an object told of the run's progress (``advance()`` per judgment submitted, ``done()``
     per verdict, ``set_best(text)``), as ``warm`` uses to show several runs at once."""
+    from ks_inductor.evolve.inductor.generate import codegen_deadline
+
     started = time.monotonic()
     own = judge is None
     if own:
         judge = search_judge(config)
     try:
-        return Evolver(problem, config, store, judge, progress, started=started).run()
+        # Inductor's code generation for the seeds (tens of seconds for some regions on a CPU) is part of the run.
+        with codegen_deadline(None if config.time_limit_s is None else started + config.time_limit_s):
+            return Evolver(problem, config, store, judge, progress, started=started).run()
     finally:
         if own:
             judge.close()

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 from ks_inductor.evolve.inductor.program import InductorProgram
@@ -24,6 +29,23 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 _MATMUL_OPS = ("mm", "bmm", "addmm", "baddbmm", "matmul", "dot")
 TIMEOUT_S = 300.0
+CODEGEN_CMD = [sys.executable, "-m", "ks_inductor.evolve.inductor.codegen"]
+
+# The caller's time limit (time.monotonic()), set around a search's seeding: a search's limit bounds its code
+# generation too. A context variable, not an argument, so that the templates between the search and this module
+# need not carry it.
+_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("ks_codegen_deadline", default=None)
+
+
+@contextlib.contextmanager
+def codegen_deadline(at: float | None) -> Iterator[None]:
+    """Code generation asked for within this block ends by ``at`` (``time.monotonic()``; None: no limit but
+    :data:`TIMEOUT_S`)."""
+    token = _deadline.set(at)
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
 
 _lock = threading.Lock()
 _key_locks: dict[tuple[str, str], threading.Lock] = {}
@@ -39,27 +61,47 @@ def inductor_programs(problem: Problem, target: str) -> tuple[dict[str, Inductor
     with _lock:
         key_lock = _key_locks.setdefault(key, threading.Lock())
     with key_lock:
-        if key not in _memo:
-            _memo[key] = _generate(problem, target)
-        return _memo[key]
+        if key in _memo:
+            return _memo[key]
+        programs, reasons, cut = _generate(problem, target, _deadline.get())
+        if not cut:
+            # Kept only when not cut short by a caller's limit: a later search with time left generates it.
+            _memo[key] = programs, reasons
+        return programs, reasons
 
 
-def _generate(problem: Problem, target: str) -> tuple[dict[str, InductorProgram], dict[str, str]]:
+def _generate(problem: Problem, target: str, deadline: float | None = None
+              ) -> tuple[dict[str, InductorProgram], dict[str, str], bool]:
+    """(plans, reasons, whether ``deadline`` cut the generation short)."""
     wanted = {"inductor": VARIANTS["inductor"], "looped": VARIANTS["looped"]}
     if any(op in _MATMUL_OPS for op in problem.op_summary):
         wanted["native_matmul"] = VARIANTS["native_matmul"]
+    timeout, by_deadline = TIMEOUT_S, False
+    if deadline is not None and deadline - time.monotonic() < TIMEOUT_S:
+        timeout, by_deadline = deadline - time.monotonic(), True
+        if timeout <= 0:
+            return {}, {v: "the search's time limit left no time for Inductor's code generation" for v in wanted}, True
     job = {"source": problem.source, "name": problem.name, "target": target, "variants": wanted}
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
+    # A session of its own, so that a timeout ends Inductor's compile workers with it: they hold the output pipes,
+    # and reading those to their end would otherwise wait for the workers.
+    proc = subprocess.Popen(CODEGEN_CMD, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True)
     try:
-        proc = subprocess.run([sys.executable, "-m", "ks_inductor.evolve.inductor.codegen"], input=json.dumps(job),
-                              capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
+        stdout, stderr = proc.communicate(json.dumps(job), timeout=timeout)
     except subprocess.TimeoutExpired:
-        return {}, {v: f"Inductor's code generation took over {TIMEOUT_S:.0f} s" for v in wanted}
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        if by_deadline:
+            return {}, {v: f"the search's time limit ended Inductor's code generation after {timeout:.0f} s"
+                        for v in wanted}, True
+        return {}, {v: f"Inductor's code generation took over {TIMEOUT_S:.0f} s" for v in wanted}, False
     if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return {}, {v: f"Inductor's code generation failed: {tail}" for v in wanted}
-    out = json.loads(proc.stdout)
+        tail = (stderr.strip().splitlines() or ["no output"])[-1]
+        return {}, {v: f"Inductor's code generation failed: {tail}" for v in wanted}, False
+    out = json.loads(stdout)
     programs: dict[str, InductorProgram] = {}
     reasons: dict[str, str] = {}
     seen: list[list[str]] = []
@@ -75,4 +117,4 @@ def _generate(problem: Problem, target: str) -> tuple[dict[str, InductorProgram]
         programs[variant] = prog
     for variant, why in reasons.items():
         log.info("no Inductor seed (%s) for %s: %s", variant, problem.name, why)
-    return programs, reasons
+    return programs, reasons, False
