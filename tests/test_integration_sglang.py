@@ -127,6 +127,12 @@ def test_plugin_replaces_the_layers_forwards_and_matches_sglang(pack, monkeypatc
         torch.testing.assert_close(got, own_norm(norm, x.clone(), r.clone(), r.clone()))
     assert st.stats()["hits"] == {"add_rmsnorm": 1, "rmsnorm": 1, "silu_and_mul": 1}
     assert st.stats()["fallbacks"] == {"rmsnorm": {"shape": 1}, "silu_and_mul": {"dtype": 1, "shape": 1}}
+    # what a GPU dispatches to: the replaced forward_cuda serves the same kernels (SGLang's own forward_cuda needs
+    # sgl_kernel, which a CPU host does not have, so only verified calls are made here)
+    with torch.no_grad():
+        torch.testing.assert_close(norm.forward_cuda(x), own_norm(norm, x), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(act.forward_cuda(h), own_act(act, h), atol=1e-5, rtol=1e-5)
+    assert st.stats()["hits"] == {"add_rmsnorm": 1, "rmsnorm": 2, "silu_and_mul": 2}
 
     # the kill switch works on a running server
     monkeypatch.setenv(G.ENV_DISABLE, "1")
