@@ -216,6 +216,10 @@ def worker_environment(backend: JudgeBackend, device_index: int | None) -> dict[
     # Correctness is judged with synchronous launches' error reporting available; the worker retires on any
     # device error anyway.
     env.setdefault("TORCH_USE_CUDA_DSA", "1")
+    if backend.device != "cpu":
+        # A GPU worker's host work is copies and file writes; dozens of workers, each with a thread per core,
+        # would oversubscribe the host that the judge's comparisons and the compilers share.
+        env.setdefault("OMP_NUM_THREADS", "2")
     env["PYTHONHASHSEED"] = "0"
     return env
 

@@ -371,10 +371,12 @@ def _run_candidate(job: dict[str, Any], seen: _Seen) -> dict[str, Any]:
         _sync(device)
     del first
     stage("correctness")
+    # The device is held (shared) while the trials compute; their outputs wait in host memory and are handed over
+    # after it is released, because writing them and the judge's comparisons are host work that a timing waiting
+    # for the device alone should not wait for.
+    later = Deliveries(STASH_BYTES)
+    acquire("shared")
     for i, (seed, dist) in enumerate(trials):
-        # The device is held (shared) only while the trial computes: handing the output over and the judge's
-        # comparison are host work, and a timing waiting for the device alone should not wait for them.
-        acquire("shared")
         inputs = make_inputs(ref_mod, job["specs"], seed, dist, device)
         saved = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         ref_first = rng.random() < 0.5
@@ -400,11 +402,10 @@ def _run_candidate(job: dict[str, Any], seen: _Seen) -> dict[str, Any]:
                 flags.append(("inputs_modified", f"trial {i}: the candidate changed input {j} in place"))
         flags.extend(_check_output_objects(outs, device))
         del inputs, saved
-        host = [o.detach().to("cpu") for o in outs if isinstance(o, torch.Tensor)]
+        later.hand(job["workdir"], "trial", i, [o for o in outs if isinstance(o, torch.Tensor)])
         del outs
-        release("shared")
-        deliver(job["workdir"], "trial", i, host)
-        del host
+    release("shared")
+    later.flush()
     flags.extend(seen.trial_flags())
 
     result: dict[str, Any] = {"launches": dict(counter.counts), "launches_per_call": launches_per_call}
