@@ -220,6 +220,9 @@ def worker_environment(backend: JudgeBackend, device_index: int | None) -> dict[
         # A GPU worker's host work is copies and file writes; dozens of workers, each with a thread per core,
         # would oversubscribe the host that the judge's comparisons and the compilers share.
         env.setdefault("OMP_NUM_THREADS", "2")
+    # The Inductor baseline a worker compiles is one small graph; a pool of compile workers per judge worker (one
+    # per core each) would put hundreds of processes on the host during a parallel warm.
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     env["PYTHONHASHSEED"] = "0"
     return env
 

@@ -84,6 +84,9 @@ def _generate(problem: Problem, target: str, deadline: float | None = None
     job = {"source": problem.source, "name": problem.name, "target": target, "variants": wanted}
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
+    # Code generation only: nothing is compiled, so a pool of compile workers (one per core, in every one of the
+    # generations a parallel warm runs at once) would only load the host that the judge's workers need.
+    env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
     # A session of its own, so that a timeout ends Inductor's compile workers with it: they hold the output pipes,
     # and reading those to their end would otherwise wait for the workers.
     proc = subprocess.Popen(CODEGEN_CMD, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
