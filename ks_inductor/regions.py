@@ -323,7 +323,8 @@ def partition(gm: fx.GraphModule) -> Partition:
         if out.memo is not None:
             out.memo.put_node(sig, entry)
         ops_of[node], cls[node], anchor_kind[node] = list(entry[0]), entry[1], entry[2]
-        if isinstance(example_value(node), (tuple, list)) and cls[node] != _VIEW:
+        if isinstance(example_value(node), (tuple, list)) and cls[node] != _VIEW and not _values_and_indices(
+                node, ops_of[node], cls[node]):
             cls[node] = _OTHER  # a tuple-valued computation (var_mean, topk) is cut at its getitems, not inside
         if cls[node] == _OTHER:
             out.unsupported.append("+".join(n for n in ops_of[node] if n not in _VIEW_OPS)
@@ -394,6 +395,16 @@ def partition(gm: fx.GraphModule) -> Partition:
             region.memo = out.memo if region.stable else None
             out.regions.append(region)
     return out
+
+
+# Reductions that return (values, indices): one Triton reduction kernel in Inductor, so the region takes the node with
+# its getitems. Other tuple-valued computations (var_mean inside a norm, topk) stay cut at their getitems.
+_VALUES_AND_INDICES = frozenset({"max", "min"})
+
+
+def _values_and_indices(node: fx.Node, ops: list[str], node_cls: str) -> bool:
+    return (node_cls == _REDUCTION and bool(ops) and set(ops) <= _VALUES_AND_INDICES and bool(node.users)
+            and all(u.op == "call_function" and u.target is operator.getitem for u in node.users))
 
 
 def _dense_device(v: torch.Tensor) -> bool:

@@ -190,3 +190,46 @@ def test_a_region_inductor_hands_to_a_library_says_why_it_has_no_seed(tmp_path):
             evolve_problem(problem, EvolveConfig(budget=2, backend="triton-interpret"), store, progress=False)
     finally:
         store.close()
+
+
+MAX_DIM_MODEL = '''
+import torch
+import torch.nn as nn
+
+
+class MaxDim(nn.Module):
+    def forward(self, x):
+        values, indices = torch.max(x, dim=1)
+        return values * 2.0, indices
+
+
+def make():
+    torch.manual_seed(0)
+    return MaxDim(), (torch.randn(6, 40, 5),)
+'''
+
+
+def test_max_with_indices_is_one_region_served_from_the_cache(tmp_path, monkeypatch):
+    """torch.max over a dim returns (values, indices): one Triton reduction in Inductor, so one region with its
+    getitems and epilogue, warmed from Inductor's seed and served; values and indices match eager exactly."""
+    from ks_inductor import backend as B
+    from ks_inductor.cli import main
+    from ks_inductor.explain import explain
+
+    monkeypatch.setenv("KERNELSMITH_HOME", str(tmp_path / "home"))
+    (tmp_path / "max_dim_block.py").write_text(MAX_DIM_MODEL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import max_dim_block
+
+    model, inputs = max_dim_block.make()
+    assert [r.kind for r in explain(model, *inputs).regions] == ["reduction"]
+    db = str(tmp_path / "k.db")
+    assert main(["warm", "max_dim_block:make", "--db", db, "--budget", "2", "--backend", "triton-interpret"]) == 0
+    n = len(B.compile_reports())
+    compiled = torch.compile(model, backend="kernelsmith", options={"kernelsmith.db": f"sqlite:///{db}"})
+    with torch.no_grad():
+        got, want = compiled(*inputs), model(*inputs)
+    reports = B.compile_reports()[n:]
+    assert sum(r.swapped for r in reports) == 1
+    torch.testing.assert_close(got[0], want[0])
+    assert torch.equal(got[1], want[1])
