@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ANALYSIS_CACHE_ENV = "KERNELSMITH_ANALYSIS_CACHE"  # "0" turns the on-disk memo off
-_MEMO_FORMAT = 1
+_MEMO_FORMAT = 2  # raised whenever the partition classifies some op differently: memos made before are stale
 
 
 @functools.lru_cache(maxsize=1)

@@ -304,12 +304,18 @@ def analyze(gm: fx.GraphModule, opts: BackendOptions, act_on_miss: bool = True,
     hits = _drop_unrunnable(hits)
     for op in sorted(set(part.unsupported)):
         report.regions.append(RegionReport(index=-1, kind="-", ops=op, key=None, signature="", status=UNSUPPORTED,
-                                           note="no region takes this operation"))
+                                           note=_unsupported_why(op)))
     save_analysis(part)
     report.traced_nodes = part.traced_nodes
     report.traced_regions = sum(r.traced for r in part.regions)
     report.analysis_s = time.perf_counter() - t0
     return report, hits, store
+
+
+def _unsupported_why(ops: str) -> str:
+    from ks_inductor.regions import UNSUPPORTED_WHY
+
+    return next((UNSUPPORTED_WHY[o] for o in ops.split("+") if o in UNSUPPORTED_WHY), "no region takes this operation")
 
 
 def unrunnable_reason(device: str) -> str | None:

@@ -218,7 +218,29 @@ def _aten_ops(node: fx.Node, root: torch.nn.Module, conc: _Concretizer) -> list[
     except Exception as e:  # noqa: BLE001 - an untraceable node is simply not part of any region
         log.debug("node %s not traceable to aten: %s", node.format_node(), e)
         return None
-    return [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    return [_unannotated_mutation(n) or n.target for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def batch_norm_updating_running_stats(*args: Any) -> None:
+    """Stands in for a training-mode ``native_batch_norm`` among a node's ops (never called)."""
+    raise NotImplementedError
+
+
+# Why an op that no region takes stays with Inductor, where a reason more specific than "no region takes it" exists.
+UNSUPPORTED_WHY = {
+    "batch_norm_updating_running_stats": "training-mode batch norm updates its running statistics in place, which a "
+                                         "region's kernel (a function of its inputs) cannot; Inductor keeps it",
+}
+
+
+def _unannotated_mutation(n: fx.Node) -> Any:
+    """A stand-in for an op that writes to an input without saying so in its schema, else None.
+    ``native_batch_norm`` in training mode updates ``running_mean`` and ``running_var`` in place, but its schema
+    declares no mutation: a region made of it would be judged on its output alone, and a kernel that leaves the
+    running statistics alone would pass and be served."""
+    if _op_name(n.target) == "native_batch_norm" and len(n.args) > 5 and n.args[5] is True and n.args[3] is not None:
+        return batch_norm_updating_running_stats
+    return None
 
 
 def _classify_ops(ops: list[Any]) -> tuple[str, str | None]:

@@ -276,3 +276,34 @@ def test_attention_takes_rope_and_the_cache_concatenation_as_its_prologue():
     assert att.ops.count("cat") == 4 and "sdpa" in att.ops and att.ops.count("neg") == 2
     assert sorted(r.ops for r in part.regions if r.kind == "matmul") == [["mm"], ["mm"], ["mm"]]
     assert "kernelsmith.sdpa" in rg.region_problem(gm, att).graph_text
+
+
+def test_training_batch_norm_stays_with_inductor_and_says_why():
+    """native_batch_norm in training mode updates its running statistics in place without declaring it in its
+    schema: it makes no region (a kernel judged on its output alone could drop the update), explain says why, and
+    a compile keeps eager's running statistics."""
+    from ks_inductor.explain import explain
+
+    class BN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = nn.BatchNorm1d(16)
+
+        def forward(self, x):
+            return self.bn(x * 2.0)
+
+    torch.manual_seed(0)
+    x = torch.randn(8, 16)
+    rep = explain(BN().train(), x)
+    assert all("batch_norm" not in "+".join(getattr(p, "op_summary", [])) for p in rep.problems)
+    notes = [r.note for r in rep.regions if "batch_norm_updating_running_stats" in r.ops]
+    assert notes and "running statistics in place" in notes[0]
+    # In eval mode the same layer is a function of its inputs and makes a norm region.
+    assert any(r.kind == "norm" for r in explain(BN().eval(), x).regions)
+
+    eager, compiled_model = BN().train(), BN().train()
+    compiled_model.load_state_dict(eager.state_dict())
+    compiled = torch.compile(compiled_model, backend="kernelsmith")
+    torch.testing.assert_close(compiled(x), eager(x))
+    torch.testing.assert_close(compiled_model.bn.running_mean, eager.bn.running_mean)
+    torch.testing.assert_close(compiled_model.bn.running_var, eager.bn.running_var)
