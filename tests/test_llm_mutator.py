@@ -253,3 +253,24 @@ def test_llm_writes_the_first_seed_and_repairs_it_where_no_template_fits(llm, tm
     assert "cummax" in steps[0].prompt and "tl.associative_scan" in steps[1].response
     assert summary.best is not None and "tl.associative_scan" in summary.best.source
     store.close()
+
+
+def test_llm_improves_inductors_kernel_where_no_template_fits(llm, tmp_path) -> None:
+    """No template covers a running maximum, but Inductor writes a scan for it: the judged Inductor seed is the
+    working kernel the LLM is asked to improve, and no first kernel is asked of it."""
+    from ks_inductor.problem import problem_from_source
+
+    problem = problem_from_source(CUMMAX_PROBLEM, name="cummax")
+    assert classify(problem) is None
+    llm.script = [stale_edit, stale_edit, stale_edit, stale_edit]
+    store = KernelStore(f"sqlite:///{tmp_path}/k.db")
+    cfg = EvolveConfig(budget=3, islands=1, parallel=1,
+                       llm=LLMConfig(base_url=llm.url, model="scripted", concurrency=1, backoff_s=0.01))
+    with Judge(JudgeConfig(backend="triton-interpret", trials=2)) as judge:
+        summary = evolve_problem(problem, cfg, store, judge=judge, progress=False)
+    prompts = [r["messages"][-1]["content"] for r in llm.requests]
+    assert prompts and not any("Write a first Triton implementation" in p for p in prompts)
+    assert "Inductor's kernels" in current_program(prompts[0])
+    seeds = [s for s in store.steps(run_id=summary.run_id) if s.mutation == "seed"]
+    assert seeds and any(s.verdict == "accepted" for s in seeds)
+    store.close()
