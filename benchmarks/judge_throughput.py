@@ -91,6 +91,10 @@ def measure(problem_path: Path, candidate_path: Path | str, n: int, backend: str
                        "max": max(durations)},
         "stage_s_mean": {k: v / n for k, v in sorted(stages.items(), key=lambda kv: -kv[1])},
         "stage_share": {k: v / total for k, v in sorted(stages.items(), key=lambda kv: -kv[1])} if total else {},
+        # Per judgment, how long it held the device shared (correctness) and alone (timing): the device's
+        # throughput is bounded by the time it is held alone.
+        "device_held_s_mean": {m: sum(r.device_held_s.get(m, 0.0) for r in results) / n
+                               for m in sorted({m for r in results for m in r.device_held_s})},
         "judge_start_s": started_s,
         "first_judgment": {"verdict": first.verdict, "duration_s": first.duration_s, "stage_s": first.stage_s},
     })

@@ -30,8 +30,10 @@ def test_stages_are_reported_and_sum_to_the_judgment_wall_time() -> None:
     assert sum(first.stage_s.values()) > 0.9 * wall
     # The reference is computed once per problem: the second judgment finds it cached.
     assert second.stage_s["reference"] < 0.2 * first.stage_s["reference"]
+    # The device was held shared for the correctness trials, for less than the judgment took.
+    assert 0 < first.device_held_s["shared"] < first.duration_s
     back = EvalResult.from_json(json.loads(first.dumps()))
-    assert back.stage_s == first.stage_s
+    assert back.stage_s == first.stage_s and back.device_held_s == first.device_held_s
 
 
 def test_rows_from_before_stage_timing_still_load() -> None:

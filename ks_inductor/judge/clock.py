@@ -35,6 +35,18 @@ class StageClock:
         self._t = time.monotonic()
         self.current: str | None = None
         self.seconds: dict[str, float] = {}
+        # How long the worker held the device, per lock mode: it overlaps the stages (correctness holds it shared,
+        # timing alone), and it is what a device's other judgments wait for.
+        self.held: dict[str, float] = {}
+        self._granted: dict[str, list[float]] = {}
+
+    def granted(self, mode: str) -> None:
+        self._granted.setdefault(mode, []).append(time.monotonic())
+
+    def released(self, mode: str) -> None:
+        if self._granted.get(mode):
+            t = self._granted[mode].pop()
+            self.held[mode] = self.held.get(mode, 0.0) + time.monotonic() - t
 
     def enter(self, name: str | None) -> str | None:
         """Charge the time since the last switch to the current stage and make ``name`` current; returns the
@@ -57,4 +69,10 @@ class StageClock:
 
     def stop(self) -> dict[str, float]:
         self.enter(None)
+        for mode in [m for m, ts in self._granted.items() if ts]:
+            while self._granted[mode]:
+                self.released(mode)
         return {k: round(v, 6) for k, v in self.seconds.items()}
+
+    def device_held(self) -> dict[str, float]:
+        return {k: round(v, 6) for k, v in self.held.items()}

@@ -203,6 +203,7 @@ class WorkerProcess:
                             with clock.section("device_wait"):
                                 device_lock.acquire(mode)  # waiting for the device is not the candidate's time
                             held.append(mode)
+                            clock.granted(mode)
                         self.proc.stdin.write(b"grant\n")
                         self.proc.stdin.flush()
                         stage_until = time.monotonic() + stage_limits.get("timing" if mode == "exclusive" else stage,
@@ -212,6 +213,7 @@ class WorkerProcess:
                         if mode in held and device_lock is not None:
                             held.remove(mode)
                             device_lock.release(mode)
+                            clock.released(mode)
                     elif ev == "mark":
                         # Where the time goes within a stage; the stage (and its limit) stays as it was.
                         name = msg.get("name")

@@ -265,6 +265,7 @@ class Judge:
             res = self._new_result(source, problem.key)
             res.verdict, res.error = ERROR, f"judge failure: {type(e).__name__}: {e}"
         res.stage_s = clock.stop()
+        res.device_held_s = clock.device_held()
         res.duration_s = time.monotonic() - t0
         return res
 

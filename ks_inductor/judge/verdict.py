@@ -96,6 +96,8 @@ class EvalResult:
     duration_s: float = 0.0
     # Where ``duration_s`` went, per stage (``ks_inductor.judge.clock.STAGE_NAMES``); the stages sum to it.
     stage_s: dict[str, float] = field(default_factory=dict)
+    # Seconds the worker held the device, shared (correctness) and exclusive (timing); overlaps ``stage_s``.
+    device_held_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def accepted(self) -> bool:
