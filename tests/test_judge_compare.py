@@ -84,3 +84,43 @@ def test_a_cancelling_element_is_judged_at_the_output_scale() -> None:
     nudged = small.clone()
     nudged[5] += 5e-4 + 1e-4 * abs(float(small[5]))  # under rtol in relative L2, so the element bound decides
     assert C.compare_outputs([small], [nudged], fp32, 0, "normal")[1] is not None
+
+
+def test_fast_pass_never_accepts_what_the_exact_pass_rejects_with_nan_and_inf():
+    """The fast pass decides outputs with NaN and inf too (the NaN-input trial of every judgment); wherever it says
+    "pass" the float64 pass agrees, and it says "pass" for a correct output with NaN and inf in it."""
+    import random
+
+    import torch
+
+    from ks_inductor.judge.compare import _exact, _fast_pass
+
+    rng = random.Random(0)
+    passed = 0
+    for case in range(300):
+        n = rng.choice([7, 1000, (1 << 21) + 5])
+        r = torch.randn(n, generator=torch.Generator().manual_seed(case)) * rng.choice([1e-3, 1.0, 1e3])
+        o = r.clone()
+        for _ in range(rng.randrange(4)):
+            i = rng.randrange(n)
+            r[i] = o[i] = rng.choice([float("nan"), float("inf"), -float("inf")])
+        kind = rng.randrange(6)
+        j = rng.randrange(n)
+        if kind == 1:
+            o[j] = float("nan")  # a NaN the reference does not have
+        elif kind == 2:
+            o[j] = -r[j] if torch.isinf(r[j]) else float("inf")
+        elif kind == 3:
+            o += 1e-4 * torch.randn(n)
+        elif kind == 4:
+            o[j] += 1.0
+        elif kind == 5 and torch.isnan(r[j]):
+            o[j] = 0.0  # a NaN dropped
+        fast = _fast_pass(r, o, 1e-5, 1e-5)
+        m, why = _exact(r, o, 1e-5, 1e-5, 0, 0, "nan")
+        if fast:
+            passed += 1
+            assert why is None, (case, kind, why)
+        if kind == 0:
+            assert fast, case  # a correct output with NaN and inf decides in the fast pass
+    assert passed > 50
