@@ -22,6 +22,8 @@ from ks_inductor.problem import load_problem, problem_from_source
 
 PROBLEMS = Path(__file__).parent / "problems"
 UNCOVERED = ["gelu_tanh_gated", "masked_scaled_softmax", "lone_hardswish", "max_pool3d"]
+# Inductor would split this scan across blocks (a workspace and a spinning look-back); the seed is its one-split form.
+SPLIT_SCAN = ["long_cumsum"]
 
 
 def _match(problem):
@@ -30,7 +32,7 @@ def _match(problem):
     return fm
 
 
-@pytest.mark.parametrize("name", UNCOVERED)
+@pytest.mark.parametrize("name", UNCOVERED + SPLIT_SCAN)
 def test_inductor_seed_is_judged_correct(name, judge):
     """Each variant Inductor makes renders as a module the judge accepts unchanged (static rules included)."""
     fm = _match(load_problem(PROBLEMS / f"{name}.py"))

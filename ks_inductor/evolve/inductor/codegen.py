@@ -104,7 +104,7 @@ def wrapper_source(problem_source: str, name: str, options: dict[str, Any]) -> s
     from unittest import mock
 
     with inductor_config.patch(patches), mock.patch.object(GraphLowering, "compile_to_module", capture), \
-            mock.patch.object(GraphLowering, "save_output_code", lambda code: None), mode:
+            mock.patch.object(GraphLowering, "save_output_code", lambda code: None), _unsplit_scans(), mode:
         # compile_fx_inner lowers what it is given: the graph must first be in Inductor's own decomposed form (gelu,
         # softmax and clamp are decompositions there, not lowerings), as compile_fx's aot_autograd pass makes it.
         gm = make_fx(gm, decomposition_table=select_decomp_table(), tracing_mode="real")(*inputs)
@@ -247,6 +247,30 @@ def _launch(call: ast.Call, kname: str, prog: InductorProgram, kernels: dict[str
 
 
 # --------------------------------------------------------------------------------------------- reading a kernel
+
+
+def _unsplit_scans() -> Any:
+    """Inductor's scans with one block per row instead of a split scan.
+
+    A long scan over few rows becomes a split scan in Inductor's code: its blocks pass carries through a workspace
+    with a decoupled look-back that spins on flags set by other blocks, which a seed cannot carry (and the
+    interpreter, running blocks one after another, cannot judge). With one split the same scan is one looped
+    reduction kernel per row, which renders like any other; the search then tunes its block sizes."""
+    from unittest import mock
+
+    from torch._inductor import ir
+
+    if not hasattr(ir, "Scan") or not hasattr(ir.Scan, "num_splits"):
+        import contextlib
+
+        return contextlib.nullcontext()
+    original = ir.Scan.num_splits.__func__
+
+    def one_split(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        hint, _ = original(cls, *args, **kwargs)
+        return hint, 1
+
+    return mock.patch.object(ir.Scan, "num_splits", classmethod(one_split))
 
 
 def read_kernel(kname: str, src: str, helpers: dict[str, str]) -> KernelPlan:
