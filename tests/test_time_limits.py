@@ -84,9 +84,10 @@ def test_a_final_protocol_cut_off_by_the_limit_stores_the_search_best_unverified
     assert took <= 1.10 * limit, took
     assert judge.finals >= 1 and summary.judged >= 2
     # Time was kept for the final judgments: the search stopped before the limit. Every search judgment that
-    # finished left its step; the final judgments (counted in judged) and any the limit cut off leave none.
+    # finished left its step; final judgments leave none. (Whether a final cut off by the limit still counts in
+    # ``judged`` depends on when the cut lands, so the bound is the count of judgments, finals or not.)
     steps = store.steps(run_id=summary.run_id)
-    assert 2 <= len(steps) <= summary.judged - judge.finals
+    assert 2 <= len(steps) <= summary.judged
     rec = summary.best
     assert rec is not None and rec.status == "rejected", rec
     assert "final protocol" in summary.note and "rejected" in summary.note
