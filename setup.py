@@ -6,7 +6,7 @@ setup(
     description="Evolutionary Triton kernel optimizer and torch.compile backend with a verified kernel cache",
     python_requires=">=3.10",
     packages=find_packages(include=["ks_inductor*", "kernel_cache*", "integrations*", "benchmarks*"]),
-    package_data={"ks_inductor": ["evolve/templates/*.py"], "benchmarks": ["suites/*.json"]},
+    package_data={"ks_inductor": ["evolve/families/*.py"], "benchmarks": ["suites/*.json"]},
     install_requires=[
         "torch>=2.11",
         "triton>=3.6",

@@ -82,8 +82,7 @@ def main() -> None:
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
-    from ks_inductor.evolve.families import classify
-    from ks_inductor.evolve.templates import templates_for
+    from ks_inductor.evolve.families import classify, templates_for
     from ks_inductor.problem import problem_from_source
     from tests.test_evolve_families import EXTRA, PROBLEMS, shrink
 

@@ -167,8 +167,7 @@ def counts_for_source(source: str, pm: Any, inputs: list[Any], arch: int = 90) -
 def render_config(op_file: str, variant: str, params: dict[str, Any]) -> tuple[str, Any]:
     """The source of ``variant`` (``template/variant``) for the problem in ``op_file``, rendered for the CUDA target
     with the template's defaults overlaid by ``params``, and the problem's module."""
-    from ks_inductor.evolve.families import classify
-    from ks_inductor.evolve.templates import configured
+    from ks_inductor.evolve.families import classify, configured
     from ks_inductor.problem import exec_problem_source, load_problem
 
     problem = load_problem(op_file)

@@ -69,11 +69,12 @@ def problems() -> Iterator[tuple[str, Callable[[], Any]]]:
 
 def row(problem: Any) -> dict[str, Any]:
     """What the table records for one problem."""
-    from ks_inductor.evolve.families import classify, generic_match
-    from ks_inductor.evolve.templates import templates_for
+    from ks_inductor.evolve.families import classify, generic_match, matching, templates_for
+    from ks_inductor.evolve.graph import parse_graph
 
     fm = classify(problem)
-    r: dict[str, Any] = {"family": fm.family if fm else None}
+    r: dict[str, Any] = {"matches": [name for _, name, _ in matching(parse_graph(problem.graph_text))],
+                         "family": fm.family if fm else None}
     if fm is None:
         g = generic_match(problem)
         r["generic"] = g.family if g else None
@@ -106,12 +107,26 @@ def test_problem_keeps_its_family(key: str) -> None:
     except Exception as e:  # noqa: BLE001
         assert expected == {"error": type(e).__name__}
         return
-    got = row(problem)
-    assert got == {k: v for k, v in expected.items() if k in got}
+    assert row(problem) == expected
 
 
 def test_table_lists_every_problem() -> None:
     assert set(json.loads(TABLE.read_text())) == set(_PROBLEMS)
+
+
+def test_registry_refuses_clashes() -> None:
+    """The order rests on the priorities alone, and a template or a match name belongs to one family."""
+    from ks_inductor.evolve.families import FAMILIES, Family, register
+
+    before = list(FAMILIES)
+    rowwise = FAMILIES["rowwise"]
+    for clash in (Family("rowwise", 999, rowwise.match), Family("new", rowwise.priority, rowwise.match),
+                  Family("new", 999, rowwise.match, kinds=("softmax",)),
+                  Family("new", 999, rowwise.match, templates=rowwise.templates[1:]),
+                  Family("new", 999, rowwise.match, templates=rowwise.templates[:1], kinds=("new",))):
+        with pytest.raises(ValueError):
+            register(clash)
+    assert list(FAMILIES) == before
 
 
 if __name__ == "__main__":

@@ -4,8 +4,7 @@ the test runner's workers share the template judgments (they split work by file)
 
 from __future__ import annotations
 
-from ks_inductor.evolve.families import classify
-from ks_inductor.evolve.templates import template_named
+from ks_inductor.evolve.families import classify, template_named
 from ks_inductor.problem import problem_from_source
 from tests.test_evolve_families import EXTRA, norm_module
 

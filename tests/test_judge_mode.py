@@ -3,8 +3,7 @@ refuses a reference that is not a function of its inputs."""
 
 from __future__ import annotations
 
-from ks_inductor.evolve.families import classify
-from ks_inductor.evolve.templates import templates_for
+from ks_inductor.evolve.families import classify, templates_for
 from ks_inductor.problem import problem_from_source
 from tests.test_evolve_families import module
 

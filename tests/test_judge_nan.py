@@ -170,8 +170,7 @@ def test_online_per_lane_maxima_keep_a_lane_that_saw_only_nan(tmp_path, name, te
 
     import torch
 
-    from ks_inductor.evolve.families import classify
-    from ks_inductor.evolve.templates import template_named
+    from ks_inductor.evolve.families import classify, template_named
     from ks_inductor.problem import exec_problem_source
     from tests.test_evolve_families import small_problem
 

@@ -4,8 +4,7 @@ every variant: test_templates_judge_serving.py (a file of its own, so that paral
 
 from __future__ import annotations
 
-from ks_inductor.evolve.families import classify
-from ks_inductor.evolve.templates import configured, template_named, templates_for
+from ks_inductor.evolve.families import classify, configured, template_named, templates_for
 from ks_inductor.judge.static_checks import static_check
 from ks_inductor.problem import problem_from_source
 from tests.test_evolve_families import EXTRA, module, small_problem

@@ -72,8 +72,7 @@ def main() -> int:
     import triton
 
     from benchmarks.gpu.sweep_templates import _candidate, _problem, _render
-    from ks_inductor.evolve.families import classify
-    from ks_inductor.evolve.templates import configured
+    from ks_inductor.evolve.families import classify, configured
     from ks_inductor.judge import timing as T
     from ks_inductor.problem import load_problem
 

@@ -179,7 +179,7 @@ class Evolver:
         """Why Inductor's code gave no seed, in a few words (its first variant's reason)."""
         if not self.config.inductor_seeds or self.family is None:
             return "Inductor seeds are off"
-        from ks_inductor.evolve.templates import INDUCTOR
+        from ks_inductor.evolve.families import INDUCTOR
 
         reasons = INDUCTOR.unavailable(self.family)
         return next(iter(reasons.values()), "Inductor's code gave none") if reasons else "Inductor's code gave none"

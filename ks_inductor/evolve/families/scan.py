@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ks_inductor.evolve.families import SCANS, FamilyMatch
-from ks_inductor.evolve.graph import Node, Ref
-from ks_inductor.evolve.pointwise import Val, literal, round_expr, store_expr
-from ks_inductor.evolve.templates.base import (
+from ks_inductor.evolve.families.elements import BROADCAST_HELPER, chain_leaves, element_reads
+from ks_inductor.evolve.families.match import FamilyMatch
+from ks_inductor.evolve.families.matchers import FLOATS, downstream, in_order, upstream, views_are_leaves
+from ks_inductor.evolve.families.registry import Family, register
+from ks_inductor.evolve.families.template import (
     MAX_ELEMS_PER_THREAD,
     Template,
     TemplateError,
@@ -28,7 +29,101 @@ from ks_inductor.evolve.templates.base import (
     rounding_space,
     torch_dtype,
 )
-from ks_inductor.evolve.templates.elements import BROADCAST_HELPER, chain_leaves, element_reads
+from ks_inductor.evolve.graph import VIEW_OPS, Graph, Node, Ref
+from ks_inductor.evolve.pointwise import Val, is_pointwise, literal, round_expr, store_expr
+
+SCANS = {"cumsum": 0.0, "cumprod": 1.0}
+
+
+def _sole_user(graph: Graph, name: str) -> Node | None:
+    users = [n for n in graph.nodes if name in n.refs()]
+    return users[0] if len(users) == 1 else None
+
+
+def _exclusive_head(graph: Graph, scan: Node, dim: int) -> tuple[str, set[str]] | None:
+    """``cat([identity, scan(x[..., :-1])], dim)``, the way torch code writes an exclusive scan: x's name and the
+    nodes of the pattern, or None. The identity part (zeros for a sum, ones for a product) is one wide along dim."""
+    sl = graph.node(scan.args[0].name) if isinstance(scan.args[0], Ref) else None
+    cat = _sole_user(graph, scan.name)
+    if sl is None or sl.op != "slice" or cat is None or cat.op != "cat" or not isinstance(sl.args[0], Ref):
+        return None
+    xt = graph.type_of(sl.args[0].name)
+    if xt is None:
+        return None
+    n = xt.shape[dim]
+    s_dim, start, end = (list(sl.args[1:4]) + [None, None, None])[:3]
+    step = sl.args[4] if len(sl.args) > 4 else 1
+    if s_dim is None or s_dim % len(xt.shape) != dim or start not in (0, None) or step != 1 \
+            or end not in (n - 1, -1):
+        return None
+    parts, cdim = cat.args[0], cat.args[1] if len(cat.args) > 1 else 0
+    if not isinstance(parts, list) or len(parts) != 2 or cdim % len(xt.shape) != dim or parts[1] != Ref(scan.name):
+        return None
+    ident = graph.node(parts[0].name) if isinstance(parts[0], Ref) else None
+    it = ident.type if ident is not None else None
+    if ident is None or it is None or ident.op not in ("full", "full_like") or it.shape[dim] != 1:
+        return None
+    value = ident.args[1] if len(ident.args) > 1 else None
+    if value != SCANS[scan.op]:
+        return None
+    return sl.args[0].name, {sl.name, cat.name, ident.name} | _upstream_views(graph, ident)
+
+
+def _upstream_views(graph: Graph, node: Node) -> set[str]:
+    """The view nodes a node reads (a ``full_like`` only reads a shape)."""
+    out: set[str] = set()
+    todo = list(node.refs())
+    while todo:
+        v = graph.node(todo.pop())
+        if v is not None and v.op in VIEW_OPS:
+            out.add(v.name)
+            todo += v.refs()
+    return out
+
+
+def match(graph: Graph) -> dict[str, Any] | None:
+    """One cumulative sum or product of a float value over one dim, read forwards, backwards (between two flips
+    of that dim) or exclusively (``cat([0, cumsum(x[..., :-1])])``), with pointwise work before and after it."""
+    comp = graph.compute_nodes()
+    scans = [n for n in comp if n.op in SCANS]
+    if len(scans) != 1 or len(graph.outputs) != 1 or not isinstance(graph.outputs[0], Ref):
+        return None
+    scan = scans[0]
+    src = scan.args[0] if scan.args else None
+    st = graph.type_of(src.name) if isinstance(src, Ref) else None
+    if st is None or not st.shape or st.dtype not in FLOATS or scan.kwargs.get("dtype") is not None or len(scan.args) < 2 or not isinstance(scan.args[1], int):
+        return None
+    dim = scan.args[1] % len(st.shape)
+    head, tail, covered, reverse, exclusive = src.name, scan.name, {scan.name}, False, False
+    first = graph.node(src.name)
+    if first is not None and first.op == "flip":
+        last = _sole_user(graph, scan.name)
+        if last is None or last.op != "flip" or _sole_user(graph, first.name) is not scan:
+            return None
+        if [d % len(st.shape) for d in first.args[1]] != [dim] or [d % len(st.shape) for d in last.args[1]] != [dim]:
+            return None
+        head, tail, reverse = first.args[0].name, last.name, True
+        covered |= {first.name, last.name}
+    elif first is not None and first.op == "slice":
+        ex = _exclusive_head(graph, scan, dim)
+        if ex is None:
+            return None
+        head, ex_nodes = ex
+        tail = next(n for n in ex_nodes if graph.node(n).op == "cat")
+        covered |= ex_nodes
+        exclusive = True
+    out = graph.outputs[0].name
+    hn = graph.node(head)
+    prologue = upstream(graph, [head], set()) | ({head} if hn is not None and hn.op not in VIEW_OPS else set())
+    epilogue = downstream(comp, tail, covered) - {tail}
+    names = {n.name for n in comp}
+    if names - covered - prologue - epilogue or not all(is_pointwise(graph.node(n)) for n in prologue | epilogue):
+        return None
+    if out != tail and out not in epilogue or not views_are_leaves(graph, covered):
+        return None
+    return {"op": scan.op, "dim": dim, "head": head, "tail": tail, "reverse": reverse, "exclusive": exclusive,
+            "prologue": in_order(comp, prologue), "epilogue": in_order(comp, epilogue), "out": out}
+
 
 # Per variant: the kernel's signature and prologue up to the block loop; the tile's position along R (c), its
 # mask (m), the address of position p, the scan axis, the carry's broadcast and the last position of a block.
@@ -166,3 +261,6 @@ class ScanTemplate(Template):
         kind = ("exclusive " if a["exclusive"] else "") + ("reverse " if a["reverse"] else "") + a["op"]
         return module_source(fm, f"{kind} over dim {a['dim']} ({variant}), rendered by kernelsmith.", "\n".join(k), f,
                              BROADCAST_HELPER, params)
+
+
+register(Family("scan", priority=80, match=match, templates=(ScanTemplate(),)))

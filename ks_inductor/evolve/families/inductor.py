@@ -1,4 +1,4 @@
-"""Inductor's own kernels as a template: a seed for every problem Inductor compiles to Triton.
+"""The generic family: Inductor's own kernels as a template, a seed for every problem Inductor compiles to Triton.
 
 The variants are Inductor's code generations (its own choice, looped reductions, native matmul); the parameters
 are each kernel's launch configuration (block sizes, warps, stages), seeded at the configurations Inductor's
@@ -12,17 +12,19 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ks_inductor.evolve.families import FamilyMatch
-from ks_inductor.evolve.inductor import InductorProgram, SeedUnavailable, inductor_programs
-from ks_inductor.evolve.inductor.program import MAX_BLOCK
-from ks_inductor.evolve.inductor.render import kernel_params, param_name, render_program
-from ks_inductor.evolve.templates.base import (
+from ks_inductor.evolve.families.match import FamilyMatch
+from ks_inductor.evolve.families.registry import Family, register
+from ks_inductor.evolve.families.template import (
     MAX_ELEMS_PER_THREAD,
     Template,
     TemplateError,
     _state_lines,
     block_class,
 )
+from ks_inductor.evolve.graph import Graph
+from ks_inductor.evolve.inductor import InductorProgram, SeedUnavailable, inductor_programs
+from ks_inductor.evolve.inductor.program import MAX_BLOCK
+from ks_inductor.evolve.inductor.render import kernel_params, param_name, render_program
 
 _WARPS = [1, 2, 4, 8, 16, 32]
 _STAGES = [1, 2, 3, 4]
@@ -175,3 +177,15 @@ def _fixed_r0(kernel: Any) -> int:
         if line.startswith("R0_BLOCK: tl.constexpr ="):
             return int(line.split("=")[1])
     return 1
+
+
+# The family of a problem no op-family template covers: its seeds come from Inductor's kernels alone.
+GENERIC = "inductor"
+INDUCTOR = InductorTemplate()
+
+
+def match(graph: Graph) -> dict[str, Any] | None:
+    return {}
+
+
+register(Family(GENERIC, priority=1000, match=match, templates=(INDUCTOR,), generic=True))

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ks_inductor.evolve.families import FamilyMatch
-from ks_inductor.evolve.pointwise import store_expr
-from ks_inductor.evolve.templates.base import (
+from ks_inductor.evolve.families.elements import BROADCAST_HELPER, chain_leaves, element_reads
+from ks_inductor.evolve.families.match import FamilyMatch
+from ks_inductor.evolve.families.matchers import LEAF_VIEW_OPS, leaf_of
+from ks_inductor.evolve.families.registry import Family, register
+from ks_inductor.evolve.families.template import (
     SM_COUNT_HELPER,
     Template,
     TemplateError,
@@ -19,7 +21,37 @@ from ks_inductor.evolve.templates.base import (
     rounding_space,
     torch_dtype,
 )
-from ks_inductor.evolve.templates.elements import BROADCAST_HELPER, chain_leaves, element_reads
+from ks_inductor.evolve.graph import VIEW_OPS, Graph, Ref
+from ks_inductor.evolve.pointwise import is_pointwise, store_expr
+
+
+def match(graph: Graph) -> dict[str, Any] | None:
+    """Pointwise ops only, every output of one shape, with views only between a placeholder and the chain."""
+    comp = graph.compute_nodes()
+    if not comp or not all(is_pointwise(n) for n in comp):
+        return None
+    for n in graph.nodes:
+        if n.op in VIEW_OPS and n.op not in ("getitem",) and n.op not in LEAF_VIEW_OPS:
+            return None
+    # Views are only allowed on the way from a placeholder into the chain.
+    for n in graph.nodes:
+        if n.op in LEAF_VIEW_OPS and leaf_of(graph, Ref(n.name)) is None:
+            return None
+    if not all(isinstance(o, Ref) and graph.node(o.name) is not None for o in graph.outputs):
+        return None
+    shapes = {tuple(graph.type_of(o.name).shape) for o in graph.outputs if graph.type_of(o.name)}
+    if len(shapes) != 1:
+        return None
+    return {"outputs": [o.name for o in graph.outputs]}
+
+
+def kind(graph: Graph, attrs: dict[str, Any]) -> str:
+    """``act_mul`` for a gated activation (an activation times another value: SiLU-and-mul, GELU-and-mul), as
+    every run records it."""
+    act = set(graph.ops()) & {"sigmoid", "gelu", "tanh", "silu", "relu"}
+    muls = [n for n in graph.compute_nodes() if n.op == "mul" and len(n.args) == 2
+            and all(isinstance(a, Ref) for a in n.args)]
+    return "act_mul" if act and muls and len(graph.outputs) == 1 else "pointwise"
 
 
 class PointwiseTemplate(Template):
@@ -96,3 +128,7 @@ class PointwiseTemplate(Template):
         f.append("return " + (rets[0] if len(rets) == 1 else "(" + ", ".join(rets) + ")"))
         helpers = BROADCAST_HELPER + (SM_COUNT_HELPER if persistent else "")
         return module_source(fm, f"Pointwise chain ({variant}), rendered by kernelsmith.", kernel, f, helpers, params)
+
+
+register(Family("pointwise", priority=110, match=match, templates=(PointwiseTemplate(),),
+                kinds=("pointwise", "act_mul"), kind=kind))

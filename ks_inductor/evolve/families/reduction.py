@@ -10,9 +10,54 @@ from __future__ import annotations
 
 from typing import Any
 
-from ks_inductor.evolve.families import FamilyMatch
+from ks_inductor.evolve.families.match import FamilyMatch
+from ks_inductor.evolve.families.registry import Family, register
+from ks_inductor.evolve.families.template import Template, block_class, inner_size, module_source, torch_dtype
+from ks_inductor.evolve.graph import VIEW_OPS, Graph, Node, Ref
 from ks_inductor.evolve.pointwise import max_expr, min_expr, reduce_expr
-from ks_inductor.evolve.templates.base import Template, block_class, inner_size, module_source, torch_dtype
+
+
+def _values_only(graph: Graph, n: Node) -> str | None:
+    """For max.dim / min.dim: the dtype of the values, where the graph returns only them (``torch.max(x, d)[0]``)."""
+    uses = [u for u in graph.nodes if any(isinstance(x, Ref) and x.name == n.name for x in u.args)]
+    outs = [o.name for o in graph.outputs if isinstance(o, Ref)]
+    if len(uses) != 1 or uses[0].op != "getitem" or uses[0].args[1] != 0 or outs != [uses[0].name]:
+        return None
+    t = graph.type_of(uses[0].name)
+    return t.dtype if t is not None else None
+
+
+def match(graph: Graph) -> dict[str, Any] | None:
+    """One sum, mean, amax, amin, argmax or argmin of a placeholder over one dim (also the values of max.dim and
+    min.dim, where the indices are unused)."""
+    comp = graph.compute_nodes()
+    if len(comp) != 1 or comp[0].op not in ("sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin"):
+        return None
+    n = comp[0]
+    src = n.args[0]
+    if not isinstance(src, Ref) or not src.name.startswith("p"):
+        return None
+    t = graph.type_of(src.name)
+    dims = n.args[1] if len(n.args) > 1 else None
+    op = n.op
+    out_dtype = n.type.dtype if n.type else "float32"
+    if op in ("max", "min"):  # max.dim / min.dim: values and indices; only the values may be used
+        vdt = _values_only(graph, n) if isinstance(dims, int) else None
+        if vdt is None:
+            return None
+        op, dims, out_dtype = "a" + op, [dims], vdt
+    elif op in ("argmax", "argmin"):  # over one dim only; over the flattened tensor (dim=None) is another shape
+        if not isinstance(dims, int):
+            return None
+        dims = [dims]
+    if t is None or not isinstance(dims, list) or len(dims) != 1 or not t.shape:
+        return None
+    dim = dims[0] % len(t.shape)
+    keep = bool(n.args[2] if len(n.args) > 2 else n.kwargs.get("keepdim", False))
+    if not all(v.op in ("getitem", "alias") for v in graph.nodes if v.op in VIEW_OPS):
+        return None
+    return {"op": op, "x": src.name, "dim": dim, "keepdim": keep, "out_dtype": out_dtype}
+
 
 _NEUTRAL = {"sum": "0.0", "mean": "0.0", "amax": "-float('inf')", "amin": "float('inf')",
             "argmax": "-float('inf')", "argmin": "float('inf')"}
@@ -140,3 +185,7 @@ class ReductionTemplate(Template):
             "return out",
         ]
         return module_source(fm, f"{op} over dim {dim} ({variant}), rendered by kernelsmith.", kernel, body)
+
+
+# Before the whole-tensor reductions (70): a sum of a 1-D tensor over its one dim is both.
+register(Family("reduction", priority=60, match=match, templates=(ReductionTemplate(),)))

@@ -6,7 +6,7 @@ import math
 from abc import ABC, abstractmethod
 from typing import Any
 
-from ks_inductor.evolve.families import FamilyMatch, StateEntry
+from ks_inductor.evolve.families.match import FamilyMatch, StateEntry
 from ks_inductor.evolve.graph import Graph, Node, Ref
 from ks_inductor.evolve.pointwise import PointwiseUnsupported, Val, lower_chain, unfenced
 

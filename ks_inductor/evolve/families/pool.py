@@ -19,9 +19,10 @@ from __future__ import annotations
 from math import prod
 from typing import Any
 
-from ks_inductor.evolve.families import FamilyMatch
-from ks_inductor.evolve.pointwise import literal, max_expr, reduce_expr, store_expr
-from ks_inductor.evolve.templates.base import (
+from ks_inductor.evolve.families.match import FamilyMatch
+from ks_inductor.evolve.families.matchers import FLOATS
+from ks_inductor.evolve.families.registry import Family, register
+from ks_inductor.evolve.families.template import (
     MAX_ELEMS_PER_THREAD,
     Template,
     block_class,
@@ -30,6 +31,62 @@ from ks_inductor.evolve.templates.base import (
     next_pow2,
     torch_dtype,
 )
+from ks_inductor.evolve.graph import Graph, Ref
+from ks_inductor.evolve.pointwise import literal, max_expr, reduce_expr, store_expr
+
+# aten pooling op -> (kind, spatial dims). The 1-d pools reach aten as 2-d ones over an unsqueezed input.
+POOLS = {"max_pool2d_with_indices": ("max", 2), "max_pool3d_with_indices": ("max", 3),
+         "avg_pool2d": ("avg", 2), "avg_pool3d": ("avg", 3)}
+_POOL_VIEWS = frozenset({"unsqueeze", "squeeze", "getitem", "alias"})
+
+
+def _per_dim(v: Any, nd: int, default: int) -> list[int] | None:
+    """A pooling argument (an int, a list of one, or one per dim; empty means ``default``) as one int per dim."""
+    if v is None or v == []:
+        return [default] * nd
+    if isinstance(v, int):
+        return [v] * nd
+    if isinstance(v, list) and all(isinstance(x, int) for x in v) and len(v) in (1, nd):
+        return list(v) * (nd // len(v))
+    return None
+
+
+def match(graph: Graph) -> dict[str, Any] | None:
+    """One max or average pool of a float input, seen through the views that add or drop size-1 dims (how the
+    1-d pools reach aten); for a max pool only its values may be used, not the indices."""
+    comp = graph.compute_nodes()
+    if len(comp) != 1 or comp[0].op not in POOLS or len(graph.placeholders) != 1 or len(graph.outputs) != 1:
+        return None
+    n = comp[0]
+    kind, nd = POOLS[n.op]
+    if any(v.op not in _POOL_VIEWS for v in graph.nodes if v is not n):
+        return None
+    x_t, out_ref = graph.placeholders[0][1], graph.outputs[0]
+    in_t = graph.type_of(n.args[0].name) if isinstance(n.args[0], Ref) else None
+    out_t = graph.type_of(out_ref.name) if isinstance(out_ref, Ref) else None
+    if x_t is None or in_t is None or out_t is None or x_t.dtype not in FLOATS or len(in_t.shape) < nd + 1:
+        return None
+    if any(v.op == "getitem" and v.refs() == [n.name] and v.args[1] != 0 for v in graph.nodes):
+        return None  # the max pool's indices are used
+    names = ["kernel_size", "stride", "padding"] + (["dilation", "ceil_mode"] if kind == "max" else
+                                                    ["ceil_mode", "count_include_pad", "divisor_override"])
+    args = dict(zip(names, n.args[1:]))
+    args.update({k: v for k, v in n.kwargs.items() if k in names})
+    kernel = _per_dim(args.get("kernel_size"), nd, 1)
+    stride = _per_dim(args.get("stride"), nd, 1) if args.get("stride") not in (None, []) else kernel
+    padding = _per_dim(args.get("padding", 0), nd, 0)
+    dilation = _per_dim(args.get("dilation", 1), nd, 1)
+    if kernel is None or stride is None or padding is None or dilation is None:
+        return None
+    pooled = n.out[0]
+    if pooled is None or pooled.numel != out_t.numel or x_t.numel != in_t.numel:
+        return None
+    return {"kind": kind, "nd": nd, "x": graph.placeholders[0][0], "kernel": kernel, "stride": stride,
+            "padding": padding, "dilation": dilation, "in_spatial": in_t.shape[-nd:],
+            "out_spatial": pooled.shape[-nd:], "out_shape": out_t.shape, "dtype": x_t.dtype,
+            "count_include_pad": bool(args.get("count_include_pad", True)),
+            "divisor_override": args.get("divisor_override")}
+
 
 MAX_WINDOW_LOADS = 256  # static loads in one window program: beyond this the unrolled kernel compiles slowly
 
@@ -254,3 +311,6 @@ class PoolTemplate(Template):
         what = f"{a['kind']} pool over {nd} dims, window {a['kernel']}"
         return module_source(fm, f"{what} (window: {rows} output rows by {bw} columns a program), rendered by "
                              "kernelsmith.", _window_kernel(a, bw, rows), body)
+
+
+register(Family("pool", priority=90, match=match, templates=(PoolTemplate(),)))

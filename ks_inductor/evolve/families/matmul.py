@@ -26,10 +26,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ks_inductor.evolve.families import FamilyMatch, leaf_of
-from ks_inductor.evolve.graph import Graph, Ref
-from ks_inductor.evolve.pointwise import PointwiseUnsupported, Val, lower_chain, round_expr, store_expr
-from ks_inductor.evolve.templates.base import (
+from ks_inductor.evolve.families.match import FamilyMatch
+from ks_inductor.evolve.families.matchers import leaf_of
+from ks_inductor.evolve.families.registry import Family, register
+from ks_inductor.evolve.families.template import (
     ITEMSIZE,
     SM_COUNT_HELPER,
     SMEM_BYTES,
@@ -43,6 +43,72 @@ from ks_inductor.evolve.templates.base import (
     torch_dtype,
     view_expr,
 )
+from ks_inductor.evolve.graph import VIEW_OPS, Graph, Ref
+from ks_inductor.evolve.pointwise import (
+    PointwiseUnsupported,
+    Val,
+    is_pointwise,
+    lower_chain,
+    round_expr,
+    store_expr,
+)
+
+MATMUL_OPS = ("mm", "addmm", "bmm")
+
+
+def match(graph: Graph) -> dict[str, Any] | None:
+    """One mm, addmm or bmm of two placeholders (read through transposes and reshapes) with pointwise work after
+    it, reshaped afterwards only in ways that keep the product's row-major order."""
+    mms = [n for n in graph.nodes if n.op in MATMUL_OPS]
+    if len(mms) != 1:
+        return None
+    mm = mms[0]
+    if mm.op == "addmm":
+        bias, a, b = mm.args[:3]
+        if mm.kwargs.get("beta", 1) != 1 or mm.kwargs.get("alpha", 1) != 1:
+            return None
+    else:
+        bias, (a, b) = None, mm.args[:2]
+    la, lb = leaf_of(graph, a), leaf_of(graph, b)
+    if la is None or lb is None:
+        return None
+    for leaf in (la, lb):
+        if any(v.op not in ("permute", "t", "transpose", "view", "_unsafe_view", "unsqueeze", "expand")
+               for v in leaf[1]):
+            return None
+    rest = [n for n in graph.compute_nodes() if n is not mm]
+    if not all(is_pointwise(n) for n in rest):
+        return None
+    if len(graph.outputs) != 1 or not isinstance(graph.outputs[0], Ref):
+        return None
+    out_t = graph.type_of(graph.outputs[0].name)
+    mm_t = mm.type
+    if out_t is None or mm_t is None:
+        return None
+    # Reshapes after the product (a Linear on 3-D input is mm between two views) keep the row-major order of
+    # the (M, N) tile, so the epilogue runs in the product's frame; other views of the product would not.
+    down = {mm.name}
+    views: list[str] = []
+    for n in graph.nodes:
+        refs = set(n.refs())
+        if not refs & down:
+            continue
+        if n.op in VIEW_OPS:
+            if n.op not in ("view", "_unsafe_view", "reshape", "unsqueeze", "squeeze"):
+                return None
+            views.append(n.name)
+        down.add(n.name)
+    if graph.outputs[0].name not in down:
+        return None
+    for name in down:
+        t = graph.type_of(name)
+        if t is None or t.numel != mm_t.numel or not t.shape or t.shape[-1] != mm_t.shape[-1]:
+            return None
+    if mm.op == "bmm" and out_t.shape != mm_t.shape:
+        return None
+    return {"mm": mm.name, "a": a, "b": b, "bias": bias, "epilogue": [n.name for n in rest],
+            "views": views, "downstream": sorted(down), "batched": mm.op == "bmm"}
+
 
 SKINNY_ROWS = 512  # products with at most this many rows also get the split-K variant
 TMA_IMPORT = "from triton.tools.tensor_descriptor import TensorDescriptor\n"
@@ -396,3 +462,6 @@ def _epilogue_lines(g: Graph, a: dict[str, Any], names: list[str], out_name: str
     lines.append("c_ptrs = c_ptr + bid * stride_cb + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn")
     lines.append(f"tl.store(c_ptrs, {store_expr(env[out_name].expr, out_dtype)}, mask=cmask)")
     return lines
+
+
+register(Family("matmul", priority=10, match=match, templates=(MatmulTemplate(),)))

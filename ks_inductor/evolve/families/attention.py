@@ -19,9 +19,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ks_inductor.evolve.families import FamilyMatch
-from ks_inductor.evolve.pointwise import round_expr, store_expr, tl_dtype
-from ks_inductor.evolve.templates.base import (
+from ks_inductor.evolve.families.match import FamilyMatch
+from ks_inductor.evolve.families.matchers import leaf_of, rope_of
+from ks_inductor.evolve.families.registry import Family, register
+from ks_inductor.evolve.families.template import (
     SMEM_BYTES,
     Template,
     TemplateError,
@@ -31,6 +32,89 @@ from ks_inductor.evolve.templates.base import (
     torch_dtype,
     view_expr,
 )
+from ks_inductor.evolve.graph import Graph, Ref
+from ks_inductor.evolve.pointwise import round_expr, store_expr, tl_dtype
+
+
+def _attention_source(graph: Graph, ref: Any, covered: list[str]) -> dict[str, Any] | None:
+    """An attention operand made of the rows of one placeholder: read as it is, or rotated (RoPE) on the way."""
+    leaf = leaf_of(graph, ref)
+    if leaf is not None:
+        return {"kind": "plain", "leaf": leaf}
+    r = rope_of(graph, ref)
+    if r is None:
+        return None
+    covered += r["covered"]
+    return {"kind": "rope", "leaf": r["x_leaf"], "cos_leaf": r["cos_leaf"], "sin_leaf": r["sin_leaf"]}
+
+
+def match(graph: Graph) -> dict[str, Any] | None:
+    """One ``kernelsmith::sdpa`` (see ks_inductor.canonical_ops) whose q is read plain or rotated, and whose k and
+    v are each a placeholder, or a cache placeholder concatenated along the sequence with new rows (plain or
+    rotated): the decode step of a transformer layer. No mask, no dropout, no causal mask."""
+    # lazily: canonical_ops imports torch, which classification only needs later
+    from ks_inductor.canonical_ops import SDPA_TARGET
+
+    att = [n for n in graph.nodes if n.target == SDPA_TARGET]
+    if len(att) != 1 or len(graph.outputs) != 1 or not isinstance(graph.outputs[0], Ref):
+        return None
+    sd = att[0]
+    q, k, v, mask, dropout, causal, scale = (sd.args + [None] * 7)[:7]
+    if mask is not None or dropout not in (0, 0.0) or causal:
+        return None
+    tq, tk, tv = (graph.type_of(r.name) if isinstance(r, Ref) else None for r in (q, k, v))
+    if tq is None or tk is None or tv is None or not (len(tq.shape) == len(tk.shape) == len(tv.shape) == 4):
+        return None
+    B, H, TQ, D = tq.shape
+    HK = tk.shape[1]
+    if tk.shape[0] != B or tv.shape[:3] != tk.shape[:3] or tk.shape[3] != D or tv.shape[3] != D or H % HK:
+        return None
+    covered = [sd.name]
+    qsrc = _attention_source(graph, q, covered)
+    if qsrc is None:
+        return None
+    kv = []
+    for r in (k, v):
+        node = graph.node(r.name)
+        if node is not None and node.op == "cat":
+            parts, dim = node.args[0], node.args[1] if len(node.args) > 1 else 0
+            if not isinstance(parts, list) or len(parts) != 2 or dim not in (2, -2):
+                return None
+            cache = leaf_of(graph, parts[0])
+            new = _attention_source(graph, parts[1], covered)
+            ct = graph.type_of(parts[0].name)
+            if cache is None or new is None or ct is None:
+                return None
+            covered.append(node.name)
+            kv.append({"cache": {"kind": "plain", "leaf": cache}, "new": new, "P": ct.shape[2]})
+        else:
+            src = _attention_source(graph, r, covered)
+            if src is None:
+                return None
+            kv.append({"cache": None, "new": src, "P": 0})
+    # k and v walk one sequence: the same cache length on both (or no cache on both)
+    lens = [e["P"] for e in kv]
+    if lens[0] != lens[1]:
+        return None
+    if set(n.name for n in graph.compute_nodes()) - set(covered):
+        return None
+    # after the op only views: permutes, then reshapes
+    down, perm, reshaped = sd.name, [0, 1, 2, 3], False
+    for n in graph.nodes:
+        if down not in n.refs():
+            continue
+        if n.op == "permute" and not reshaped:
+            perm = [perm[i] for i in n.args[1]]
+        elif n.op in ("view", "_unsafe_view", "reshape", "clone", "alias"):
+            reshaped = True
+        else:
+            return None
+        down = n.name
+    if graph.outputs[0].name != down:
+        return None
+    return {"q": qsrc, "k": kv[0], "v": kv[1], "B": B, "H": H, "HK": HK, "TQ": TQ, "D": D, "scale": scale,
+            "perm": perm, "out": down}
+
 
 MAX_QUERY_ROWS = 128  # group heads x query positions held by one program; beyond that this is not decode
 LOG2E = 1.4426950408889634
@@ -314,3 +398,6 @@ class AttentionTemplate(Template):
         f.append(f"return buf.reshape({list(out_t.shape)!r})" if out_t is not None else "return buf")
         return module_source(fm, f"Decode attention ({variant}) with its prologue fused, rendered by kernelsmith.",
                              self._kernels(fm, variant), f)
+
+
+register(Family("attention", priority=20, match=match, templates=(AttentionTemplate(),)))

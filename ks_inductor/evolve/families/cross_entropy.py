@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ks_inductor.evolve.families import FamilyMatch
-from ks_inductor.evolve.templates.base import (
+from ks_inductor.evolve.families.match import FamilyMatch
+from ks_inductor.evolve.families.registry import Family, register
+from ks_inductor.evolve.families.template import (
     MAX_ELEMS_PER_THREAD,
     Template,
     block_class,
@@ -15,6 +16,42 @@ from ks_inductor.evolve.templates.base import (
     next_pow2,
     torch_dtype,
 )
+from ks_inductor.evolve.graph import Graph, Ref
+
+
+def _last_dim(dims: Any, ndim: int) -> bool:
+    if isinstance(dims, list):
+        if len(dims) != 1:
+            return False
+        dims = dims[0]
+    return isinstance(dims, int) and (dims == -1 or dims == ndim - 1)
+
+
+def match(graph: Graph) -> dict[str, Any] | None:
+    """A log-softmax over the last dim of 2-D logits, gathered at integer targets and negated, with the
+    ignore_index mask and a mean, a sum or no reduction."""
+    ops = graph.ops()
+    if "_log_softmax" not in ops or "gather" not in ops or "neg" not in ops:
+        return None
+    ls = next(n for n in graph.nodes if n.op == "_log_softmax")
+    src = graph.type_of(ls.args[0].name) if isinstance(ls.args[0], Ref) else None
+    if src is None or len(src.shape) != 2 or not _last_dim(ls.args[1], 2):
+        return None
+    allowed = {"_log_softmax", "gather", "neg", "ne", "where", "scalar_tensor", "sum", "div", "_to_copy", "full",
+               "mean"}
+    if not set(ops) <= allowed:
+        return None
+    ignore = next((n.args[1] for n in graph.nodes if n.op == "ne" and len(n.args) > 1
+                   and isinstance(n.args[1], int)), -100)
+    target = next((p for p, t in graph.placeholders if t is not None and t.dtype in ("int64", "int32")), None)
+    logits = ls.args[0].name
+    out = graph.type_of(graph.outputs[0].name) if graph.outputs and isinstance(graph.outputs[0], Ref) else None
+    if target is None or out is None or not logits.startswith("p"):
+        return None
+    reduction = "none" if out.shape else ("mean" if "div" in ops else "sum")
+    return {"logits": logits, "target": target, "ignore_index": ignore, "reduction": reduction,
+            "out_dtype": out.dtype}
+
 
 _ROWS = '''
 @triton.jit
@@ -140,3 +177,6 @@ class CrossEntropyTemplate(Template):
                      f"_ce_reduce[(1,)](losses, valid, out, n_rows, MEAN={mean}, BLOCK=1024, num_warps=4)",
                      "return out"]
         return module_source(fm, f"Cross-entropy ({variant}), rendered by kernelsmith.", _ROWS, body)
+
+
+register(Family("cross_entropy", priority=30, match=match, templates=(CrossEntropyTemplate(),)))

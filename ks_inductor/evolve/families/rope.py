@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ks_inductor.evolve.families import FamilyMatch
-from ks_inductor.evolve.pointwise import round_expr, store_expr
-from ks_inductor.evolve.templates.base import (
+from ks_inductor.evolve.families.match import FamilyMatch
+from ks_inductor.evolve.families.matchers import rope_of
+from ks_inductor.evolve.families.registry import Family, register
+from ks_inductor.evolve.families.template import (
     Template,
     TemplateError,
     block_class,
@@ -26,6 +27,23 @@ from ks_inductor.evolve.templates.base import (
     rounding_space,
     torch_dtype,
 )
+from ks_inductor.evolve.graph import Graph
+from ks_inductor.evolve.pointwise import round_expr, store_expr
+
+
+def match(graph: Graph) -> dict[str, Any] | None:
+    """Nothing but cat, neg, mul and add, every output ``x * cos + rotate_half(x) * sin``."""
+    ops = set(graph.ops())
+    if not ({"cat", "neg", "mul", "add"} <= ops and ops <= {"cat", "neg", "mul", "add"}):
+        return None
+    outs = []
+    for o in graph.outputs:
+        r = rope_of(graph, o)
+        if r is None:
+            return None
+        outs.append({"x": r["x_leaf"][0], "cos": r["cos_leaf"][0], "sin": r["sin_leaf"][0], "out": o.name})
+    return {"outputs": outs}
+
 
 _NATIVE_DTYPES = ("bfloat16", "float16")
 
@@ -188,3 +206,6 @@ class RopeTemplate(Template):
             rets.append(f"o{j}" if nd == 4 else f"o{j}.squeeze(1)")
         f.append("return " + (rets[0] if len(rets) == 1 else "(" + ", ".join(rets) + ")"))
         return module_source(fm, f"Rotary embedding ({variant}), rendered by kernelsmith.", kernels, f, "", params)
+
+
+register(Family("rope", priority=40, match=match, templates=(RopeTemplate(),)))

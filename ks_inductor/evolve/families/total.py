@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ks_inductor.evolve.families import FamilyMatch
-from ks_inductor.evolve.pointwise import Val, round_expr, store_expr
-from ks_inductor.evolve.templates.base import (
+from ks_inductor.evolve.families.elements import BROADCAST_HELPER, chain_leaves, element_reads
+from ks_inductor.evolve.families.match import FamilyMatch
+from ks_inductor.evolve.families.matchers import FLOATS, downstream, in_order, upstream, views_are_leaves
+from ks_inductor.evolve.families.registry import Family, register
+from ks_inductor.evolve.families.template import (
     MAX_ELEMS_PER_THREAD,
     SM_COUNT_HELPER,
     Template,
@@ -30,7 +32,71 @@ from ks_inductor.evolve.templates.base import (
     rounding_space,
     torch_dtype,
 )
-from ks_inductor.evolve.templates.elements import BROADCAST_HELPER, chain_leaves, element_reads
+from ks_inductor.evolve.graph import Graph, Node, Ref
+from ks_inductor.evolve.pointwise import Val, is_pointwise, round_expr, store_expr
+
+TOTAL_REDUCTIONS = ("sum", "mean", "linalg_vector_norm")
+
+
+def _norm_order(n: Node) -> Any:
+    """The ord of a ``linalg_vector_norm`` (2 where the graph leaves it out), None for other ops."""
+    if n.op != "linalg_vector_norm":
+        return None
+    return n.args[1] if len(n.args) > 1 else n.kwargs.get("ord", 2)
+
+
+def _reduces_everything(n: Node, ndim: int) -> bool:
+    """Whether ``n`` (sum, mean, or a 1- or 2-norm, with no dtype argument) reduces every dim of its input."""
+    if n.kwargs.get("dtype") is not None:
+        return False
+    if n.op == "linalg_vector_norm":
+        if _norm_order(n) not in (1, 2):
+            return False
+        dims = n.args[2] if len(n.args) > 2 else n.kwargs.get("dim")
+    else:
+        dims = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim")
+    if dims is None or dims == []:
+        return True
+    dims = [dims] if isinstance(dims, int) else dims
+    return isinstance(dims, list) and all(isinstance(d, int) for d in dims) and \
+        sorted(d % ndim for d in dims) == list(range(ndim))
+
+
+def match(graph: Graph) -> dict[str, Any] | None:
+    """One reduction of a whole float value to a scalar (sum, mean, 1- or 2-norm) with pointwise work around it:
+    a prologue over the inputs, broadcast into the reduced shape (a loss's differences); a scalar epilogue (the
+    batch division of a batchmean); or a full-shape epilogue that reads the scalar (``x / ||x||``).
+
+    The node lists are the three kernels' work: ``prologue`` feeds the partial sums, ``finish`` runs on the
+    scalar, ``apply`` writes the full-shape output."""
+    comp = graph.compute_nodes()
+    reds = [n for n in comp if not is_pointwise(n)]
+    if len(reds) != 1 or reds[0].op not in TOTAL_REDUCTIONS:
+        return None
+    red = reds[0]
+    src = red.args[0] if red.args else None
+    ts = graph.type_of(src.name) if isinstance(src, Ref) else None
+    if ts is None or not ts.shape or ts.dtype not in FLOATS or not _reduces_everything(red, len(ts.shape)):
+        return None
+    if len(graph.outputs) != 1 or not isinstance(graph.outputs[0], Ref) or not views_are_leaves(graph):
+        return None
+    out = graph.outputs[0].name
+    prologue = upstream(graph, [red.name], set())
+    names = {n.name: n for n in comp}
+    after = downstream(comp, red.name)
+    scalar = {m for m in after - {red.name} if names[m].type is not None and names[m].type.numel == 1}
+    finish = scalar | {c for m in scalar for c in names[m].refs() if c in names and not names[c].refs()}
+    for m in finish:
+        if any(r not in finish and r != red.name for r in names[m].refs()):
+            return None
+    if out == red.name or out in finish:
+        apply: set[str] = set()
+    else:
+        apply = upstream(graph, [out], finish | {red.name}) - finish - {red.name} | {out}
+    if set(names) != prologue | {red.name} | finish | apply:
+        return None
+    return {"red": red.name, "src": src.name, "ord": _norm_order(red), "prologue": in_order(comp, prologue),
+            "finish": in_order(comp, finish), "apply": in_order(comp, apply), "out": out}
 
 
 class TotalTemplate(Template):
@@ -167,3 +233,6 @@ class TotalTemplate(Template):
               f"num_warps={int(params['num_warps'])})",
               "return out"]
         return k
+
+
+register(Family("total", priority=70, match=match, templates=(TotalTemplate(),)))

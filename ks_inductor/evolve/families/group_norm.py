@@ -22,11 +22,13 @@ as torch's norms use.
 
 from __future__ import annotations
 
+from math import prod
 from typing import Any
 
-from ks_inductor.evolve.families import FamilyMatch
-from ks_inductor.evolve.pointwise import literal, store_expr
-from ks_inductor.evolve.templates.base import (
+from ks_inductor.evolve.families.match import FamilyMatch
+from ks_inductor.evolve.families.matchers import FLOATS, leaf_of
+from ks_inductor.evolve.families.registry import Family, register
+from ks_inductor.evolve.families.template import (
     MAX_ELEMS_PER_THREAD,
     Template,
     block_class,
@@ -35,6 +37,111 @@ from ks_inductor.evolve.templates.base import (
     next_pow2,
     torch_dtype,
 )
+from ks_inductor.evolve.graph import Graph, Node, Ref
+from ks_inductor.evolve.pointwise import literal, store_expr
+
+_GROUP_NORM_VIEWS = frozenset({"getitem", "view", "_unsafe_view", "reshape", "alias"})
+
+
+def match(graph: Graph) -> dict[str, Any] | None:
+    """One normalization of groups of a float input, its mean and rstd unused: group norm (``native_group_norm``: a
+    group is C/G channels of H*W), layer norm over two or more trailing dims (an affine weight and bias per element
+    of the group), or batch norm in training mode (``native_batch_norm``: a group is one channel, N strided segments
+    of H*W, with an optional weight and bias per channel and running statistics updated in place). Instance norm is
+    the batch norm of the input viewed as [1, N*C, ...]: a group is one (n, c) plane.
+
+    A group is ``segs`` segments of ``seg`` contiguous values, ``seg_stride`` apart; groups start ``group_stride``
+    apart."""
+    comp = graph.compute_nodes()
+    if len(graph.outputs) != 1 or not graph.placeholders:
+        return None
+    norms = [v for v in comp if v.op in ("native_group_norm", "native_layer_norm", "native_batch_norm")]
+    if len(norms) != 1:
+        return None
+    n = norms[0]
+    counter = _batch_counter(graph, [v for v in comp if v is not n])
+    if counter is False:
+        return None
+    if any(v.op not in _GROUP_NORM_VIEWS for v in graph.nodes if v is not n and v.name not in (counter or ())):
+        return None
+    if any(v.op == "getitem" and v.refs() == [n.name] and v.args[1] != 0 for v in graph.nodes):
+        return None  # the mean or rstd is used
+    x_ref = n.args[0] if n.args else None
+    if not isinstance(x_ref, Ref):
+        return None
+    leaf = leaf_of(graph, x_ref)  # instance norm reaches its op through a reshape of the input
+    if leaf is None or any(v.op not in _GROUP_NORM_VIEWS - {"getitem"} for v in leaf[1]):
+        return None
+    x_name = leaf[0]
+    x_t, out_ref = graph.type_of(x_name), graph.outputs[0]
+    out_t = graph.type_of(out_ref.name) if isinstance(out_ref, Ref) else None
+    if x_t is None or out_t is None or x_t.dtype not in FLOATS or out_t.numel != x_t.numel or not x_t.numel:
+        return None
+    src = graph.node(out_ref.name)  # the output is the normalized tensor, through getitem and views
+    while src is not None and src is not n and src.refs():
+        src = graph.node(src.refs()[0])
+    if src is not n:
+        return None
+
+    def operand(v: Any) -> str | None | bool:
+        """A weight, bias or running statistic: a placeholder's name, None where absent, False for anything else."""
+        if v is None:
+            return None
+        return v.name if isinstance(v, Ref) and any(p == v.name for p, _ in graph.placeholders) else False
+
+    a: dict[str, Any] = {"x": x_name, "dtype": x_t.dtype, "out_shape": out_t.shape, "segs": 1,
+                         "running": None, "counter": None}
+    if n.op == "native_group_norm" and len(n.args) >= 8:
+        _, w, b, batch, chans, hw, groups, eps = n.args[:8]
+        if not all(isinstance(v, int) for v in (batch, chans, hw, groups)) or groups < 1 or chans % groups:
+            return None
+        a.update(rows=batch * groups, length=chans // groups * hw, affine="channel", groups=groups,
+                 cpg=chans // groups, hw=hw, w=operand(w), b=operand(b), eps=float(eps))
+    elif n.op == "native_layer_norm" and len(n.args) >= 5:
+        _, shape, w, b, eps = n.args[:5]
+        if not isinstance(shape, list) or len(shape) < 2 or list(x_t.shape[-len(shape):]) != list(shape):
+            return None
+        length = prod(shape)
+        a.update(rows=x_t.numel // length, length=length, affine="element", w=operand(w), b=operand(b),
+                 eps=float(eps))
+    elif n.op == "native_batch_norm" and len(n.args) >= 8:
+        _, w, b, rmean, rvar, training, momentum, eps = n.args[:8]
+        in_t = graph.type_of(x_ref.name)
+        if training is not True or in_t is None or len(in_t.shape) < 2 or not isinstance(momentum, (int, float)):
+            return None
+        rm, rv = operand(rmean), operand(rvar)
+        if rm is False or rv is False or (rm is None) != (rv is None) or (counter is not None and rm is None):
+            return None
+        batch, chans = in_t.shape[0], in_t.shape[1]
+        seg = in_t.numel // (batch * chans)
+        a.update(rows=chans, length=batch * seg, segs=batch, seg=seg, seg_stride=chans * seg, group_stride=seg,
+                 affine="group" if (w, b) != (None, None) else "none", w=operand(w), b=operand(b), eps=float(eps),
+                 running=(rm, rv, float(momentum)) if rm is not None else None,
+                 counter=graph.node(counter[0]).args[0].name if counter else None)
+    else:
+        return None
+    if a["w"] is False or a["b"] is False:
+        return None
+    if a["segs"] == 1:
+        a.update(seg=a["length"], seg_stride=0, group_stride=a["length"])
+    return a
+
+
+def _batch_counter(graph: Graph, others: list[Node]) -> tuple[str, str] | None | bool:
+    """A batch norm's ``num_batches_tracked += 1`` (an ``add`` of 1 to a placeholder, copied back into it): the
+    names of its two nodes; None where the graph has no other compute; False for anything else."""
+    others = [v for v in others if v.op not in _GROUP_NORM_VIEWS]
+    if not others:
+        return None
+    if len(others) != 2:
+        return False
+    add, copy = others
+    if add.op != "add" or copy.op != "copy_" or len(add.args) < 2 or add.args[1] != 1 \
+            or not isinstance(add.args[0], Ref) or all(p != add.args[0].name for p, _ in graph.placeholders):
+        return False
+    if len(copy.args) < 2 or copy.args[0] != add.args[0] or copy.args[1] != Ref(add.name):
+        return False
+    return add.name, copy.name
 
 
 def _per_seg(a: dict[str, Any], params: dict[str, Any]) -> int:
@@ -266,3 +373,6 @@ class GroupNormTemplate(Template):
         return module_source(fm, f"{what[a['affine']]} of {a['rows']} groups of {a['length']} values, in chunks of "
                              f"{int(params['BLOCK']) * int(params['ITERS'])}, rendered by kernelsmith.",
                              _kernels(a, params, variant), body)
+
+
+register(Family("group_norm", priority=100, match=match, templates=(GroupNormTemplate(),)))

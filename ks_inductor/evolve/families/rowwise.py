@@ -10,6 +10,13 @@ program; a persistent grid that walks row blocks and loads the broadcast vectors
 grid software-pipelined ("prefetch"): the loads of a program's next row block are issued before the current block
 is reduced and stored, so one resident program keeps memory busy while it computes. That matters for long rows
 (softmax over a vocabulary), where a row fills the registers and only one program fits on an SM.
+
+Long rows have a second template, the chunked online softmax (``softmax_online``, softmax and log-softmax over the
+last dim): an online max/sum sweep, then a write sweep. It reads the row twice; with L2HINT the first sweep asks
+L2 to keep the row and the second to drop it, so the second read can come from L2 rather than memory. CHUNK_MAX
+keeps one running max per row (a block reduction per chunk, one exponential per element) instead of one per lane
+(no reduction in the loop, but a second exponential per element for the rescaling, which at bf16 bandwidth can
+make the special-function unit the bottleneck).
 """
 
 from __future__ import annotations
@@ -17,21 +24,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ks_inductor.evolve.families import FamilyMatch
-from ks_inductor.evolve.graph import Ref
-from ks_inductor.evolve.pointwise import (
-    PointwiseUnsupported,
-    Val,
-    exp_shifted,
-    is_pointwise,
-    literal,
-    lower_node,
-    reduce_expr,
-    round_expr,
-    store_expr,
-    unfenced,
-)
-from ks_inductor.evolve.templates.base import (
+from ks_inductor.evolve.families.match import FamilyMatch
+from ks_inductor.evolve.families.registry import Family, register
+from ks_inductor.evolve.families.template import (
     ITEMSIZE,
     MAX_ELEMS_PER_THREAD,
     SM_COUNT_HELPER,
@@ -46,8 +41,109 @@ from ks_inductor.evolve.templates.base import (
     rounding_space,
     torch_dtype,
 )
+from ks_inductor.evolve.graph import VIEW_OPS, Graph, Node, Ref
+from ks_inductor.evolve.pointwise import (
+    PointwiseUnsupported,
+    Val,
+    exp_shifted,
+    is_pointwise,
+    literal,
+    lower_node,
+    reduce_expr,
+    round_expr,
+    store_expr,
+    unfenced,
+)
+
+ROW_REDUCTIONS = ("sum", "mean", "amax", "amin", "var", "native_layer_norm", "_softmax", "_log_softmax")
+
+
+def _dims_of(node: Node, ndim: int) -> tuple[tuple[int, ...], bool] | None:
+    """The dims a row reduction reduces (sorted, non-negative) and whether it keeps them, or None if not readable."""
+    if node.op == "native_layer_norm":
+        shape = node.args[1]
+        if not isinstance(shape, list) or len(shape) != 1:
+            return None
+        return (ndim - 1,), True
+    if node.op in ("_softmax", "_log_softmax"):
+        d = node.args[1]
+        return ((d % ndim,), True) if isinstance(d, int) else None
+    if node.op == "linalg_vector_norm":
+        dims = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim")
+        keep = node.args[3] if len(node.args) > 3 else node.kwargs.get("keepdim", False)
+    elif node.op == "var":
+        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        keep = node.kwargs.get("keepdim", False)
+    else:
+        dims = node.args[1] if len(node.args) > 1 else None
+        keep = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    if isinstance(dims, int):
+        dims = [dims]
+    if not isinstance(dims, list) or not dims or not all(isinstance(d, int) for d in dims):
+        return None
+    return tuple(sorted(d % ndim for d in dims)), bool(keep)
+
+
+def _row_dims(graph: Graph) -> tuple[int, int] | None:
+    """The block of dims (first, last) that every reduction of a row-wise graph reduces, or None if the graph is not
+    row-wise: every compute node pointwise or a reduction over one contiguous block of dims of a full-rank value,
+    with the dims kept. The block is the last dim (a row op as LLM serving has them), several trailing dims
+    (LayerNorm over (C, H, W), InstanceNorm: rows once flattened), or dims with others after them (RMSNorm over the
+    channels of an NCHW tensor: the template strides over them). Every output has the full shape, which is what the
+    row-wise template writes; a lone reduction is the reduction family's."""
+    ndim = None
+    full: list[int] = []
+    block: tuple[int, ...] | None = None
+    for n in graph.compute_nodes():
+        if is_pointwise(n):
+            continue
+        if n.op not in ROW_REDUCTIONS and n.op != "linalg_vector_norm":
+            return None
+        src = graph.type_of(n.args[0].name) if n.args and isinstance(n.args[0], Ref) else None
+        if src is None or not src.shape or (ndim is not None and len(src.shape) != ndim):
+            return None
+        ndim, full = len(src.shape), src.shape
+        got = _dims_of(n, ndim)
+        if got is None or not got[1]:
+            return None
+        dims = got[0]
+        if list(dims) != list(range(dims[0], dims[0] + len(dims))) or (block is not None and dims != block):
+            return None
+        block = dims
+    if ndim is None or block is None:
+        return None
+    for n in graph.nodes:
+        if n.op in VIEW_OPS and n.op not in ("getitem", "alias", "detach", "clone"):
+            return None
+    for o in graph.outputs:
+        t = graph.type_of(o.name) if isinstance(o, Ref) else None
+        if t is None or t.shape != full:
+            return None
+    return block[0], block[-1]
+
 
 _NEUTRAL = {"sum": "0.0", "mean": "0.0", "amax": "(-float('inf'))", "amin": "float('inf')"}
+
+
+def match(graph: Graph) -> dict[str, Any] | None:
+    dims = _row_dims(graph)
+    return None if dims is None else {"dims": list(dims)}
+
+
+def kind(graph: Graph, attrs: dict[str, Any]) -> str:
+    """Which row op the graph is, by its ops: the name is recorded with every run, and softmax and log-softmax
+    also get the online softmax template."""
+    ops = set(graph.ops())
+    if ops & {"_softmax", "_log_softmax"} and len(ops - {"_to_copy"}) == 1:
+        return "log_softmax" if "_log_softmax" in ops else "softmax"
+    if "native_layer_norm" in ops or ({"mean", "sub"} <= ops and ops & {"var", "pow"}
+                                       and ops & {"rsqrt", "sqrt", "div"}):
+        return "layernorm"
+    if "mean" in ops and ops & {"rsqrt", "sqrt"} and ops & {"pow", "mul"}:
+        return "rmsnorm"
+    if {"amax", "exp", "sum"} <= ops:
+        return "softmax"
+    return "rowwise"
 
 
 def _row_shape(fm: FamilyMatch) -> list[int]:
@@ -549,3 +645,115 @@ class RowwiseTemplate(Template):
         rets = [f"{o}.view(shape)" for o in out_names]
         f.append("return " + (rets[0] if len(rets) == 1 else "(" + ", ".join(rets) + ")"))
         return module_source(fm, f"Row-wise {fm.family} (strided), rendered by kernelsmith.", kernel, f, "", params)
+
+
+_ONLINE_KERNEL = '''
+@triton.jit
+def _softmax_online(x_ptr, out_ptr, n_cols, sx, so, BLOCK: tl.constexpr, LOG: tl.constexpr,
+                    CHUNK_MAX: tl.constexpr, KEEP: tl.constexpr, DROP: tl.constexpr, STAGES: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    if CHUNK_MAX:
+        m_s = tl.full([], -float('inf'), tl.float32)
+        s_s = tl.full([], 0.0, tl.float32)
+    else:
+        m = tl.full([BLOCK], -float('inf'), tl.float32)
+        s = tl.zeros([BLOCK], dtype=tl.float32)
+    for off in tl.range(0, n_cols, BLOCK, num_stages=STAGES):
+        c = off + cols
+        cm = c < n_cols
+        x = tl.load(x_ptr + row * sx + c, mask=cm, other=-float('inf'), eviction_policy=KEEP).to(tl.float32)
+        if CHUNK_MAX:
+            # -inf entries (masked lanes, masked logits) add nothing, even while the running max is -inf.
+            m_new = tl.maximum(m_s, tl.max(x, axis=0))
+            alpha = tl.where(m_new == -float('inf'), 1.0, tl.exp(m_s - m_new))
+            s_s = s_s * alpha + tl.sum(tl.where(x == -float('inf'), 0.0, tl.exp(x - m_new)), axis=0)
+            m_s = m_new
+        else:
+            # NaN kept: a lane that saw only NaN and -inf would otherwise keep m = -inf, and the fold below drops
+            # such lanes' sums, NaN included, where torch's row is all NaN.
+            m_new = tl.maximum(m, x, propagate_nan=tl.PropagateNan.ALL)
+            alpha = tl.where(m_new == -float('inf'), 1.0, tl.exp(m - m_new))
+            s = s * alpha + tl.where(x == -float('inf'), 0.0, tl.exp(x - m_new))
+            m = m_new
+    if CHUNK_MAX:
+        mx = m_s
+        total = s_s
+    else:
+        mx = tl.max(m, axis=0)
+        total = tl.sum(tl.where(m == -float('inf'), 0.0, s * tl.exp(m - mx)), axis=0)
+    for off in tl.range(0, n_cols, BLOCK, num_stages=STAGES):
+        c = off + cols
+        cm = c < n_cols
+        x = tl.load(x_ptr + row * sx + c, mask=cm, other=0.0, eviction_policy=DROP).to(tl.float32)
+        if LOG:
+            y = x - mx - tl.log(total)
+        else:
+            y = tl.exp(x - mx) / total
+        tl.store(out_ptr + row * so + c, y.to(out_ptr.dtype.element_ty), mask=cm)
+'''
+
+
+def _softmax_node(fm: FamilyMatch) -> tuple[str, bool, str]:
+    g = fm.graph
+    nodes = [n for n in g.compute_nodes()]
+    sm = [n for n in nodes if n.op in ("_softmax", "_log_softmax")]
+    if len(sm) != 1 or len(nodes) != 1 or len(g.outputs) != 1:
+        raise TemplateError("not a single softmax over a problem input")
+    n = sm[0]
+    src = n.args[0]
+    if not isinstance(src, Ref) or not src.name.startswith("p") or g.outputs[0] != Ref(n.name):
+        raise TemplateError("softmax input must be a problem input and its output the result")
+    return src.name, n.op == "_log_softmax", n.type.dtype if n.type else "float32"
+
+
+class SoftmaxLoopTemplate(Template):
+    name = "softmax_online"
+    families = ("softmax", "log_softmax")
+
+    def applicable(self, fm: FamilyMatch) -> bool:
+        if fm.family not in self.families:
+            return False
+        if not fm.rows_are_last_dim:
+            return False  # its rows are the last dim; the row-wise template strides over others
+        try:
+            _softmax_node(fm)
+        except TemplateError:
+            return False
+        return True
+
+    def variants(self, fm: FamilyMatch) -> list[str]:
+        return ["online"]
+
+    def space(self, fm: FamilyMatch, variant: str) -> dict[str, list[Any]]:
+        return {"BLOCK": [512, 1024, 2048, 4096, 8192, 16384], "num_warps": [2, 4, 8, 16, 32],
+                "num_stages": [1, 2, 3, 4], "CHUNK_MAX": [0, 1], "L2HINT": [0, 1]}
+
+    def default(self, fm: FamilyMatch, variant: str, device: str) -> dict[str, Any]:
+        return {"BLOCK": 8192, "num_warps": 8, "num_stages": 1, "CHUNK_MAX": 1, "L2HINT": 1}
+
+    def feasible(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> bool:
+        return elems_per_thread(params["BLOCK"], params["num_warps"]) <= MAX_ELEMS_PER_THREAD
+
+    def render(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> str:
+        x, log, out_dtype = _softmax_node(fm)
+        hint = bool(params.get("L2HINT", 0))  # eviction policies; "" is Triton's default
+        xe = fm.operand(x)
+        body = [
+            f"x = {xe}",
+            "n_cols = x.shape[-1]",
+            "x2 = x.reshape(-1, n_cols)",
+            f"out = torch.empty(x2.shape, dtype={torch_dtype(out_dtype)}, device=x.device)",
+            f"_softmax_online[(x2.shape[0],)](x2, out, n_cols, x2.stride(0), out.stride(0), "
+            f"BLOCK={int(params['BLOCK'])}, LOG={log}, CHUNK_MAX={int(params.get('CHUNK_MAX', 0))}, "
+            f"KEEP={'evict_last' if hint else ''!r}, DROP={'evict_first' if hint else ''!r}, "
+            f"STAGES={int(params['num_stages'])}, num_warps={int(params['num_warps'])}, "
+            f"num_stages={int(params['num_stages'])})",
+            "return out.view(x.shape)",
+        ]
+        return module_source(fm, "Chunked online softmax, rendered by kernelsmith.", _ONLINE_KERNEL, body)
+
+
+# Before the whole-tensor reductions (70): a norm of a 1-D tensor is both.
+register(Family("rowwise", priority=50, match=match, templates=(RowwiseTemplate(), SoftmaxLoopTemplate()),
+                kinds=("rmsnorm", "layernorm", "softmax", "log_softmax", "rowwise"), kind=kind))
