@@ -1,9 +1,10 @@
 """Do the templates' seeds keep NaN and inf where eager does?
 
 Renders every variant's default configuration of every template that takes one of the test suite's problems (the
-families' EXTRA problems and the serving problems at test shapes), runs it on inputs holding NaN, +inf and -inf, and
-compares where the outputs are NaN and infinite with eager's. The judge's "nan" trial checks NaN on every judgment;
-this covers infinities too, on all variants at once, on CPU (the Triton interpreter) or a GPU:
+families' EXTRA problems, the family test files' PROBLEMS and the serving problems at test shapes), runs it on
+inputs holding NaN, +inf and -inf, and compares where the outputs are NaN and infinite with eager's. The judge's
+"nan" trial checks NaN on every judgment; this covers infinities too, on all variants at once, on CPU (the Triton
+interpreter) or a GPU:
 
     TRITON_INTERPRET=1 python -m benchmarks.nan_probe cpu out.json
     python -m benchmarks.nan_probe cuda out.json
@@ -85,9 +86,10 @@ def main() -> None:
     from ks_inductor.evolve.families import classify, templates_for
     from ks_inductor.problem import problem_from_source
     from tests.test_evolve_families import EXTRA, PROBLEMS, shrink
+    from tests.test_family_contract import CASES
 
     target = "cuda" if args.device == "cuda" else "cpu"
-    problems = {n: problem_from_source(src, name=n) for n, (src, fam) in EXTRA.items() if fam}
+    problems = {n: problem_from_source(src, name=n) for n, (src, fam) in {**EXTRA, **CASES}.items() if fam}
     for p in PROBLEMS.glob("*.py"):
         try:
             problems[p.stem] = problem_from_source(shrink(p.read_text()), name=p.stem)

@@ -68,6 +68,17 @@ def get_init_inputs():
 '''
 
 
+# The family's test problems (see tests/test_family_contract.py): decode with RoPE and a cache, plain attention, and
+# the masks the template does not write.
+PROBLEMS = {
+    "decode_attention_rope_cache": (DECODE.format(B=2, T=1, P=40, NH=4, KV=2, D=16, dtype="float32", extra=""),
+                                    "attention"),
+    "attention_no_cache": (PLAIN, "attention"),
+    "causal_attention_is_not_here": (
+        DECODE.format(B=2, T=1, P=40, NH=4, KV=2, D=16, dtype="float32", extra="is_causal=True, "), None),
+}
+
+
 def decode_problem(dtype="float32", B=2, T=1, P=40, NH=4, KV=2, D=16, extra=""):
     src = DECODE.format(B=B, T=T, P=P, NH=NH, KV=KV, D=D, dtype=dtype, extra=extra)
     return problem_from_source(src, name=f"decode_attn_{dtype}_T{T}")

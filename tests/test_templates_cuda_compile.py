@@ -210,6 +210,21 @@ def test_decode_attention_variants_compile_for_sm90(tmp_path) -> None:
     assert all(k["cubin"] > 0 and not k["spills"] for k in kernels), kernels
 
 
+
+def test_family_test_problems_compile_for_sm90(tmp_path) -> None:
+    """Every variant for the problems the family test files declare (``tests/test_family_contract.py``)."""
+    pytest.importorskip("triton.backends.nvidia")
+    from tests.test_family_contract import CASES
+
+    names = sorted(n for n, (_, family) in CASES.items() if family is not None)
+    paths = [tmp_path / f"{n}.py" for n in names]
+    for n, path in zip(names, paths):
+        path.write_text(CASES[n][0])
+    report = _run(paths, "all")
+    assert set(report) == set(names)
+    for name, kernels in report.items():
+        assert kernels and all(k["cubin"] > 0 for k in kernels), (name, kernels)
+
 if __name__ == "__main__":
     # One process for every problem: importing torch and triton once keeps this test short.
     mode = sys.argv[1]
