@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ks_inductor.evolve.families import FAMILIES, classify, family_of, templates_for
+from ks_inductor.evolve.families import FAMILIES, Family, classify, family_of, register, templates_for
 from ks_inductor.judge.static_checks import static_check
 from ks_inductor.problem import problem_from_source
 
@@ -70,3 +70,17 @@ def test_every_family_has_test_problems() -> None:
     declared = {f for _, f in CASES.values()} | {f for _, f in EXTRA.values()} | {r.get("family") for r in table.values()}
     untested = [fam.name for fam in FAMILIES.values() if not fam.generic and not set(fam.names) & declared]
     assert not untested, f"families without a test problem: {untested}"
+
+
+def test_registry_refuses_clashes() -> None:
+    """The order rests on the priorities alone, and a template or a match name belongs to one family."""
+    before = list(FAMILIES)
+    rowwise = FAMILIES["rowwise"]
+    for clash in (Family("rowwise", 999, rowwise.match), Family("new", rowwise.priority, rowwise.match),
+                  Family("new", 999, rowwise.match, kinds=("softmax",)),
+                  Family("new", 999, rowwise.match, templates=rowwise.templates[1:]),
+                  Family("new", 999, rowwise.match, templates=rowwise.templates[:1], kinds=("new",))):
+        with pytest.raises(ValueError):
+            register(clash)
+    assert list(FAMILIES) == before
+

@@ -647,6 +647,7 @@ class RowwiseTemplate(Template):
         return module_source(fm, f"Row-wise {fm.family} (strided), rendered by kernelsmith.", kernel, f, "", params)
 
 
+# The second template: rows too long to hold in registers, read in chunks (see the module's docstring).
 _ONLINE_KERNEL = '''
 @triton.jit
 def _softmax_online(x_ptr, out_ptr, n_cols, sx, so, BLOCK: tl.constexpr, LOG: tl.constexpr,
