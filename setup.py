@@ -33,7 +33,7 @@ setup(
     entry_points={
         "console_scripts": ["kernelsmith = ks_inductor.cli:main"],
         # Dynamo discovers this lazily; the target module must not register the name itself.
-        "torch_dynamo_backends": ["kernelsmith = ks_inductor.backend:kernelsmith_backend"],
+        "torch_dynamo_backends": ["kernelsmith = ks_inductor.compiler.backend:kernelsmith_backend"],
         # vLLM calls it in every process; it does nothing unless KERNELSMITH_PACK names a pack.
         "vllm.general_plugins": ["kernelsmith = integrations.vllm:register"],
         # SGLang's load_plugins() calls it in every process (SGLANG_PLUGINS filters by name); inert unless

@@ -151,7 +151,7 @@ def _as_list(out: Any) -> list[Any]:
 
 
 def _load(kernel: PackKernel) -> str:
-    from ks_inductor import kernel_ops as ko
+    from ks_inductor.compiler import kernel_ops as ko
 
     if kernel.loaded is None:
         try:
@@ -227,7 +227,7 @@ class PackGuard:
     """A verified pack inside a serving stack: its kernels by problem key, and the hit and fallback counters."""
 
     def __init__(self, stack: str, path: str, report: Any, contents: Any, fingerprint: Any) -> None:
-        from ks_inductor.fingerprint import BACKEND_CPU_INTERPRET
+        from kernel_cache.fingerprint import BACKEND_CPU_INTERPRET
 
         self.stack = stack
         self.path = path
@@ -437,7 +437,7 @@ def load_guard(stack: str, pack: str | os.PathLike[str] | None = None, *, db: st
         return None, f"{ENV_DISABLE}=1"
     trust_keys = trust_keys if trust_keys is not None else trusted_keys_from_env()
     if fingerprint is None:
-        from ks_inductor.backend import current_fingerprint
+        from ks_inductor.compiler.backend import current_fingerprint
 
         fingerprint = current_fingerprint()
     tmp_dir = None
@@ -462,7 +462,7 @@ def _pack_from_store(db: str, path: Path, fingerprint: Any) -> Path:
     """A kernel cache served like a pack: its verified kernels for this hardware, exported with golden vectors,
     so both go through one verification."""
     from kernel_cache.pack import ExportFilters, export_pack
-    from ks_inductor.backend import open_store
+    from ks_inductor.compiler.backend import open_store
 
     export_pack(open_store(db), path, ExportFilters(fingerprint=fingerprint.hardware_id))
     return path

@@ -120,7 +120,7 @@ def pack_for_problems(problems: list[Any], path: str | os.PathLike[str], *, db: 
     verified kernels for this machine, with golden vectors, to the pack at ``path`` (nothing is written when
     none has a kernel). ``min_speedup`` leaves out kernels whose recorded speedup is lower."""
     from kernel_cache.pack import ExportFilters, export_pack
-    from ks_inductor.backend import current_fingerprint, open_store
+    from ks_inductor.compiler.backend import current_fingerprint, open_store
     from ks_inductor.warm import warm
 
     store = open_store(db)

@@ -67,7 +67,7 @@ def _v1_to_v2(conn: Connection) -> None:
     lookup is one index range scan; and the misses table."""
     import json
 
-    from ks_inductor.fingerprint import EnvFingerprint, minor_version
+    from kernel_cache.fingerprint import EnvFingerprint, minor_version
 
     for ddl in (
         "ALTER TABLE kernels ADD COLUMN hardware_id VARCHAR(32) NOT NULL DEFAULT ''",

@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from kernel_cache.errors import PackError
+from kernel_cache.fingerprint import MATCH_EXACT, MATCH_NONE, EnvFingerprint, match
 from kernel_cache.migrations import rank_of
 from kernel_cache.record import VERIFIED, KernelRecord, source_sha256
 from kernel_cache.store import KernelStore, MergeOutcome
-from ks_inductor.fingerprint import MATCH_EXACT, MATCH_NONE, EnvFingerprint, match
 
 log = logging.getLogger(__name__)
 

@@ -31,9 +31,9 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from kernel_cache.errors import CacheError, DatabaseUnavailableError
+from kernel_cache.fingerprint import MATCH_EXACT, EnvFingerprint
 from kernel_cache.reader import GUARD_TABLE, KERNEL_FIELDS, SCHEMA_VERSION, decode_guard_result, servable
 from kernel_cache.record import VERIFIED, KernelRecord
-from ks_inductor.fingerprint import MATCH_EXACT, EnvFingerprint
 
 log = logging.getLogger(__name__)
 

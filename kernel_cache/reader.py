@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from kernel_cache.errors import CacheError, CorruptDatabaseError
+from kernel_cache.fingerprint import BACKEND_CPU_INTERPRET, MATCH_EXACT, MATCH_NONE, EnvFingerprint, match
 from kernel_cache.record import VERIFIED, KernelRecord
-from ks_inductor.fingerprint import BACKEND_CPU_INTERPRET, MATCH_EXACT, MATCH_NONE, EnvFingerprint, match
 
 log = logging.getLogger(__name__)
 

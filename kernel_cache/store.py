@@ -47,6 +47,7 @@ from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError
 from kernel_cache import postgres as pg
 from kernel_cache.db import create_db_engine, default_db_url, resolve_url, sqlite_path
 from kernel_cache.errors import CacheError, CorruptDatabaseError, NoDatabaseError, NotFoundError
+from kernel_cache.fingerprint import MATCH_EXACT, MATCH_NONE, EnvFingerprint, minor_version
 from kernel_cache.migrations import ensure_schema, rank_of
 from kernel_cache.models import EvaluationRow, KernelRow, MissRow, ProblemRow, RunRow, StepRow
 from kernel_cache.reader import GUARD_TABLE as _GUARD_TABLE
@@ -54,7 +55,6 @@ from kernel_cache.reader import KERNEL_FIELDS as _KERNEL_FIELDS
 from kernel_cache.reader import SqliteReader, decode_guard_result
 from kernel_cache.reader import servable as _servable
 from kernel_cache.record import QUARANTINED, REJECTED, VERIFIED, KernelRecord, StepRecord, source_sha256
-from ks_inductor.fingerprint import MATCH_EXACT, MATCH_NONE, EnvFingerprint, minor_version
 
 __all__ = ["KernelStore", "MergeOutcome", "StoreStats", "default_db_url"]
 

@@ -15,7 +15,7 @@ def register() -> None:
 
     if "kernelsmith" in torch._dynamo.list_backends(exclude_tags=()):
         return
-    from ks_inductor.backend import kernelsmith_backend
+    from ks_inductor.compiler.backend import kernelsmith_backend
 
     torch._dynamo.register_backend(kernelsmith_backend, name="kernelsmith")
 
@@ -23,7 +23,7 @@ def register() -> None:
 def __getattr__(name: str):
     # ks_inductor.explain(model, *inputs) without importing torch at package import time.
     if name == "explain":
-        from ks_inductor.explain import explain
+        from ks_inductor.compiler.explain import explain
 
         return explain
     raise AttributeError(name)

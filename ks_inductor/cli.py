@@ -16,7 +16,7 @@ from rich.table import Table
 log = logging.getLogger(__name__)
 
 # Modules that contribute sub-commands through register(subparsers).
-_COMMAND_MODULES = ("kernel_cache.cli", "ks_inductor.evolve.cli", "ks_inductor.warm_cli", "benchmarks.cli")
+_COMMAND_MODULES = ("kernel_cache.cli", "ks_inductor.evolve.cli", "ks_inductor.warm.cli", "benchmarks.cli")
 
 
 class UsageError(Exception):

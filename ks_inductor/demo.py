@@ -48,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     from kernel_cache.store import KernelStore
+    from ks_inductor.compiler.explain import explain
     from ks_inductor.evolve import EvolveConfig
-    from ks_inductor.explain import explain
     from ks_inductor.warm import problems_from_model, warm
 
     console = Console()
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     found = [i for i in summary.items if i.status in ("found", "skipped")]
 
     console.rule('3. torch.compile(model, backend="kernelsmith")')
-    from ks_inductor.backend import compile_reports
+    from ks_inductor.compiler.backend import compile_reports
 
     n_reports = len(compile_reports())
     compiled = torch.compile(model, backend="kernelsmith", options={"kernelsmith.db": db})

@@ -14,8 +14,8 @@ import torch.nn as nn
 
 from kernel_cache.record import KernelRecord
 from kernel_cache.store import KernelStore
-from ks_inductor import backend as B
-from ks_inductor.explain import explain
+from ks_inductor.compiler import backend as B
+from ks_inductor.compiler.explain import explain
 
 INDUCTOR = {"compile_threads": 1}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -79,14 +79,14 @@ def test_backend_is_found_by_name_without_importing_kernelsmith(tmp_path):
     code = textwrap.dedent("""
         import sys, torch
         assert "kernelsmith" in torch._dynamo.list_backends()
-        assert "ks_inductor.backend" not in sys.modules
+        assert "ks_inductor.compiler.backend" not in sys.modules
         fn = torch._dynamo.lookup_backend("kernelsmith")
         print(fn.__module__, fn.__name__)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": ""})
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["ks_inductor.backend", "kernelsmith_backend"]
+    assert out.stdout.split() == ["ks_inductor.compiler.backend", "kernelsmith_backend"]
 
 
 def test_corrupt_database_warns_falls_back_and_is_not_modified(tmp_path, model):

@@ -7,7 +7,8 @@
 import pytest
 import torch
 
-from ks_inductor import backend as B
+from ks_inductor.compiler import backend as B
+from ks_inductor.compiler import graph_guard as gg
 from tests.norm_residual import NormResidual
 
 pytestmark = pytest.mark.gpu
@@ -65,7 +66,7 @@ def test_graph_guard_decides_on_the_gpu(warmed):
     the report says what the guard measured."""
     db, model, inputs = warmed
     torch._dynamo.reset()
-    B._GUARD_MEMO.clear()
+    gg._GUARD_MEMO.clear()
     report = _compile_and_check(model, inputs, db)
     g = report.guard
     assert g is not None and g.swapped_ms > 0 and g.inductor_ms > 0, report.to_json()

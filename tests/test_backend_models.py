@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ks_inductor import backend as B
+from ks_inductor.compiler import backend as B
 
 # Inductor's CPU compiles spawn a pool of compile workers by default; on a 2-core CI box one thread is faster.
 INDUCTOR = {"compile_threads": 1}
@@ -192,7 +192,7 @@ def test_warm_is_resumable(warmed):
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="CPU kernels need the interpreter")
 def test_explain_shows_hits_and_misses(warmed):
-    from ks_inductor.explain import explain
+    from ks_inductor.compiler.explain import explain
 
     db, models, _ = warmed
     model, input_sets = models["conv"]

@@ -4,7 +4,7 @@ import pytest
 
 
 def test_mode_travels_as_an_option_and_reaches_inductor(monkeypatch):
-    from ks_inductor.backend import BackendOptions, _inductor_patches
+    from ks_inductor.compiler.backend import BackendOptions, _inductor_patches
 
     monkeypatch.delenv("KERNELSMITH_MODE", raising=False)
     opts, inductor = BackendOptions.resolve({"kernelsmith.mode": "max-autotune-no-cudagraphs", "trace.enabled": False})
@@ -16,7 +16,7 @@ def test_mode_travels_as_an_option_and_reaches_inductor(monkeypatch):
 
 
 def test_unknown_option_is_a_clear_error():
-    from ks_inductor.backend import BackendOptions
+    from ks_inductor.compiler.backend import BackendOptions
 
     with pytest.raises(ValueError, match="unknown kernelsmith option"):
         BackendOptions.resolve({"kernelsmith.nope": 1})

@@ -320,8 +320,8 @@ def test_backend_serves_a_hit_from_postgres(postgres_url):
     import torch.nn as nn
 
     from kernel_cache.record import KernelRecord
-    from ks_inductor import backend as B
-    from ks_inductor.explain import explain
+    from ks_inductor.compiler import backend as B
+    from ks_inductor.compiler.explain import explain
 
     class Tiny(nn.Module):
         def __init__(self, dim=16):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from kernel_cache.errors import CacheError, NotFoundError
+from kernel_cache.fingerprint import MATCH_EXACT, MATCH_REVERIFY
 from kernel_cache.record import QUARANTINED, REJECTED, VERIFIED, StepRecord
 from kernel_cache.store import KernelStore, default_db_url
 from kernel_cache.testing import a100, h200, interpreter, make_record
-from ks_inductor.fingerprint import MATCH_EXACT, MATCH_REVERIFY
 from ks_inductor.judge.verdict import EvalResult, Timing
 from ks_inductor.problem import InputSpec, Problem
 

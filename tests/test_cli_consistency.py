@@ -13,8 +13,8 @@ import ks_inductor
 from kernel_cache.cli import DB_HELP
 from kernel_cache.store import KernelStore
 from kernel_cache.testing import make_record
-from ks_inductor import backend as B
 from ks_inductor.cli import build_parser, main
+from ks_inductor.compiler import backend as B
 from ks_inductor.warm import WarmSummary
 from tests.test_warm_cli import FACTORY as NORM_FACTORY
 
@@ -281,7 +281,7 @@ def test_a_cache_that_exists_is_still_listed(tmp_path, capsys):
 
 def _cache_with_interpreter_kernel(tmp_path, factory) -> str:
     """A cache holding a verified interpreter kernel for the factory's one region."""
-    from ks_inductor.explain import explain
+    from ks_inductor.compiler.explain import explain
     from ks_inductor.warm import load_factory
 
     db = str(tmp_path / "k.db")

@@ -16,11 +16,11 @@ import torch
 
 from kernel_cache.record import KernelRecord
 from kernel_cache.store import KernelStore
-from ks_inductor import backend as B
-from ks_inductor import graph_guard as gg
-from ks_inductor import regions as rg
-from ks_inductor.analysis_memo import ANALYSIS_CACHE_ENV
-from ks_inductor.explain import explain
+from ks_inductor.compiler import backend as B
+from ks_inductor.compiler import graph_guard as gg
+from ks_inductor.compiler import regions as rg
+from ks_inductor.compiler.analysis_memo import ANALYSIS_CACHE_ENV
+from ks_inductor.compiler.explain import explain
 from tests.norm_residual import NormResidual
 
 INDUCTOR = {"compile_threads": 1}
@@ -36,7 +36,7 @@ def _new_process():
     torch._dynamo.reset()
     rg._NODE_MEMO.clear()
     rg._PROBLEM_MEMO.clear()
-    B._GUARD_MEMO.clear()
+    gg._GUARD_MEMO.clear()
     B.forget_stores()
 
 
@@ -326,22 +326,20 @@ def test_guard_key_separates_what_the_decision_depends_on(warmed):
         return x + 1
 
     gm = make_fx(f)(torch.randn(4))
-    hit = B._Hit(region=None, record=rec, report=B.RegionReport(0, "norm", "", rec.problem_key, "", B.HIT))
-    base = B._guard_key(gm, [torch.randn(4)], [hit], {}, "fp1", "custom_op")
-    assert base == B._guard_key(gm, [torch.randn(4)], [hit], {}, "fp1", "custom_op")
-    other_kernel = B._Hit(None, KernelRecord(problem_key=rec.problem_key, source=rec.source + "\n# v2\n",
-                                             backend=rec.backend, fingerprint=rec.fingerprint, id=rec.id),
-                          hit.report)
-    for key in (B._guard_key(gm, [torch.randn(4)], [hit], {}, "fp2", "custom_op"),
-                B._guard_key(gm, [torch.randn(4)], [hit], {}, "fp1", "triton_op"),
-                B._guard_key(gm, [torch.randn(4)], [hit], {"max_autotune": True}, "fp1", "custom_op"),
-                B._guard_key(gm, [torch.randn(8)], [hit], {}, "fp1", "custom_op"),
-                B._guard_key(gm, [torch.randn(4)], [other_kernel], {}, "fp1", "custom_op"),
-                B._guard_key(make_fx(lambda x: x + 2)(torch.randn(4)), [torch.randn(4)], [hit], {}, "fp1",
+    base = gg.guard_key(gm, [torch.randn(4)], [rec], {}, "fp1", "custom_op")
+    assert base == gg.guard_key(gm, [torch.randn(4)], [rec], {}, "fp1", "custom_op")
+    other_kernel = KernelRecord(problem_key=rec.problem_key, source=rec.source + "\n# v2\n", backend=rec.backend,
+                                fingerprint=rec.fingerprint, id=rec.id)
+    for key in (gg.guard_key(gm, [torch.randn(4)], [rec], {}, "fp2", "custom_op"),
+                gg.guard_key(gm, [torch.randn(4)], [rec], {}, "fp1", "triton_op"),
+                gg.guard_key(gm, [torch.randn(4)], [rec], {"max_autotune": True}, "fp1", "custom_op"),
+                gg.guard_key(gm, [torch.randn(8)], [rec], {}, "fp1", "custom_op"),
+                gg.guard_key(gm, [torch.randn(4)], [other_kernel], {}, "fp1", "custom_op"),
+                gg.guard_key(make_fx(lambda x: x + 2)(torch.randn(4)), [torch.randn(4)], [rec], {}, "fp1",
                              "custom_op")):
         assert key != base
     with torch._inductor.config.patch(max_fusion_size=7):
-        assert B._guard_key(gm, [torch.randn(4)], [hit], {}, "fp1", "custom_op") != base
+        assert gg.guard_key(gm, [torch.randn(4)], [rec], {}, "fp1", "custom_op") != base
 
 
 def test_store_guard_decisions_roundtrip(tmp_path):
@@ -391,7 +389,7 @@ with torch.no_grad(), warnings.catch_warnings():
     warnings.simplefilter("ignore")
     for g, w in zip(compiled(*inputs), model(*inputs)):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
-from ks_inductor import backend as B
+from ks_inductor.compiler import backend as B
 
 r = B.compile_reports()[-1]
 print("CHILD " + json.dumps({

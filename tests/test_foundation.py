@@ -111,7 +111,7 @@ def test_missing_and_malformed_problems_are_clear_errors(tmp_path):
 
 
 def _fp(**kw):
-    from ks_inductor.fingerprint import EnvFingerprint
+    from kernel_cache.fingerprint import EnvFingerprint
 
     base = dict(backend="cuda", device_name="NVIDIA H200", capability="sm_90", warp_size=32, sm_count=132,
                 torch_version="2.11.0+cu130", triton_version="3.6.0", toolchain="cuda-13.0")
@@ -120,7 +120,7 @@ def _fp(**kw):
 
 
 def test_fingerprint_match_rule():
-    from ks_inductor.fingerprint import match
+    from kernel_cache.fingerprint import match
 
     here = _fp()
     assert match(_fp(torch_version="2.11.1+cu130"), here) == "exact"
@@ -161,7 +161,7 @@ def test_maca_detection_and_fingerprints_never_collide_with_nvidia():
     with pytest.raises(BackendUnavailable, match="needs a GPU"):
         select_backend_name("triton-cuda", cpu)
     # A C500 reports sm_80 like an A100; the fingerprints still differ in backend, capability and warp size.
-    from ks_inductor.fingerprint import match
+    from kernel_cache.fingerprint import match
 
     a100 = _fp(device_name="NVIDIA A100-SXM4-80GB", capability="sm_80", sm_count=108)
     c500 = _fp(backend="maca", device_name="MetaX C500", capability="maca:8.0", warp_size=64, sm_count=104)

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from ks_inductor import backend as B
-from ks_inductor import graph_guard as gg
+from ks_inductor.compiler import backend as B
+from ks_inductor.compiler import graph_guard as gg
 from tests.test_backend_failures import _add_kernel, _norm_key, kernel_module
 
 INDUCTOR = {"compile_threads": 1}
@@ -36,7 +36,7 @@ SLOW_NORM = kernel_module("""
 def _fresh():
     torch._dynamo.reset()
     B.clear_reports()
-    B._GUARD_MEMO.clear()
+    gg._GUARD_MEMO.clear()
     yield
     B.forget_stores()
 

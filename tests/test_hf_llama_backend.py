@@ -14,8 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ks_inductor import backend as B
-from ks_inductor import kernel_ops as ko
+from ks_inductor.compiler import backend as B
+from ks_inductor.compiler import kernel_ops as ko
 
 transformers = pytest.importorskip("transformers")
 

@@ -141,8 +141,8 @@ MODEL = textwrap.dedent("""
 def test_model_of_uncovered_ops_is_warmed_compiled_and_served(tmp_path, monkeypatch, capsys):
     """kernelsmith warm on the model, then torch.compile(backend="kernelsmith"): every region is served from the
     cache and the output matches eager."""
-    from ks_inductor import backend as B
     from ks_inductor.cli import main
+    from ks_inductor.compiler import backend as B
 
     monkeypatch.setenv("KERNELSMITH_HOME", str(tmp_path / "home"))
     (tmp_path / "uncovered_block.py").write_text(MODEL)
@@ -213,9 +213,9 @@ def make():
 def test_max_with_indices_is_one_region_served_from_the_cache(tmp_path, monkeypatch):
     """torch.max over a dim returns (values, indices): one Triton reduction in Inductor, so one region with its
     getitems and epilogue, warmed from Inductor's seed and served; values and indices match eager exactly."""
-    from ks_inductor import backend as B
     from ks_inductor.cli import main
-    from ks_inductor.explain import explain
+    from ks_inductor.compiler import backend as B
+    from ks_inductor.compiler.explain import explain
 
     monkeypatch.setenv("KERNELSMITH_HOME", str(tmp_path / "home"))
     (tmp_path / "max_dim_block.py").write_text(MAX_DIM_MODEL)

@@ -43,8 +43,8 @@ def pack(tmp_path_factory):
     import json
     import os
 
-    from ks_inductor import backend as B
     from ks_inductor.cli import main
+    from ks_inductor.compiler import backend as B
 
     root = tmp_path_factory.mktemp("sglang")
     old = os.environ.get("KERNELSMITH_HOME")

@@ -256,8 +256,8 @@ TINY = ["--hf-set", "hidden_size=32", "--hf-set", "intermediate_size=64", "--hf-
 
 def test_pack_export_for_a_model_serves_that_model(tmp_path, capsys, monkeypatch):
     """``kernelsmith pack export --for``: warm, export, and the pack serves the model it was built for."""
-    from ks_inductor import backend as B
     from ks_inductor.cli import main
+    from ks_inductor.compiler import backend as B
     from ks_inductor.warm import hf_model, parse_overrides
 
     monkeypatch.setenv("KERNELSMITH_HOME", str(tmp_path / "home"))

@@ -3,7 +3,7 @@
 import torch
 
 from kernel_cache.record import KernelRecord
-from ks_inductor.kernel_ops import OpSpec, load_kernel, register_region_op, typed_signature
+from ks_inductor.compiler.kernel_ops import OpSpec, load_kernel, register_region_op, typed_signature
 
 SOURCE = '''
 import torch

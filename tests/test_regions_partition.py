@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ks_inductor import regions as rg
+from ks_inductor.compiler import regions as rg
 from ks_inductor.problem import load_problem
 
 H = 32
@@ -282,7 +282,7 @@ def test_training_batch_norm_stays_with_inductor_and_says_why():
     """native_batch_norm in training mode updates its running statistics in place without declaring it in its
     schema: it makes no region (a kernel judged on its output alone could drop the update), explain says why, and
     a compile keeps eager's running statistics."""
-    from ks_inductor.explain import explain
+    from ks_inductor.compiler.explain import explain
 
     class BN(nn.Module):
         def __init__(self):

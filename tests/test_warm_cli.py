@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from kernel_cache.store import KernelStore
-from ks_inductor import backend as B
 from ks_inductor.cli import main
+from ks_inductor.compiler import backend as B
 
 FACTORY = textwrap.dedent("""
     import torch

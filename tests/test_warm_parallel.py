@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 from kernel_cache.store import KernelStore
-from ks_inductor import backend as B
+from ks_inductor.compiler import backend as B
 from ks_inductor.evolve import EvolveConfig
 from ks_inductor.judge import Judge, JudgeConfig
 from ks_inductor.warm import problems_from_model, warm

@@ -22,8 +22,8 @@ except ImportError:
     pytest.skip("ray is not installed (pip install -e '.[dev]' installs it)", allow_module_level=True)
 
 from kernel_cache.store import KernelStore  # noqa: E402
-from ks_inductor import backend as B  # noqa: E402
 from ks_inductor.cli import main  # noqa: E402
+from ks_inductor.compiler import backend as B  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -91,7 +91,7 @@ def test_worker_killed_mid_warm(cluster, factory, tmp_path):
     from ks_inductor.evolve import EvolveConfig
     from ks_inductor.judge.backends import EnvFingerprint
     from ks_inductor.warm import load_factory, problems_from_model, warm
-    from ks_inductor.warm_ray import RayExecutor
+    from ks_inductor.warm.ray_cluster import RayExecutor
 
     db = str(tmp_path / "k.db")
     model, inputs = load_factory(factory)
@@ -197,7 +197,7 @@ def test_warm_on_ray_into_postgres(cluster, factory, postgres_url):
     database); the driver only reads."""
     from ks_inductor.evolve import EvolveConfig
     from ks_inductor.warm import load_factory, problems_from_model, warm
-    from ks_inductor.warm_ray import RayExecutor
+    from ks_inductor.warm.ray_cluster import RayExecutor
 
     model, inputs = load_factory(factory)
     problems = problems_from_model(model, inputs, db=postgres_url, judge_backend="triton-interpret")

@@ -3,7 +3,7 @@
 bf16, random weights (hidden 4096, intermediate 14336, 32 heads, 8 KV heads, head dim 128). Two phases: prefill
 (1 x 4096 tokens) and decode (16 sequences x 1 token, 2048 cached). Steps:
 
-1. warm: the backend's regions of the layer in both phases (``ks_inductor.explain``) are evolved with the embedded
+1. warm: the backend's regions of the layer in both phases (``ks_inductor.compiler.explain``) are evolved with the embedded
    mutator into a fresh kernel cache, within a judgment budget per region and a wall-time cap (decode first:
    that is where the room is);
 2. compile every variant (eager, Inductor default, max-autotune-no-cudagraphs, max-autotune, kernelsmith in
@@ -167,8 +167,8 @@ def time_variants(layer: Any, inputs: tuple, db: str, clock: Clock, variants: li
     """Compile and do_bench each variant, then time the compiled graphs interleaved (see the module doc)."""
     import torch
 
-    from ks_inductor import backend as ksb
-    from ks_inductor.graph_guard import GuardConfig, interleaved_batches
+    from ks_inductor.compiler import backend as ksb
+    from ks_inductor.compiler.graph_guard import GuardConfig, interleaved_batches
     from ks_inductor.judge.timing import ratio_with_lcb
 
     graphs: dict[str, tuple[Any, list[Any]]] = {}
@@ -291,7 +291,7 @@ def _compile(layer: Any, mode: str | None, ks: Any, db: str, captured: list) -> 
     the backend compiles is appended to ``captured`` with its example inputs, to be timed on its own later."""
     import torch
 
-    from ks_inductor.backend import kernelsmith_backend
+    from ks_inductor.compiler.backend import kernelsmith_backend
 
     def capture(inner: Any) -> Any:
         def backend(gm: Any, example_inputs: list, **kwargs: Any) -> Any:
@@ -344,7 +344,7 @@ def _time_variant(layer: Any, inputs: tuple, ref: Any, name: str, mode: str | No
     row[name + "_compile_warm_s"] = time.time() - t0
     row[name + "_dobench_ms"] = bench(lambda: cm(*inputs))
     if mode in CUDAGRAPH_MODES and torch.cuda.is_available():
-        from ks_inductor.graph_guard import GuardConfig, interleaved_batches
+        from ks_inductor.compiler.graph_guard import GuardConfig, interleaved_batches
 
         for _ in range(3):  # CUDA-graph trees record on the first calls
             cm(*inputs)

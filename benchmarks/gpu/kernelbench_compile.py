@@ -84,7 +84,7 @@ def measure(path: str, db: str, rounds: int, device: str = "cuda") -> dict[str, 
     """Eager, Inductor and kernelsmith on one problem, in this process."""
     import torch
 
-    from ks_inductor.backend import compile_reports
+    from ks_inductor.compiler.backend import compile_reports
     from ks_inductor.judge.timing import benchmark_interleaved, make_l2_flush
     from ks_inductor.warm import kernelbench_model
 
@@ -98,7 +98,7 @@ def measure(path: str, db: str, rounds: int, device: str = "cuda") -> dict[str, 
         # By name, as a user writes it, where the package is installed (its entry point registers the name).
         backend: Any = "kernelsmith"
         if "kernelsmith" not in list_backends(exclude_tags=()):
-            from ks_inductor.backend import kernelsmith_backend as backend
+            from ks_inductor.compiler.backend import kernelsmith_backend as backend
         ks = torch.compile(model, backend=backend, options={"kernelsmith.db": db})
         out: dict[str, Any] = {}
         fns = {"eager": lambda: model(*inputs), "inductor": lambda: ind(*inputs), "kernelsmith": lambda: ks(*inputs)}

@@ -57,7 +57,7 @@ OPS = {
 TARGETS = {"per_gpu_minute": 120.0, "warm1_wall_s": 120.0, "warmall_wall_s": 45.0, "gpu_util_pct": 60.0,
            "scaling": 3.3, "eval_wall_s": 15.0}
 SKIP_BELOW_S = 20.0
-# warm's line for each region it finished (ks_inductor.warm_parallel._Board.end, or the sequential loop's).
+# warm's line for each region it finished (ks_inductor.warm.parallel._Board.end, or the sequential loop's).
 REGION_LINE = re.compile(r": ([a-z-]+)\s+\((\d+) judged,\s+\d+s\)")  # a part with less time than this left is skipped rather than started to be killed
 
 

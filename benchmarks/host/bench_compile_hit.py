@@ -32,7 +32,7 @@ def test_inductor_compile(benchmark):
 
 @pytest.mark.benchmark(group=GROUP)
 def test_kernelsmith_compile_hit(benchmark, ks_hit_db):
-    from ks_inductor import backend as ks_backend
+    from ks_inductor.compiler import backend as ks_backend
 
     ks_backend.clear_reports()
     benchmark.pedantic(_compile_and_call, args=("kernelsmith", backend_options(ks_hit_db)), setup=reset_compilers,
@@ -44,7 +44,7 @@ def test_kernelsmith_compile_hit(benchmark, ks_hit_db):
 @pytest.mark.benchmark(group=GROUP)
 def test_kernelsmith_compile_miss(benchmark, tmp_path):
     try:
-        from ks_inductor import backend as ks_backend
+        from ks_inductor.compiler import backend as ks_backend
     except ImportError as e:
         pytest.skip(f"the kernelsmith backend is not importable yet: {e}")
     empty_db = f"sqlite:///{tmp_path / 'empty.db'}"

@@ -51,7 +51,7 @@ def test_kernel_direct(benchmark, x):
 
 @pytest.mark.benchmark(group=GROUP)
 def test_kernelsmith_swapped(benchmark, x, ks_hit_db):
-    from ks_inductor import backend as ks_backend
+    from ks_inductor.compiler import backend as ks_backend
 
     reset_compilers()
     ks_backend.clear_reports()

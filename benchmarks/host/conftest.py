@@ -22,7 +22,7 @@ def ks_hit_db(tmp_path_factory) -> str:
     try:
         from kernel_cache.record import KernelRecord
         from kernel_cache.store import KernelStore
-        from ks_inductor import backend as ks_backend
+        from ks_inductor.compiler import backend as ks_backend
         from ks_inductor.judge.backends import current_fingerprint
     except ImportError as e:
         pytest.skip(f"the kernelsmith backend or kernel cache is not importable yet: {e}")

@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-from ks_inductor.fingerprint import (
+from kernel_cache.fingerprint import (
     BACKEND_CPU_INTERPRET,
     BACKEND_CUDA,
     BACKEND_MACA,

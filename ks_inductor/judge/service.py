@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from kernel_cache.fingerprint import EnvFingerprint
 from ks_inductor.candidate import normalized_source_hash
-from ks_inductor.fingerprint import EnvFingerprint
 from ks_inductor.judge.admission import input_bytes, runs_alone
 from ks_inductor.judge.backends import JudgeBackend, detect_backend
 from ks_inductor.judge.clock import StageClock

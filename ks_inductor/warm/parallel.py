@@ -3,7 +3,7 @@ pool already spreads judgments over the local devices. A region's CPU-bound phas
 overlap another's timing, and every device gets work from whichever region has it queued.
 
 Used by :func:`ks_inductor.warm.warm` as an executor, as the Ray executor is: ``run(todo, config, store, deadline,
-apply, console)`` hands each region's outcome (:func:`ks_inductor.warm.evolve_region`'s JSON) to ``apply``.
+apply, console)`` hands each region's outcome (:func:`ks_inductor.warm.region.evolve_region`'s JSON) to ``apply``.
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ class RegionThreads:
         run: each region's search gets at most what is left of it when it starts, and a region that does not
         start in time is ``not-run``."""
         from ks_inductor.evolve.evolver import search_judge
-        from ks_inductor.warm import evolve_region, region_config
+        from ks_inductor.warm.region import evolve_region, region_config
 
         if not todo:
             return

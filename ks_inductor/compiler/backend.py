@@ -6,14 +6,14 @@ registration of the name makes Dynamo's lookup fail (research note C §1.3).
 
 What happens to a graph:
 
-1. :func:`ks_inductor.regions.partition` cuts the Dynamo graph into regions, each a Problem with the canonical
+1. :func:`ks_inductor.compiler.regions.partition` cuts the Dynamo graph into regions, each a Problem with the canonical
    key the optimizer and the cache use.
 2. Each region is looked up in the kernel cache for this machine's fingerprint. A hit is a verified kernel whose
    recorded speedup over Inductor is at least ``min_speedup`` (interpreter kernels are untimed and serve only the
    interpreter). A miss follows the policy: ``fallback`` (Inductor compiles it), ``record`` (also a miss row for
    ``kernelsmith warm --from-misses``) or ``evolve`` (run the optimizer now, within the budget).
 3. Hits are swapped into a *copy* of the Dynamo graph as one call of a ``torch.library`` op (see
-   :mod:`ks_inductor.kernel_ops`), and that graph goes to Inductor's ``compile_fx`` with the user's ``mode`` and
+   :mod:`ks_inductor.compiler.kernel_ops`), and that graph goes to Inductor's ``compile_fx`` with the user's ``mode`` and
    options. Swapping at this level keeps Inductor's caches right: the op's name carries the kernel's hash, so a
    new kernel is a new graph (research note C §0.3 A). Everything that is not a hit is compiled by Inductor as
    usual; a graph without hits is handed over unchanged.
@@ -43,7 +43,7 @@ option                     environment                     meaning
                                                            keep the faster (auto: timed kernels only)
 =========================  ==============================  =======================================
 
-The graph guard (:mod:`ks_inductor.graph_guard`) is what makes "never slower than Inductor" hold for the whole
+The graph guard (:mod:`ks_inductor.compiler.graph_guard`) is what makes "never slower than Inductor" hold for the whole
 graph and not only per region; it costs a second Inductor compile and, on the H200 decoder layer, 0.2-0.6 s of runs.
 Its result is kept in the kernel database (see :func:`_guard_key` for what it is keyed by). A stored result is
 reused once a second process has measured the same verdict (``graph_guard.CONFIRMATIONS``), so that cost is paid
@@ -53,7 +53,7 @@ swapped graph.
 
 What a compile that hits the cache does not redo in a new process: tracing the graph's nodes and regions to aten
 to find their keys (kept per graph under ``$KERNELSMITH_HOME/analysis``; ``KERNELSMITH_ANALYSIS_CACHE=0`` turns
-that off, see :class:`ks_inductor.analysis_memo.AnalysisMemo`), AOTAutograd and Inductor's own work (the swapped graph
+that off, see :class:`ks_inductor.compiler.analysis_memo.AnalysisMemo`), AOTAutograd and Inductor's own work (the swapped graph
 calls only what their caches accept), and importing SQLAlchemy (lookups read SQLite through the driver alone, see
 :mod:`kernel_cache.reader`).
 """
@@ -67,7 +67,7 @@ import os
 import threading
 import time
 import warnings
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -172,7 +172,7 @@ class CompileReport:
     traced_nodes: int = 0
     traced_regions: int = 0
     variant: str | None = None  # "triton_op" | "custom_op" | None (nothing swapped)
-    guard: Any = None  # ks_inductor.graph_guard.GuardResult when the graph guard ran
+    guard: Any = None  # ks_inductor.compiler.graph_guard.GuardResult when the graph guard ran
     problems: list[Any] = field(default_factory=list, repr=False)  # the regions' Problems (not serialized)
 
     @property
@@ -260,8 +260,8 @@ def analyze(gm: fx.GraphModule, opts: BackendOptions, act_on_miss: bool = True,
     """Regions, problems, lookups and the on-miss policy. Raises only for a failure of the whole analysis.
     ``store``: what to look kernels up in instead of ``opts.db`` (explain passes an empty one when there is no
     cache, so that it creates none)."""
-    from ks_inductor import regions as rg
-    from ks_inductor.analysis_memo import save_analysis
+    from ks_inductor.compiler import regions as rg
+    from ks_inductor.compiler.analysis_memo import save_analysis
 
     t0 = time.perf_counter()
     report = CompileReport()
@@ -313,7 +313,7 @@ def analyze(gm: fx.GraphModule, opts: BackendOptions, act_on_miss: bool = True,
 
 
 def _unsupported_why(ops: str) -> str:
-    from ks_inductor.regions import UNSUPPORTED_WHY
+    from ks_inductor.compiler.regions import UNSUPPORTED_WHY
 
     return next((UNSUPPORTED_WHY[o] for o in ops.split("+") if o in UNSUPPORTED_WHY), "no region takes this operation")
 
@@ -371,7 +371,7 @@ def _specialize(region: Any) -> None:
     """Guard the region's symbolic sizes to their hints: the kernel was verified for these shapes only."""
     from torch.fx.experimental.symbolic_shapes import guard_int
 
-    from ks_inductor.regions import example_value
+    from ks_inductor.compiler.regions import example_value
 
     for a in region.inputs:
         v = example_value(a)
@@ -385,8 +385,8 @@ def rewrite(gm: fx.GraphModule, hits: list[_Hit], use_triton_op: bool) -> tuple[
     """A copy of ``gm`` with each hit region replaced by one call of its kernel op."""
     from torch.fx.passes.tools_common import legalize_graph
 
-    from ks_inductor import kernel_ops as ko
-    from ks_inductor import regions as rg
+    from ks_inductor.compiler import kernel_ops as ko
+    from ks_inductor.compiler import regions as rg
 
     graph = fx.Graph()
     val_map: dict[fx.Node, fx.Node] = {}
@@ -483,6 +483,8 @@ def kernelsmith_backend(gm: fx.GraphModule, example_inputs: list[Any], mode: str
     """The backend Dynamo calls. Compiles ``gm`` with Inductor after swapping in cached kernels."""
     from torch._inductor.compile_fx import compile_fx
 
+    from ks_inductor.compiler import graph_guard as gg
+
     opts, inductor_opts = BackendOptions.resolve(options)
     patches = _inductor_patches(mode or opts.mode, inductor_opts)
     if not opts.enabled:
@@ -513,7 +515,8 @@ def kernelsmith_backend(gm: fx.GraphModule, example_inputs: list[Any], mode: str
         except Exception as e:  # noqa: BLE001 - next variant, then plain Inductor
             _variant_failed(report, name, e)
             continue
-        guard = _GuardPlan.make(gm, example_inputs, hits, patches, opts, name, store)
+        guard = gg.GuardPlan.make(gm, example_inputs, _swapped_kernels(opts, hits), patches,
+                                  lambda: current_fingerprint(opts.judge_backend), name, store)
         if guard is not None and guard.known is not None and not guard.known.kept:
             # Measured before for exactly this graph, kernels, machine and options: the swaps made it slower.
             # Inductor alone, without compiling the swapped graph only to drop it.
@@ -530,7 +533,10 @@ def kernelsmith_backend(gm: fx.GraphModule, example_inputs: list[Any], mode: str
         report.variant = name
         if guard is not None:
             try:
-                compiled = _apply_graph_guard(gm, new_gm, example_inputs, compiled, hits, patches, report, guard)
+                report.guard, plain = guard.decide(gm, new_gm, example_inputs, compiled, patches)
+                if not report.guard.kept:
+                    _drop_swaps(report, hits, report.guard)
+                    compiled = plain if plain is not None else compile_fx(gm, example_inputs, config_patches=patches)
             except Exception as e:  # noqa: BLE001 - the guard itself failed: the per-region decision stands
                 log.warning("kernelsmith: graph guard failed (%s: %s); keeping the swaps", type(e).__name__, e)
         _log(report)
@@ -548,125 +554,12 @@ def _variant_failed(report: CompileReport, name: str, e: Exception) -> None:
     _warn(report.fallback_reason)
 
 
-# In-process memo of graph guard results by key; the store keeps them across processes.
-_GUARD_MEMO: dict[str, Any] = {}
-# Bump when what the guard measures or how it decides changes: older stored decisions are then not reused.
-GUARD_KEY_VERSION = "ks-guard-v1"
-
-
-def _guard_applies(opts: BackendOptions, hits: list[_Hit]) -> bool:
-    if opts.graph_guard == "off":
-        return False
-    if opts.graph_guard == "on":
-        return True
-    return all(h.record.timed for h in hits)
-
-
-def _guard_key(gm: fx.GraphModule, example_inputs: list[Any], hits: list[_Hit], patches: dict[str, Any],
-               fingerprint_id: str = "", variant: str = "") -> str:
-    """What a guard decision depends on: the graph, its inputs' shapes, the kernels swapped in (by content), the
-    op variant, this machine (the fingerprint: device, torch, Triton, driver), Inductor's options (the patches and
-    the global config) and the guard's protocol. A patch value without a stable repr (a callable) makes a key that
-    no other process computes, so such decisions are never reused across processes."""
-    import hashlib
-
-    from ks_inductor.graph_guard import GuardConfig
-    from ks_inductor.regions import value_text
-
-    parts = [GUARD_KEY_VERSION, torch.__version__, fingerprint_id, variant, gm.code,
-             repr(sorted((k, repr(v)) for k, v in patches.items())), _inductor_config_hash(),
-             repr(asdict(GuardConfig()))]
-    for v in example_inputs:
-        # symbolic sizes with their hints: the swapped kernels were specialised to them
-        parts.append(value_text(v)[0] + (str(v.device) if isinstance(v, torch.Tensor) else ""))
-    parts += [f"{h.record.id}:{h.record.problem_key}:{h.record.sha256}" for h in hits
-              if h.report.status in (HIT, EVOLVED)]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
-
-
-def _inductor_config_hash() -> str:
-    get_hash = getattr(torch._inductor.config, "get_hash", None)
-    if get_hash is None:
-        return "?"
-    h = get_hash()
-    return h.hex() if isinstance(h, bytes) else str(h)
-
-
-@dataclass
-class _GuardPlan:
-    key: str | None  # None: the graph is not timed, ``known`` says why
-    fingerprint_id: str
-    store: Any
-    known: Any = None  # a GuardResult measured before (this process or, through the store, an earlier one)
-    unconfirmed: Any = None  # a stored GuardResult that this process measures again before it is reused
-
-    @classmethod
-    def make(cls, gm: fx.GraphModule, example_inputs: list[Any], hits: list[_Hit], patches: dict[str, Any],
-             opts: BackendOptions, variant: str, store: Any) -> _GuardPlan | None:
-        """The guard's plan for this compile, or None where it does not run (or cannot: then the swaps stand)."""
-        from ks_inductor import graph_guard as gg
-
-        if not _guard_applies(opts, hits):
-            return None
-        try:
-            mutated = gg.mutation_in(gm)
-            if mutated is not None:
-                return cls(None, "", store, gg.GuardResult(
-                    kept=True, note=f"not timed: the graph mutates a value at {mutated}"))
-            fp_id = current_fingerprint(opts.judge_backend).id
-            plan = cls(_guard_key(gm, example_inputs, hits, patches, fp_id, variant), fp_id, store)
-        except Exception as e:  # noqa: BLE001 - the guard itself failed: the per-region decision stands
-            log.warning("kernelsmith: graph guard failed (%s: %s); keeping the swaps", type(e).__name__, e)
-            return None
-        plan.known = plan._recall()
-        return plan
-
-    def _recall(self) -> Any:
-        from ks_inductor import graph_guard as gg
-
-        if self.key is None:
-            return self.known
-        result = _GUARD_MEMO.get(self.key)
-        if result is not None or self.store is None:
-            return result
-        try:
-            data = self.store.guard_decision(self.key)
-            if data is None:
-                return None
-            fields = gg.GuardResult.__dataclass_fields__
-            result = gg.GuardResult(**{k: v for k, v in data.items() if k in fields})
-            result.measurements = int(result.measurements)
-        except Exception as e:  # noqa: BLE001 - an unreadable decision is measured again
-            log.debug("graph guard decision %s unreadable: %s", self.key[:12], e)
-            return None
-        if result.measurements < gg.CONFIRMATIONS:
-            self.unconfirmed = result
-            return None
-        _GUARD_MEMO[self.key] = result
-        return result
-
-    def remember(self, result: Any) -> Any:
-        """Keep ``result`` for this process and the store; returns it, counting the stored measurement it
-        confirms."""
-        if self.key is None:
-            return result
-        prior = self.unconfirmed
-        if prior is not None:
-            if prior.kept == result.kept:
-                result = replace(result, measurements=prior.measurements + 1)
-            else:
-                log.info("kernelsmith: graph guard measured %s after a stored %s (%s); it measures again in the "
-                         "next process", "keep" if result.kept else "drop", "keep" if prior.kept else "drop",
-                         prior.note)
-        _GUARD_MEMO[self.key] = result
-        # A measurement holds for the next process too; a run that failed might not fail again, so it is not kept.
-        if self.store is None or (result.speedup is None and not result.kept):
-            return result
-        try:
-            self.store.put_guard_decision(self.key, self.fingerprint_id, result.to_json())
-        except Exception as e:  # noqa: BLE001 - read-only or busy database: the next process measures again
-            log.debug("could not store graph guard decision %s: %s", self.key[:12], e)
-        return result
+def _swapped_kernels(opts: BackendOptions, hits: list[_Hit]) -> list[Any] | None:
+    """The records of the kernels swapped in, for the graph guard; None where the guard does not run
+    (``graph_guard`` off, or ``auto`` with an untimed kernel among them)."""
+    if opts.graph_guard == "off" or (opts.graph_guard == "auto" and not all(h.record.timed for h in hits)):
+        return None
+    return [h.record for h in hits if h.report.status in (HIT, EVOLVED)]
 
 
 def _drop_swaps(report: CompileReport, hits: list[_Hit], result: Any) -> None:
@@ -676,32 +569,6 @@ def _drop_swaps(report: CompileReport, hits: list[_Hit], result: Any) -> None:
         if h.report.status in (HIT, EVOLVED):
             h.report.status = SLOWER
             h.report.note = "swapped graph not faster than Inductor alone (graph guard)"
-
-
-def _apply_graph_guard(gm: fx.GraphModule, new_gm: fx.GraphModule, example_inputs: list[Any], compiled: Any,
-                       hits: list[_Hit], patches: dict[str, Any], report: CompileReport, plan: _GuardPlan) -> Any:
-    """``compiled`` if the graph with swaps beats Inductor alone (or cannot be timed), else Inductor's graph."""
-    from torch._inductor.compile_fx import compile_fx
-
-    from ks_inductor import graph_guard as gg
-
-    result = plan.known
-    plain = None
-    if result is None and plan.key is not None:
-        # CUDA-graph callables must not be run inside the backend (they would record here): time variants
-        # compiled without CUDA graphs, then hand back the one compiled with the user's options.
-        cudagraphs = patches.get("triton.cudagraphs", torch._inductor.config.triton.cudagraphs)
-        timing_patches = {**patches, "triton.cudagraphs": False} if cudagraphs else patches
-        plain_t = compile_fx(gm, example_inputs, config_patches=timing_patches)
-        swapped_t = compiled if not cudagraphs else compile_fx(new_gm, example_inputs, config_patches=timing_patches)
-        result = plan.remember(gg.compare(swapped_t, plain_t, example_inputs))
-        if not cudagraphs:
-            plain = plain_t
-    report.guard = result
-    if result.kept:
-        return compiled
-    _drop_swaps(report, hits, result)
-    return plain if plain is not None else compile_fx(gm, example_inputs, config_patches=patches)
 
 
 def _publish(report: CompileReport) -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from ks_inductor.regions import Partition
+    from ks_inductor.compiler.regions import Partition
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,8 @@ _MEMO_FORMAT = 2  # raised whenever the partition classifies some op differently
 def _analysis_salt() -> str:
     """What the analysis of a graph depends on besides the graph: torch (decompositions, tracing) and the code that
     classifies nodes and builds keys. Any change to either starts a new memo."""
-    from ks_inductor import canonical_ops, keys, problem, regions
+    from ks_inductor import canonical_ops, keys, problem
+    from ks_inductor.compiler import regions
 
     h = hashlib.sha256(f"{_MEMO_FORMAT}|{torch.__version__}|{keys.KEY_VERSION}".encode())
     for mod in (sys.modules[__name__], regions, problem, keys, canonical_ops):

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ks_inductor.backend import BackendOptions, CompileReport, RegionReport, analyze, open_store
+from ks_inductor.compiler.backend import BackendOptions, CompileReport, RegionReport, analyze, open_store
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +106,8 @@ class _EmptyCache:
 
 
 class _CallableModule(types.ModuleType):
-    """``ks_inductor.explain`` is this module; calling it calls :func:`explain`, so both
-    ``ks_inductor.explain(model, x)`` and ``from ks_inductor.explain import explain`` work."""
+    """``ks_inductor.compiler.explain`` is this module; calling it calls :func:`explain`, so both
+    ``ks_inductor.explain(model, x)`` and ``from ks_inductor.compiler.explain import explain`` work."""
 
     def __call__(self, model: Any, *inputs: Any, **kwargs: Any) -> Explanation:
         return explain(model, *inputs, **kwargs)

@@ -24,7 +24,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
@@ -172,3 +172,139 @@ def compare(swapped: Callable[..., Any], inductor: Callable[..., Any], inputs: S
     return GuardResult(kept=kept, swapped_ms=med["swapped"], inductor_ms=med["inductor"], speedup=ratio, lcb=lcb,
                        samples=sum(len(s) * 4 for s in samples.values()),
                        seconds=time.perf_counter() - t_start, note=note)
+
+
+# ------------------------------------------------------------------------------------------ the plan of a compile
+# What the backend asks before and after compiling a graph with its swaps: was this exact decision measured before
+# (this process, or through the kernel database an earlier one), and if not, measure it and keep the result.
+
+# In-process memo of graph guard results by key; the store keeps them across processes.
+_GUARD_MEMO: dict[str, GuardResult] = {}
+# Bump when what the guard measures or how it decides changes: older stored decisions are then not reused.
+GUARD_KEY_VERSION = "ks-guard-v1"
+
+
+def guard_key(gm: fx.GraphModule, example_inputs: list[Any], kernels: list[Any], patches: dict[str, Any],
+              fingerprint_id: str = "", variant: str = "") -> str:
+    """What a guard decision depends on: the graph, its inputs' shapes, the kernels swapped in (their records, by
+    content), the op variant, this machine (the fingerprint: device, torch, Triton, driver), Inductor's options
+    (the patches and the global config) and the guard's protocol. A patch value without a stable repr (a
+    callable) makes a key that no other process computes, so such decisions are never reused across processes."""
+    import hashlib
+
+    from ks_inductor.compiler.regions import value_text
+
+    parts = [GUARD_KEY_VERSION, torch.__version__, fingerprint_id, variant, gm.code,
+             repr(sorted((k, repr(v)) for k, v in patches.items())), _inductor_config_hash(),
+             repr(asdict(GuardConfig()))]
+    for v in example_inputs:
+        # symbolic sizes with their hints: the swapped kernels were specialised to them
+        parts.append(value_text(v)[0] + (str(v.device) if isinstance(v, torch.Tensor) else ""))
+    parts += [f"{k.id}:{k.problem_key}:{k.sha256}" for k in kernels]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _inductor_config_hash() -> str:
+    get_hash = getattr(torch._inductor.config, "get_hash", None)
+    if get_hash is None:
+        return "?"
+    h = get_hash()
+    return h.hex() if isinstance(h, bytes) else str(h)
+
+
+@dataclass
+class GuardPlan:
+    key: str | None  # None: the graph is not timed, ``known`` says why
+    fingerprint_id: str
+    store: Any
+    known: GuardResult | None = None  # measured before (this process or, through the store, an earlier one)
+    unconfirmed: GuardResult | None = None  # a stored result that this process measures again before reusing it
+
+    @classmethod
+    def make(cls, gm: fx.GraphModule, example_inputs: list[Any], kernels: list[Any] | None,
+             patches: dict[str, Any], fingerprint: Callable[[], Any], variant: str, store: Any) -> GuardPlan | None:
+        """The guard's plan for this compile, or None where it does not run (``kernels`` None: the options or
+        untimed kernels turn it off) or cannot (then the swaps stand). ``kernels``: the records swapped in;
+        ``fingerprint``: this machine's, computed only when the graph is timed."""
+        if kernels is None:
+            return None
+        try:
+            mutated = mutation_in(gm)
+            if mutated is not None:
+                return cls(None, "", store, GuardResult(kept=True, note=f"not timed: the graph mutates a value at "
+                                                                        f"{mutated}"))
+            fp_id = fingerprint().id
+            plan = cls(guard_key(gm, example_inputs, kernels, patches, fp_id, variant), fp_id, store)
+        except Exception as e:  # noqa: BLE001 - the guard itself failed: the per-region decision stands
+            log.warning("kernelsmith: graph guard failed (%s: %s); keeping the swaps", type(e).__name__, e)
+            return None
+        plan.known = plan._recall()
+        return plan
+
+    def _recall(self) -> GuardResult | None:
+        if self.key is None:
+            return self.known
+        result = _GUARD_MEMO.get(self.key)
+        if result is not None or self.store is None:
+            return result
+        try:
+            data = self.store.guard_decision(self.key)
+            if data is None:
+                return None
+            fields = GuardResult.__dataclass_fields__
+            result = GuardResult(**{k: v for k, v in data.items() if k in fields})
+            result.measurements = int(result.measurements)
+        except Exception as e:  # noqa: BLE001 - an unreadable decision is measured again
+            log.debug("graph guard decision %s unreadable: %s", self.key[:12], e)
+            return None
+        if result.measurements < CONFIRMATIONS:
+            self.unconfirmed = result
+            return None
+        _GUARD_MEMO[self.key] = result
+        return result
+
+    def remember(self, result: GuardResult) -> GuardResult:
+        """Keep ``result`` for this process and the store; returns it, counting the stored measurement it
+        confirms."""
+        if self.key is None:
+            return result
+        prior = self.unconfirmed
+        if prior is not None:
+            if prior.kept == result.kept:
+                result = replace(result, measurements=prior.measurements + 1)
+            else:
+                log.info("kernelsmith: graph guard measured %s after a stored %s (%s); it measures again in the "
+                         "next process", "keep" if result.kept else "drop", "keep" if prior.kept else "drop",
+                         prior.note)
+        _GUARD_MEMO[self.key] = result
+        # A measurement holds for the next process too; a run that failed might not fail again, so it is not kept.
+        if self.store is None or (result.speedup is None and not result.kept):
+            return result
+        try:
+            self.store.put_guard_decision(self.key, self.fingerprint_id, result.to_json())
+        except Exception as e:  # noqa: BLE001 - read-only or busy database: the next process measures again
+            log.debug("could not store graph guard decision %s: %s", self.key[:12], e)
+        return result
+
+    def decide(self, gm: fx.GraphModule, new_gm: fx.GraphModule, example_inputs: list[Any], compiled: Any,
+               patches: dict[str, Any]) -> tuple[GuardResult, Any]:
+        """Whether the graph with swaps (``new_gm``, compiled as ``compiled``) beats Inductor alone on ``gm``:
+        the known decision, or one measured now. Returns it with Inductor's own compiled graph when the
+        measurement made one that the caller can hand back (None otherwise)."""
+        from torch._inductor.compile_fx import compile_fx
+
+        result = self.known
+        plain = None
+        if result is None and self.key is not None:
+            # CUDA-graph callables must not be run inside the backend (they would record here): time variants
+            # compiled without CUDA graphs, then hand back the one compiled with the user's options.
+            cudagraphs = patches.get("triton.cudagraphs", torch._inductor.config.triton.cudagraphs)
+            timing_patches = {**patches, "triton.cudagraphs": False} if cudagraphs else patches
+            plain_t = compile_fx(gm, example_inputs, config_patches=timing_patches)
+            swapped_t = compiled if not cudagraphs else compile_fx(new_gm, example_inputs,
+                                                                   config_patches=timing_patches)
+            result = self.remember(compare(swapped_t, plain_t, example_inputs))
+            if not cudagraphs:
+                plain = plain_t
+        assert result is not None
+        return result, plain

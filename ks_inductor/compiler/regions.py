@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from ks_inductor.analysis_memo import AnalysisMemo
+from ks_inductor.compiler.analysis_memo import AnalysisMemo
 from ks_inductor.problem import op_label
 
 log = logging.getLogger(__name__)
@@ -588,7 +588,7 @@ _PROBLEM_MEMO: dict[str, tuple[Any, tuple[Any, ...]]] = {}
 
 def region_problem(gm: fx.GraphModule, region: Region) -> Any:
     """The region as a Problem (KernelBench source, canonical key), memoized by structure: per process, and on
-    disk across processes for regions of a graph whose analysis may be kept (see :class:`ks_inductor.analysis_memo.AnalysisMemo`)."""
+    disk across processes for regions of a graph whose analysis may be kept (see :class:`ks_inductor.compiler.analysis_memo.AnalysisMemo`)."""
     from ks_inductor.problem import Problem, problem_from_callable
 
     memo_key = region.signature + "|" + ",".join(_conc_sig(v) for v in concrete_inputs(region))

@@ -2,7 +2,7 @@
 
 :func:`ks_inductor.warm.warm` makes the plan (the keys with no verified kernel yet) and reads every region's outcome;
 this module is its second executor. Each region is one Ray task, scheduled one per GPU (``num_gpus=1``), or one per
-CPU on a cluster without GPUs. A task runs the same search as a local warm (:func:`ks_inductor.warm.evolve_region`)
+CPU on a cluster without GPUs. A task runs the same search as a local warm (:func:`ks_inductor.warm.region.evolve_region`)
 with the same local :class:`~ks_inductor.judge.Judge` and its sandboxed worker processes: candidate isolation is the
 judge's, on every worker. Problems and configs cross processes as JSON, never pickled objects.
 
@@ -111,13 +111,13 @@ def _worker_info() -> dict[str, Any]:
 
 
 def evolve_task(problem_json: str, config_json: str, db_url: str, results: str, deadline: float | None) -> str:
-    """One region on a Ray worker → :func:`ks_inductor.warm.evolve_region`'s outcome as a JSON string, plus
+    """One region on a Ray worker → :func:`ks_inductor.warm.region.evolve_region`'s outcome as a JSON string, plus
     ``worker`` (where it ran), ``written`` (whether the worker stored it) and, when it did not, ``kernel``, ``steps``
     and ``problem`` for the driver to store."""
     from kernel_cache.db import sqlite_path
     from kernel_cache.store import KernelStore
     from ks_inductor.problem import Problem
-    from ks_inductor.warm import evolve_region, region_config
+    from ks_inductor.warm.region import evolve_region, region_config
 
     t0 = time.time()
     info = _worker_info()

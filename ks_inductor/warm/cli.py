@@ -1,5 +1,5 @@
 """``kernelsmith warm`` and ``kernelsmith explain``: thin command-line layers over :mod:`ks_inductor.warm` and
-:mod:`ks_inductor.explain`."""
+:mod:`ks_inductor.compiler.explain`."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def _cmd_warm(args: argparse.Namespace) -> int:
         problems_from_model,
         warm,
     )
-    from ks_inductor.warm_ray import RayExecutor, RayUnavailable
+    from ks_inductor.warm.ray_cluster import RayExecutor, RayUnavailable
 
     started = time.monotonic()
     executor = None
@@ -150,7 +150,7 @@ def _cmd_warm(args: argparse.Namespace) -> int:
 def _cmd_explain(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from ks_inductor.explain import explain
+    from ks_inductor.compiler.explain import explain
 
     model, inputs = _model_and_inputs(args)
     result = explain(model, *inputs, db=args.db, judge_backend=args.backend)

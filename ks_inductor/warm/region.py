@@ -1,0 +1,35 @@
+"""One region's search: what both executors run, here (one after another, or several threads sharing one judge)
+or on a Ray worker. Its outcome is JSON, so that it crosses a process or a host unchanged."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def region_config(config: Any, left: float | None) -> Any:
+    """``config`` with its per-region time limit cut to ``left`` seconds (what remains of the whole run)."""
+    from dataclasses import replace
+
+    if left is not None and (config.time_limit_s is None or config.time_limit_s > left):
+        return replace(config, time_limit_s=left)
+    return config
+
+
+def evolve_region(problem: Any, config: Any, store: Any, judge: Any, progress: bool = False) -> dict[str, Any]:
+    """One region's search, as JSON: ``status`` (``done``, ``no-kernel`` or ``failed``), ``note`` and, when the
+    search ran, ``summary`` (:meth:`EvolveSummary.to_json`). What both executors run, here or on a Ray worker."""
+    from ks_inductor.evolve import EvolveError, evolve_problem
+
+    try:
+        res = evolve_problem(problem, config, store, judge=judge, progress=progress)
+    except EvolveError as e:  # expected: no template covers it and no LLM is configured
+        return {"status": "no-kernel", "note": str(e)[:300]}
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # noqa: BLE001 - one problem failing must not stop the others
+        log.warning("warming %s failed: %s", problem.key, e, exc_info=log.isEnabledFor(logging.DEBUG))
+        return {"status": "failed", "note": f"{type(e).__name__}: {e}"[:300]}
+    return {"status": "done", "note": getattr(res, "note", ""), "summary": res.to_json()}

@@ -1,0 +1,226 @@
+"""Cache warming: evolve a verified kernel for each distinct key of a model's regions (or a problem folder, or the
+recorded misses) before the model is compiled.
+
+Warming is resumable: a key that already has a verified kernel for this machine is skipped (``force`` re-runs it),
+and the optimizer resumes an unfinished run of a key by itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ks_inductor.warm.region import evolve_region, region_config
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class WarmItem:
+    key: str
+    name: str
+    origin: str
+    signature: str
+    status: str = "pending"  # skipped | found | no-kernel | not-run (out of time) | failed
+    judged: int = 0
+    accepted: int = 0
+    best_speedup: float | None = None
+    timed: bool = True
+    wall_s: float = 0.0
+    note: str = ""
+    worker: str = ""  # where the search ran, when not here (a Ray worker: node and pid)
+
+
+@dataclass
+class WarmSummary:
+    items: list[WarmItem] = field(default_factory=list)
+    wall_s: float = 0.0
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    # Per local GPU over the searches: mean and max utilisation in percent and the samples taken
+    # (ks_inductor.gpu_util.GpuSampler.summary); empty on a CPU, with Ray, or with nothing to evolve.
+    gpu_util: list[dict[str, Any]] = field(default_factory=list)
+    gpu_util_source: str | None = None
+
+    @property
+    def found(self) -> int:
+        return sum(i.status in ("found", "skipped") for i in self.items)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"items": [asdict(i) for i in self.items], "wall_s": self.wall_s, "fingerprint": self.fingerprint,
+                "found": self.found, "judged": sum(i.judged for i in self.items), "gpu_util": self.gpu_util,
+                "gpu_util_source": self.gpu_util_source}
+
+    def table(self) -> Any:
+        from rich.table import Table
+
+        t = Table(title=f"kernelsmith warm: {self.found}/{len(self.items)} keys have a verified kernel "
+                        f"({self.wall_s:.0f}s)", caption=self.gpu_text() or None)
+        for col in ("key", "region", "inputs", "status", "judged", "accepted", "best speedup", "s"):
+            t.add_column(col, overflow="fold")
+        colour = {"found": "green", "skipped": "cyan", "no-kernel": "yellow", "not-run": "yellow", "failed": "red"}
+        for i in self.items:
+            sp = "-" if i.best_speedup is None else f"{i.best_speedup:.2f}x"
+            if i.status in ("found", "skipped") and not i.timed:
+                sp = "untimed"
+            t.add_row(i.key[:16], i.name, i.signature, f"[{colour.get(i.status, 'white')}]{i.status}[/]",
+                      str(i.judged), str(i.accepted), sp, f"{i.wall_s:.0f}")
+        return t
+
+    def gpu_text(self) -> str:
+        if not self.gpu_util:
+            return ""
+        return "average GPU utilisation: " + ", ".join(f"GPU {g['gpu']} {g['mean']:.0f}%" for g in self.gpu_util)
+
+
+# ----------------------------------------------------------------------------------------- warming
+
+
+def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = None, force: bool = False,
+         console: Any = None, origin: str = "model", total_time_s: float | None = None,
+         executor: Any = None) -> WarmSummary:
+    """Evolve a kernel for each distinct problem key that has none yet for this machine.
+
+    ``config.time_limit_s`` bounds each key's search; ``total_time_s`` bounds the whole run: each key gets at most
+    what is left of it, and keys not reached in time are reported ``not-run``.
+
+    One plan, two executors: the keys that need a search are found here (lookups only), then either searched here
+    one after another with the local judge (``executor`` None), or handed to ``executor`` (a
+    :class:`ks_inductor.warm.ray_cluster.RayExecutor`: one search per Ray worker, each with a local judge of its own).
+    Every region's outcome comes back as :func:`evolve_region`'s JSON and is read the same way in both cases."""
+    from rich.console import Console
+
+    from ks_inductor.evolve import EvolveConfig
+    from ks_inductor.evolve.evolver import search_judge
+    from ks_inductor.judge.backends import current_fingerprint
+
+    console = console or Console(stderr=True)
+    config = config or EvolveConfig()
+    own_judge = judge is None
+    # The judge (and its worker processes) starts only when a key actually needs evolving: re-warming a warm
+    # cache is lookups only. On a cluster the kernels are for the workers' hardware, not the driver's.
+    if judge is not None:
+        fp = judge.fingerprint
+    elif executor is not None:
+        fp = executor.fingerprint(config)
+    else:
+        fp = current_fingerprint(config.backend)
+    t0 = time.perf_counter()
+    summary = WarmSummary(fingerprint=fp.to_json())
+    distinct: dict[str, Any] = {}
+    for p in problems:
+        distinct.setdefault(p.key, p)
+    todo: list[tuple[WarmItem, Any]] = []
+    for n, (key, problem) in enumerate(distinct.items(), 1):
+        item = WarmItem(key=key, name=problem.name, origin=origin, signature=problem.signature())
+        summary.items.append(item)
+        existing = store.lookup(key, fp)
+        if existing is not None and not force:
+            item.status, item.best_speedup, item.timed = "skipped", existing.speedup_inductor, existing.timed
+            item.note = f"kernel {existing.id} already verified"
+            console.print(f"[{n}/{len(distinct)}] {problem.name} {key[:12]}: [cyan]cached[/] (kernel {existing.id})")
+            continue
+        todo.append((item, problem))
+    if executor is None and len(todo) > 1:
+        # Several regions at once, one judge for all: see ks_inductor.warm.parallel.
+        from ks_inductor.warm.parallel import RegionThreads, default_parallel_regions
+
+        n = getattr(config, "parallel_regions", None) or default_parallel_regions(fp, judge)
+        if n > 1:
+            executor = RegionThreads(judge, n)
+    gpu = _gpu_sampler(fp, executor, todo)
+    if executor is not None:
+        if gpu is not None and hasattr(executor, "gpu"):
+            executor.gpu = gpu
+        try:
+            deadline = None if total_time_s is None else time.time() + total_time_s - (time.perf_counter() - t0)
+            executor.run(todo, config, store, deadline,
+                         lambda item, outcome: apply_outcome(item, outcome, store, fp, console), console)
+        finally:
+            summary.wall_s = time.perf_counter() - t0
+            _end_gpu_sampler(gpu, summary)
+        return summary
+    try:
+        for item, problem in todo:
+            left = None if total_time_s is None else total_time_s - (time.perf_counter() - t0)
+            if left is not None and left <= 0:
+                item.status, item.note = "not-run", f"the whole-run limit of {total_time_s:g} s was reached"
+                continue
+            n = summary.items.index(item) + 1
+            console.print(f"[{n}/{len(distinct)}] {problem.name} {item.key[:12]} ({item.signature}): evolving")
+            t1 = time.perf_counter()
+            try:
+                if judge is None:
+                    judge = search_judge(config)
+                    # The judge's start is part of the run: the region gets what is left after it.
+                    left = None if total_time_s is None else total_time_s - (time.perf_counter() - t0)
+                outcome = evolve_region(problem, region_config(config, left), store, judge, progress=True)
+            except KeyboardInterrupt:
+                item.status, item.note = "failed", "interrupted"
+                raise
+            apply_outcome(item, outcome, store, fp, console)
+            item.wall_s = time.perf_counter() - t1
+    finally:
+        summary.wall_s = time.perf_counter() - t0
+        _end_gpu_sampler(gpu, summary)
+        if gpu is not None and summary.gpu_util:
+            console.print(summary.gpu_text())
+        if own_judge and judge is not None:
+            judge.close()
+    return summary
+
+
+def _gpu_sampler(fp: Any, executor: Any, todo: list[Any]) -> Any:
+    """A started :class:`ks_inductor.gpu_util.GpuSampler` for a search on this host's GPUs, else None: nothing to
+    evolve, an untimed backend (no GPU work worth showing), or a Ray cluster (its GPUs are not all here)."""
+    if not todo or not getattr(fp, "timed", False):
+        return None
+    from ks_inductor.warm.parallel import RegionThreads
+
+    if executor is not None and not isinstance(executor, RegionThreads):
+        return None
+    from ks_inductor.gpu_util import GpuSampler
+
+    gpu = GpuSampler()
+    return gpu.start() if gpu.available else None
+
+
+def _end_gpu_sampler(gpu: Any, summary: WarmSummary) -> None:
+    if gpu is None:
+        return
+    gpu.stop()
+    summary.gpu_util, summary.gpu_util_source = gpu.summary(), gpu.source
+
+
+def apply_outcome(item: WarmItem, outcome: dict[str, Any], store: Any, fp: Any, console: Any = None) -> None:
+    """Read one region's outcome (:func:`evolve_region`'s JSON) into ``item``; a stored verified kernel makes it
+    ``found`` and clears the key's recorded miss."""
+    status = outcome.get("status", "failed")
+    item.note = outcome.get("note", "")
+    if outcome.get("wall_s") is not None:
+        item.wall_s = float(outcome["wall_s"])
+    w = outcome.get("worker")
+    if w:
+        item.worker = f"{w.get('node', '?')} pid {w.get('pid', '?')}"
+    if status != "done":
+        item.status = status
+        if status == "no-kernel" and console is not None:
+            console.print(f"  [yellow]no kernel[/]: {item.note}")
+        return
+    res = outcome.get("summary") or {}
+    item.judged, item.accepted = int(res.get("judged", 0)), int(res.get("accepted", 0))
+    best = store.lookup(item.key, fp)
+    if best is not None:
+        item.status, item.best_speedup, item.timed = "found", best.speedup_inductor, best.timed
+        _clear_miss(store, item.key)
+    else:
+        item.status = "no-kernel"
+
+
+def _clear_miss(store: Any, key: str) -> None:
+    try:
+        store.clear_miss(key)
+    except Exception as e:  # noqa: BLE001 - bookkeeping only
+        log.debug("clear_miss(%s): %s", key, e)
