@@ -1,8 +1,14 @@
+import re
+from pathlib import Path
+
 from setuptools import find_packages, setup
+
+# The one place the version is written: kernel_cache/version.py (every package reads it from there).
+VERSION = re.search(r'__version__ = "([^"]+)"', (Path(__file__).parent / "kernel_cache" / "version.py").read_text())[1]
 
 setup(
     name="kernelsmith",
-    version="0.1.0",
+    version=VERSION,
     description="Evolutionary Triton kernel optimizer and torch.compile backend with a verified kernel cache",
     python_requires=">=3.10",
     packages=find_packages(include=["ks_inductor*", "kernel_cache*", "integrations*", "benchmarks*"]),

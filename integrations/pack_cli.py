@@ -9,8 +9,9 @@ problems its layers meet are what the pack holds (``integrations.transformers.pa
 SGLang's Python part). The problems are warmed into the kernel cache and their verified kernels for this machine
 exported, with golden vectors, as one pack (``integrations.ops.pack_for_problems``).
 
-``kernel_cache.cli`` mounts these arguments on ``pack export``; this module holds what only a model-aware export
-needs, so the kernel cache does not import the integrations unless ``--for`` is given.
+The ``kernelsmith`` command mounts this module after ``ks_inductor.pack_cli``: :func:`register` adds these
+arguments to ``pack export`` and hands an export with ``--for`` to :func:`export_for_model`. Only the integrations
+know a model's serving layers, so the command reaches down to them, never the other way round.
 """
 
 from __future__ import annotations
@@ -25,6 +26,22 @@ STACKS = ("transformers", "sglang")
 _WITH_FOR = {"stack": "--stack", "hf_set": "--hf-set", "batch": "--batch", "seq": "--seq", "dtype": "--dtype",
              "device": "--device", "backend": "--backend"}
 _NOT_WITH_FOR = {"keys": "--key", "family": "--family", "fingerprint": "--fingerprint"}
+
+
+def register(subparsers: Any) -> None:
+    """Add ``--for MODEL`` and its flags to ``kernelsmith pack export`` (mounted by ``ks_inductor.cli``)."""
+    pack = subparsers.choices.get("pack")
+    if pack is None:
+        return
+    export = next(a for a in pack._actions if isinstance(a, argparse._SubParsersAction)).choices["export"]
+    add_arguments(export)
+    export_cache = export.get_default("func")
+
+    def export_pack_or_model(args: argparse.Namespace) -> int:
+        check(args)
+        return export_for_model(args) if args.model is not None else export_cache(args)
+
+    export.set_defaults(func=export_pack_or_model)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

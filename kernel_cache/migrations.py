@@ -125,7 +125,7 @@ def _read_version(conn: Connection) -> int | None:
 
 
 def _stamp(conn: Connection, version: int) -> None:
-    from ks_inductor import __version__
+    from kernel_cache.version import __version__
 
     now = time.time()
     updated = conn.execute(

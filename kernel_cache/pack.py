@@ -140,7 +140,7 @@ def _versions() -> dict[str, str]:
     import torch
     import triton
 
-    from ks_inductor import __version__
+    from kernel_cache.version import __version__
 
     return {"kernelsmith_version": __version__, "torch_version": torch.__version__,
             "triton_version": triton.__version__, "python_version": platform.python_version()}
@@ -196,7 +196,7 @@ class _NoVectors(Exception):
 def _run_reference(problem: Any, n: int) -> tuple[dict[str, Any], list[Any], int]:
     import torch
 
-    from ks_inductor.problem import exec_problem_source
+    from kernel_cache.problem import exec_problem_source
 
     mod = exec_problem_source(problem.source, f"<problem {problem.key}>")
     torch.manual_seed(0)
@@ -428,7 +428,7 @@ def _check_hashes(entries: dict[str, bytes], manifest: dict[str, Any], report: V
 
 
 def _parse(entries: dict[str, bytes], manifest: dict[str, Any], report: VerifyReport) -> PackContents:
-    from ks_inductor.problem import Problem
+    from kernel_cache.problem import Problem
 
     problems, by_key, vectors = [], {}, {}
     for pe in manifest["problems"]:
@@ -480,17 +480,7 @@ def _parse(entries: dict[str, bytes], manifest: dict[str, Any], report: VerifyRe
     return PackContents(manifest=manifest, problems=problems, kernels=kernels, vectors=vectors)
 
 
-def _check_static(contents: PackContents, report: VerifyReport) -> None:
-    from ks_inductor.judge.static_checks import static_check
-
-    for check, rec in zip(report.kernels, contents.kernels):
-        for flag, why in static_check(rec.source):
-            msg = f"kernel {check.index} ({rec.problem_key[:12]}): static safety rule '{flag}': {why}"
-            check.reasons.append(msg)
-            report.reasons.append(msg)
-
-
-def _check_fit(contents: PackContents, current: EnvFingerprint, report: VerifyReport) -> None:
+def check_fit(contents: PackContents, current: EnvFingerprint, report: VerifyReport) -> None:
     for check, rec in zip(report.kernels, contents.kernels):
         fp = EnvFingerprint.from_json(rec.fingerprint)
         fit = match(fp, current)
@@ -508,42 +498,41 @@ def _check_fit(contents: PackContents, current: EnvFingerprint, report: VerifyRe
                 f"{fp.triton_version}; here it will be served only after the judge verifies it again")
 
 
-def _run_vectors(contents: PackContents, judge: Any, report: VerifyReport) -> None:
-    from concurrent.futures import ThreadPoolExecutor
+def read_pack(path: str | os.PathLike[str], trust_keys: list[Any] | None,
+              report: VerifyReport | None = None) -> tuple[VerifyReport, PackContents | None]:
+    """The pack's format and integrity: a readable zip, its manifest, the signature (when keys are trusted) and
+    every sha256. Returns the report and the parsed contents, or None when the pack is refused. What runs a
+    kernel's source or judges it (the static rules, golden vectors) is the judge's: ``ks_inductor.judge.packs``."""
+    report = report or VerifyReport(path=str(path))
+    try:
+        entries = _read_entries(Path(path), report)
+        manifest, raw = _load_manifest(entries, report)
+        _check_signature(entries, raw, trust_keys, report)
+        _check_hashes(entries, manifest, report)
+        if report.reasons:
+            raise _Refused
+        contents = _parse(entries, manifest, report)
+        if report.reasons:
+            raise _Refused
+    except _Refused:
+        return report, None
+    return report, contents
 
+
+def golden_inputs(blob: bytes) -> tuple[list[Any], list[tuple[list[Any], list[Any]]], dict[str, Any] | None]:
+    """A problem's golden vectors (safetensors bytes) → (init inputs, [(inputs, reference outputs)], the
+    reference's state dict or None)."""
     from safetensors.torch import load
 
-    jobs = []
-    for check, rec in zip(report.kernels, contents.kernels):
-        blob = contents.vectors.get(rec.problem_key)
-        if blob is None:
-            check.vectors = "none"
-            pe = next(p for p in contents.manifest["problems"] if p["key"] == rec.problem_key)
-            report.warnings.append(f"kernel {check.index} not re-run: no golden vectors ({pe.get('vectors_note')})")
-            continue
-        tensors = load(blob)
-        meta = _safetensors_metadata(blob)
-        vecs = []
-        for i in range(int(meta.get("n_vectors", "0"))):
-            ins = [tensors[f"v{i}.in{j}"] for j in range(_count(tensors, f"v{i}.in"))]
-            outs = [tensors[f"v{i}.out{j}"] for j in range(_count(tensors, f"v{i}.out"))]
-            vecs.append((ins, outs))
-        state = {k[len("state."):]: v for k, v in tensors.items() if k.startswith("state.")}
-        jobs.append((check, rec, json.loads(meta.get("init_inputs", "[]")), vecs, state or None))
-    if not jobs:
-        return
-    # The judge is thread-safe and runs each call in its own sandboxed worker; overlap their start-up.
-    with ThreadPoolExecutor(max_workers=min(4, len(jobs)), thread_name_prefix="ks-pack-run") as pool:
-        results = list(pool.map(lambda j: judge.run_vectors(j[1].source, j[2], j[3], j[4]), jobs))
-    for (check, rec, *_), res in zip(jobs, results):
-        if res.verdict == "accepted":
-            check.vectors = "passed"
-        else:
-            check.vectors = "failed"
-            why = "; ".join(res.reasons) or res.error or res.verdict
-            msg = f"kernel {check.index} ({rec.problem_key[:12]}) failed its golden vectors here: {why}"
-            check.reasons.append(msg)
-            report.reasons.append(msg)
+    tensors = load(blob)
+    meta = _safetensors_metadata(blob)
+    vecs = []
+    for i in range(int(meta.get("n_vectors", "0"))):
+        ins = [tensors[f"v{i}.in{j}"] for j in range(_count(tensors, f"v{i}.in"))]
+        outs = [tensors[f"v{i}.out{j}"] for j in range(_count(tensors, f"v{i}.out"))]
+        vecs.append((ins, outs))
+    state = {k[len("state."):]: v for k, v in tensors.items() if k.startswith("state.")}
+    return json.loads(meta.get("init_inputs", "[]")), vecs, state or None
 
 
 def _count(tensors: dict[str, Any], prefix: str) -> int:
@@ -556,66 +545,6 @@ def _count(tensors: dict[str, Any], prefix: str) -> int:
 def _safetensors_metadata(blob: bytes) -> dict[str, str]:
     n = int.from_bytes(blob[:8], "little")
     return dict(json.loads(blob[8:8 + n]).get("__metadata__") or {})
-
-
-def check_pack(path: str | os.PathLike[str], trust_keys: list[Any] | None, fingerprint: EnvFingerprint | None,
-            check_fingerprint: bool = True, run: bool = False,
-            judge: Any = None) -> tuple[VerifyReport, PackContents | None]:
-    """``verify_pack``, also returning the parsed contents when the pack is sound (None otherwise)."""
-    report = VerifyReport(path=str(path))
-    try:
-        entries = _read_entries(Path(path), report)
-        manifest, raw = _load_manifest(entries, report)
-        _check_signature(entries, raw, trust_keys, report)
-        _check_hashes(entries, manifest, report)
-        if report.reasons:
-            raise _Refused
-        contents = _parse(entries, manifest, report)
-        if report.reasons:
-            raise _Refused
-        _check_static(contents, report)
-        if check_fingerprint:
-            if fingerprint is None:
-                from ks_inductor.judge.backends import current_fingerprint
-
-                fingerprint = current_fingerprint()
-            _check_fit(contents, fingerprint, report)
-        else:
-            report.warnings.append("fingerprints were not checked against this machine")
-        if run and not report.reasons:  # never execute kernels from a pack already found unsound
-            if judge is None:
-                from ks_inductor.judge import Judge
-
-                with Judge(spares=False) as own:
-                    _run_vectors(contents, own, report)
-            else:
-                _run_vectors(contents, judge, report)
-        elif not run:
-            for c in report.kernels:
-                c.vectors = "not run"
-    except _Refused:
-        return report, None
-    return report, (contents if report.ok else None)
-
-
-def verify_pack(path: str | os.PathLike[str], *, trust_keys: list[Any] | None = None,
-                fingerprint: EnvFingerprint | None = None, check_fingerprint: bool = True, run: bool = False,
-                judge: Any = None) -> VerifyReport:
-    """Check a pack: zip integrity, manifest format, signature (when keys are trusted), every sha256, the judge's
-    static safety rules on every kernel, the fingerprints against this machine (``fingerprint``; None detects
-    it), and with ``run`` the golden vectors in the judge's sandbox. ``report.ok`` says whether it is sound."""
-    return check_pack(path, trust_keys, fingerprint, check_fingerprint, run, judge)[0]
-
-
-def import_pack(path: str | os.PathLike[str], store: KernelStore, *, trust_keys: list[Any] | None = None,
-                fingerprint: EnvFingerprint | None = None, check_fingerprint: bool = True, run: bool = False,
-                judge: Any = None) -> ImportResult:
-    """Verify, then merge into ``store`` in one transaction. Raises PackError (database untouched) if refused."""
-    t0 = time.perf_counter()
-    report, contents = check_pack(path, trust_keys, fingerprint, check_fingerprint, run, judge)
-    if contents is None:
-        raise PackError(f"pack {path} refused; nothing was imported", report.reasons)
-    return merge_contents(report, contents, store, t0)
 
 
 def merge_contents(report: VerifyReport, contents: PackContents, store: KernelStore,

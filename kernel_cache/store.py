@@ -264,7 +264,7 @@ class KernelStore:
 
     @_db_errors
     def get_problem(self, key: str) -> Any:
-        from ks_inductor.problem import Problem
+        from kernel_cache.problem import Problem
 
         t = ProblemRow.__table__
         with self._engine.connect() as conn:
@@ -273,7 +273,7 @@ class KernelStore:
 
     @_db_errors
     def problems(self, keys: Iterable[str] | None = None) -> list[Any]:
-        from ks_inductor.problem import Problem
+        from kernel_cache.problem import Problem
 
         t = ProblemRow.__table__
         stmt = select(t.c.problem_json).order_by(t.c.key)
@@ -516,16 +516,16 @@ class KernelStore:
             return int(conn.execute(t.insert().values(**values)).inserted_primary_key[0])
 
     @_db_errors
-    def get_evaluation(self, problem_key: str, candidate_hash: str, fingerprint_id: str) -> Any:
-        from ks_inductor.judge.verdict import EvalResult
-
+    def get_evaluation(self, problem_key: str, candidate_hash: str, fingerprint_id: str) -> dict[str, Any] | None:
+        """The newest stored verdict of this candidate on this fingerprint, as the judge's JSON
+        (``EvalResult.to_json()``; the judge reads it back with ``EvalResult.from_json``), or None."""
         t = EvaluationRow.__table__
         stmt = (select(t.c.result).where(and_(t.c.problem_key == problem_key, t.c.candidate_hash == candidate_hash,
                                               t.c.fingerprint_id == fingerprint_id))
                 .order_by(t.c.id.desc()).limit(1))
         with self._engine.connect() as conn:
             data = conn.execute(stmt).scalar()
-        return EvalResult.from_json(data) if data is not None else None
+        return data
 
     # ------------------------------------------------------------------ runs
     @_db_errors

@@ -6,7 +6,9 @@ point. :func:`register` is for environments without package metadata (a vendored
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from kernel_cache.version import __version__
+
+__all__ = ["__version__", "explain", "register"]
 
 
 def register() -> None:

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -16,7 +17,10 @@ from rich.table import Table
 log = logging.getLogger(__name__)
 
 # Modules that contribute sub-commands through register(subparsers).
-_COMMAND_MODULES = ("kernel_cache.cli", "ks_inductor.evolve.cli", "ks_inductor.warm.cli", "benchmarks.cli")
+# The console script is where every area meets, so this table may name any package, the serving integrations (their
+# installed name first, then the checkout's) included; a module that cannot be imported only drops its commands.
+_COMMAND_MODULES = ("kernel_cache.cli", "ks_inductor.pack_cli", "ks_inductor.evolve.cli", "ks_inductor.warm.cli",
+                    ("kernelsmith_integrations.pack_cli", "integrations.pack_cli"))
 
 
 class UsageError(Exception):
@@ -147,6 +151,55 @@ def stage_table(stage_s: dict[str, float], total_s: float, title: str | None = N
     return t
 
 
+# ``kernelsmith bench`` and ``kernelsmith report`` run the repository's benchmark programs, which are not part of
+# the installed package: benchmarks/ of a kernelsmith checkout, with the arguments as given.
+_BENCH_PROGRAMS = {
+    "bench": ("run", "time kernelsmith against eager, Inductor and Liger on the GPU (python -m benchmarks.run)"),
+    "report": ("report", "regenerate the markdown table and plots of a benchmark result (python -m benchmarks.report)"),
+}
+
+
+def benchmarks_root(configured: str | None = None) -> Path | None:
+    """The checkout whose ``benchmarks/`` the bench commands run: ``configured`` (``KERNELSMITH_BENCHMARKS``), else
+    the current directory, else the source tree this package was loaded from."""
+    import ks_inductor
+
+    for root in (configured, os.getcwd(), Path(ks_inductor.__file__).resolve().parent.parent):
+        if root and (Path(root) / "benchmarks" / "run.py").is_file():
+            return Path(root).resolve()
+    return None
+
+
+def _register_benchmarks(sub: Any) -> None:
+    for name, (program, helptext) in _BENCH_PROGRAMS.items():
+        # No options of its own: every argument, --help included, goes to the benchmark program.
+        p = sub.add_parser(name, help=helptext, add_help=False, prefix_chars="\0")
+        p.add_argument("argv", nargs="*", help=f"arguments of python -m benchmarks.{program}")
+        p.set_defaults(func=_cmd_benchmarks, program=program)
+
+
+def _cmd_benchmarks(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from kernel_cache.settings import Settings
+
+    root = benchmarks_root(Settings.from_env().benchmarks)
+    if root is None:
+        raise UsageError("the benchmarks are not installed with kernelsmith: run this command in a kernelsmith "
+                         "checkout, or set KERNELSMITH_BENCHMARKS to one")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p))
+    return subprocess.call([sys.executable, "-m", f"benchmarks.{args.program}", *args.argv], env=env)
+
+
+def _first_importable(names: tuple[str, ...]) -> Any:
+    for name in names:
+        try:
+            return importlib.import_module(name)
+        except ImportError as e:
+            log.debug("sub-commands from %s unavailable: %s", name, e)
+    return None
+
+
 def build_parser() -> argparse.ArgumentParser:
     from ks_inductor import __version__
 
@@ -163,13 +216,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="timing trials per variant (default 5)")
     add_json_argument(p)
     p.set_defaults(func=_cmd_eval)
-    for name in _COMMAND_MODULES:
-        try:
-            mod = importlib.import_module(name)
-        except ImportError as e:
-            log.debug("sub-commands from %s unavailable: %s", name, e)
-            continue
-        mod.register(sub)
+    for names in _COMMAND_MODULES:
+        mod = _first_importable((names,) if isinstance(names, str) else names)
+        if mod is not None:
+            mod.register(sub)
+    _register_benchmarks(sub)
     return parser
 
 

@@ -213,8 +213,9 @@ def test_a_server_restart_costs_a_reconnection_not_an_error(postgres_cluster):
 
 
 def test_gc_packs_trajectories_and_cli(tmp_path, postgres_cluster, capsys, monkeypatch):
-    from kernel_cache.pack import ExportFilters, export_pack, import_pack
+    from kernel_cache.pack import ExportFilters, export_pack
     from ks_inductor.cli import main
+    from ks_inductor.judge.packs import import_pack
     from ks_inductor.problem import load_problem
     from ks_inductor.training import export_trajectories
 

@@ -138,7 +138,7 @@ def test_problems_evaluations_runs_steps_misses(store):
                      candidate_hash="c1", timings={"candidate": Timing(0.5, 0.01, 0.49, 50)}, speedup_eager=2.0)
     store.add_evaluation(p.key, "c1", res, run_id=run)
     got = store.get_evaluation(p.key, "c1", fp.id)
-    assert got.to_json() == res.to_json()
+    assert EvalResult.from_json(got).to_json() == res.to_json()
     assert store.get_evaluation(p.key, "c1", a100().id) is None
     with pytest.raises(NotFoundError):
         store.add_evaluation(p.key, "c1", res, run_id="no-such-run")

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from kernel_cache.errors import PackError
-from kernel_cache.pack import ExportFilters, export_pack, import_pack, inspect_pack, verify_pack
+from kernel_cache.pack import ExportFilters, export_pack, inspect_pack
 from kernel_cache.record import QUARANTINED, KernelRecord
 from kernel_cache.store import KernelStore
 from kernel_cache.testing import forge_kernel_source, h200, make_record
+from ks_inductor.judge.packs import import_pack, verify_pack
 
 ROOT = Path(__file__).resolve().parent.parent
 RMSNORM_OK = (ROOT / "tests" / "candidates" / "rmsnorm_ok.py").read_text()

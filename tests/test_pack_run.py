@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from kernel_cache.pack import export_pack, verify_pack
+from kernel_cache.pack import export_pack
 from kernel_cache.record import KernelRecord, source_sha256
 from kernel_cache.store import KernelStore
+from ks_inductor.judge.packs import verify_pack
 
 ROOT = Path(__file__).resolve().parent.parent
 CANDIDATES = ROOT / "tests" / "candidates"

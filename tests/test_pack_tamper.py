@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from kernel_cache.errors import PackError
-from kernel_cache.pack import FORMAT_VERSION, export_pack, import_pack, verify_pack
+from kernel_cache.pack import FORMAT_VERSION, export_pack
 from kernel_cache.record import KernelRecord
 from kernel_cache.store import KernelStore
 from kernel_cache.testing import a100, forge_kernel_source, rewrite_pack
+from ks_inductor.judge.packs import import_pack, verify_pack
 
 ROOT = Path(__file__).resolve().parent.parent
 RMSNORM_OK = (ROOT / "tests" / "candidates" / "rmsnorm_ok.py").read_text()

@@ -28,10 +28,11 @@ from pathlib import Path
 
 import pytest
 
-from kernel_cache.pack import export_pack, import_pack
+from kernel_cache.pack import export_pack
 from kernel_cache.record import QUARANTINED, REJECTED, VERIFIED
 from kernel_cache.store import KernelStore
 from kernel_cache.testing import a100, h200, make_record
+from ks_inductor.judge.packs import import_pack
 from ks_inductor.problem import InputSpec, Problem
 
 KERNELS_PER_KEY = 5

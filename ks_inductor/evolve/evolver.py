@@ -224,8 +224,7 @@ class Evolver:
             return end is None or time.monotonic() < end
 
         def submit(cand: Candidate, info: dict[str, Any]) -> None:
-            cached = None if info["kind"] == "retime" else self.store.get_evaluation(
-                self.problem.key, cand.source_hash, self.fp.id)
+            cached = None if info["kind"] == "retime" else self._stored_verdict(cand.source_hash)
             if cached is not None:
                 self._absorb(run_id, archive, cand, info, cached, bar, cached=True)
                 return
@@ -359,6 +358,11 @@ class Evolver:
             parent_speedup=parent.score if parent.timed else None, feedback=mut.error or "",
             parent_source=Candidate.from_json(parent.candidate).source, island=island, tokens=mut.tokens))
 
+    def _stored_verdict(self, source_hash: str) -> EvalResult | None:
+        """The verdict the cache keeps for this candidate on this machine (a resumed run's earlier judgment)."""
+        data = self.store.get_evaluation(self.problem.key, source_hash, self.fp.id)
+        return EvalResult.from_json(data) if data is not None else None
+
     def _absorb(self, run_id: str, archive: Archive, cand: Candidate, info: dict[str, Any], res: EvalResult,
                 bar: _Bar, cached: bool = False) -> None:
         if not cached:
@@ -454,7 +458,7 @@ class Evolver:
         record = None
         best_res = self.results.get(best.id) if best else None
         if best is not None and best_res is None:  # judged before a resume: its verdict is in the cache
-            best_res = self.store.get_evaluation(self.problem.key, best.source_hash, self.fp.id)
+            best_res = self._stored_verdict(best.source_hash)
         final = None
         note = ""
         unverified = False  # the final protocol did not judge what is stored
