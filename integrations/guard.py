@@ -34,11 +34,14 @@ from typing import Any
 
 import torch
 
+from kernel_cache.settings import VARIABLES, Settings
+
 log = logging.getLogger("kernelsmith.integrations")
 
-ENV_PACK = "KERNELSMITH_PACK"
-ENV_TRUSTED_KEYS = "KERNELSMITH_TRUSTED_KEYS"
-ENV_DISABLE = "KERNELSMITH_DISABLE"
+# The variables these settings come from (kernel_cache.settings documents each), for messages and tests.
+ENV_PACK = VARIABLES["pack"].env
+ENV_TRUSTED_KEYS = VARIABLES["trusted_keys"].env
+ENV_DISABLE = VARIABLES["disabled"].env
 
 # Fallback reasons, as counted.
 R_DISABLED = "disabled"
@@ -57,12 +60,11 @@ Signature = tuple[tuple[tuple[int, ...], torch.dtype, tuple[int, ...]], ...]
 
 
 def disabled() -> bool:
-    v = os.environ.get(ENV_DISABLE)  # read on every served call: the switch works on a running server too
-    return bool(v) and v.strip().lower() in ("1", "true", "yes", "on")
+    return bool(Settings.read("disabled"))  # read on every served call: the switch works on a running server too
 
 
 def trusted_keys_from_env() -> list[str] | None:
-    raw = os.environ.get(ENV_TRUSTED_KEYS, "")
+    raw = Settings.read("trusted_keys")
     keys = [k.strip() for k in raw.split(",") if k.strip()]
     return keys or None
 
@@ -178,21 +180,17 @@ def _check(kernel: PackKernel, trials: list[tuple[list[torch.Tensor], list[torch
 
 def run_golden_vectors(kernel: PackKernel, device: torch.device) -> tuple[bool, str]:
     """Run the kernel on its golden inputs on ``device`` and compare with the reference outputs the pack carries."""
-    from safetensors.torch import load
-
-    from kernel_cache.pack import _count, _safetensors_metadata
+    from kernel_cache.pack import golden_inputs
 
     if kernel.vectors is None:
         return False, R_NO_VECTORS
-    tensors = load(kernel.vectors)
-    n = int(_safetensors_metadata(kernel.vectors).get("n_vectors", "0"))
-    if n == 0:
+    _, vectors, _ = golden_inputs(kernel.vectors)
+    if not vectors:
         return False, R_NO_VECTORS
     why = _load(kernel)
     if why:
         return False, why
-    trials = [([tensors[f"v{i}.in{j}"].to(device) for j in range(_count(tensors, f"v{i}.in"))],
-               [tensors[f"v{i}.out{j}"] for j in range(_count(tensors, f"v{i}.out"))]) for i in range(n)]
+    trials = [([x.to(device) for x in ins], outs) for ins, outs in vectors]
     why = _check(kernel, trials)
     return not why, why
 
@@ -449,7 +447,7 @@ def load_guard(stack: str, pack: str | os.PathLike[str] | None = None, *, db: st
             except Exception as e:  # noqa: BLE001 - an empty or unreadable cache serves nothing
                 log.error("kernelsmith: kernel cache %s not served: %s; %s keeps its own kernels", db, e, stack)
                 return None, f"kernel cache not served: {e}"
-        pack = pack if pack is not None else os.environ.get(ENV_PACK) or None
+        pack = pack if pack is not None else Settings.read("pack")
         if pack is None:
             return None, f"no pack given (set {ENV_PACK})"
         return _verified(stack, str(pack), trust_keys, fingerprint)
@@ -469,7 +467,7 @@ def _pack_from_store(db: str, path: Path, fingerprint: Any) -> Path:
 
 
 def _verified(stack: str, path: str, trust_keys: list[str] | None, fingerprint: Any) -> tuple[PackGuard | None, str]:
-    from kernel_cache.pack import check_pack
+    from ks_inductor.judge.packs import check_pack
 
     try:
         report, contents = check_pack(path, trust_keys, fingerprint)

@@ -21,6 +21,7 @@ import os
 from typing import Any
 
 from integrations import guard as G
+from kernel_cache.settings import Settings
 
 log = logging.getLogger("kernelsmith.integrations")
 
@@ -154,7 +155,7 @@ def register(pack: str | os.PathLike[str] | None = None, *, trust_keys: list[str
     st = _STATE
     if st.registered:
         return st
-    if pack is None and not os.environ.get(G.ENV_PACK):
+    if pack is None and not Settings.read("pack"):
         st.refused = f"no pack given (set {G.ENV_PACK})"
         return st
     if G.disabled():

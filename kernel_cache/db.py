@@ -8,11 +8,11 @@ handler cannot help a reader that must upgrade), while an immediate one simply w
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernel_cache.errors import CorruptDatabaseError, DatabaseUnavailableError
+from kernel_cache.settings import Settings
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -22,8 +22,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ENV_DB = "KERNELSMITH_DB"
-ENV_HOME = "KERNELSMITH_HOME"
 BUSY_TIMEOUT_MS = 30_000
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 # Execution option marking an engine whose transactions write (BEGIN IMMEDIATE on SQLite).
@@ -32,16 +30,12 @@ WRITE_OPTION = "ks_write"
 
 def kernelsmith_home() -> Path:
     """``$KERNELSMITH_HOME``, else ``$XDG_CACHE_HOME/kernelsmith``, else ``~/.cache/kernelsmith``."""
-    home = os.environ.get(ENV_HOME)
-    if home:
-        return Path(home).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "kernelsmith"
+    return Settings.from_env().cache_home()
 
 
 def default_db_url() -> str:
     """``$KERNELSMITH_DB`` if set, else SQLite at ``kernelsmith_home()/kernels.db``."""
-    env = os.environ.get(ENV_DB)
+    env = Settings.read("db")
     if env:
         return env
     return f"sqlite:///{kernelsmith_home() / 'kernels.db'}"

@@ -16,6 +16,8 @@ import sys
 import tempfile
 import time
 
+from kernel_cache.settings import Settings
+
 
 def build_model():
     import torch
@@ -54,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
     console = Console()
     db = args.db or "sqlite:///" + os.path.join(tempfile.mkdtemp(prefix="kernelsmith-demo-"), "kernels.db")
-    backend = "triton-interpret" if os.environ.get("TRITON_INTERPRET") == "1" else None
+    backend = "triton-interpret" if Settings.read("triton_interpret") else None
     model, inputs = build_model()
     console.rule("1. regions of the model")
     problems = problems_from_model(model, inputs, db=db, judge_backend=backend)

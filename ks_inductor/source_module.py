@@ -17,8 +17,10 @@ import types
 
 
 def default_module_dir() -> str:
-    base = os.environ.get("KERNELSMITH_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "kernelsmith")
-    return os.path.join(base, "modules")
+    from kernel_cache.settings import Settings
+
+    return os.path.join(Settings.read("home") or os.path.join(os.path.expanduser("~"), ".cache", "kernelsmith"),
+                        "modules")
 
 
 def load_source_module(source: str, prefix: str = "ks_kernel", directory: str | None = None) -> types.ModuleType:

@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from kernel_cache.settings import VARIABLES, Settings
+
 if TYPE_CHECKING:
     from ks_inductor.compiler.regions import Partition
 
 log = logging.getLogger(__name__)
 
-ANALYSIS_CACHE_ENV = "KERNELSMITH_ANALYSIS_CACHE"  # "0" turns the on-disk memo off
+ANALYSIS_CACHE_ENV = VARIABLES["analysis_cache"].env  # "0" turns the on-disk memo off
 _MEMO_FORMAT = 2  # raised whenever the partition classifies some op differently: memos made before are stale
 
 
@@ -40,11 +42,8 @@ def _analysis_salt() -> str:
 
 def analysis_cache_dir() -> Path | None:
     """Where graph analyses are kept (``$KERNELSMITH_HOME/analysis``); None when turned off."""
-    if os.environ.get(ANALYSIS_CACHE_ENV, "1").lower() in ("0", "false", "no", "off"):
-        return None
-    from kernel_cache.db import kernelsmith_home
-
-    return kernelsmith_home() / "analysis"
+    s = Settings.from_env()
+    return s.cache_home() / "analysis" if s.analysis_cache else None
 
 
 class AnalysisMemo:

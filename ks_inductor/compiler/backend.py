@@ -63,7 +63,6 @@ from __future__ import annotations
 import collections
 import logging
 import operator
-import os
 import threading
 import time
 import warnings
@@ -72,6 +71,8 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+
+from kernel_cache.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -111,19 +112,10 @@ class BackendOptions:
     @classmethod
     def resolve(cls, options: dict[str, Any] | None) -> tuple[BackendOptions, dict[str, Any]]:
         """Split ``torch.compile(options=...)`` into ours and Inductor's; the environment fills the gaps."""
-        env = os.environ
-        o = cls(
-            db=env.get("KERNELSMITH_DB") or None,
-            on_miss=env.get("KERNELSMITH_ON_MISS", "fallback"),
-            budget=int(env.get("KERNELSMITH_BUDGET", "16")),
-            time_limit_s=float(env["KERNELSMITH_TIME_LIMIT"]) if env.get("KERNELSMITH_TIME_LIMIT") else None,
-            min_speedup=float(env.get("KERNELSMITH_MIN_SPEEDUP", "1.0")),
-            enabled=env.get("KERNELSMITH_DISABLE", "") not in ("1", "true", "yes"),
-            triton_op=env.get("KERNELSMITH_TRITON_OP", "1") not in ("0", "false", "no"),
-            judge_backend=env.get("KERNELSMITH_JUDGE_BACKEND") or None,
-            mode=env.get("KERNELSMITH_MODE") or None,
-            graph_guard=env.get("KERNELSMITH_GRAPH_GUARD", "auto"),
-        )
+        s = Settings.from_env()
+        o = cls(db=s.db, on_miss=s.on_miss, budget=s.budget, time_limit_s=s.time_limit_s, min_speedup=s.min_speedup,
+                enabled=not s.disabled, triton_op=s.triton_op, judge_backend=s.judge_backend, mode=s.mode,
+                graph_guard=s.graph_guard)
         inductor: dict[str, Any] = {}
         aliases = {"time_limit": "time_limit_s", "judge": "judge_backend"}
         for k, v in (options or {}).items():
@@ -221,7 +213,7 @@ def open_store(url: str | None) -> Any:
     from kernel_cache.db import default_db_url
     from kernel_cache.reader import LazyKernelStore
 
-    key = url or os.environ.get("KERNELSMITH_DB") or default_db_url()
+    key = url or default_db_url()
     with _STORE_LOCK:
         store = _STORES.get(key)
         if store is None:
@@ -322,7 +314,7 @@ def unrunnable_reason(device: str) -> str | None:
     """Why a cached kernel for tensors on ``device`` cannot run in this process; None when it can. Kernels for
     CPU tensors are Triton programs only the interpreter runs: without ``TRITON_INTERPRET=1`` Triton cannot
     launch them, whatever the cache holds."""
-    if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+    if device == "cpu" and not Settings.read("triton_interpret"):
         return "cached kernels for CPU run only under TRITON_INTERPRET=1"
     return None
 
@@ -501,7 +493,7 @@ def kernelsmith_backend(gm: fx.GraphModule, example_inputs: list[Any], mode: str
     variants: list[bool] = []
     if hits:
         on_gpu = any(h.region.device == "cuda" for h in hits)
-        if on_gpu and opts.triton_op and os.environ.get("TRITON_INTERPRET") != "1":
+        if on_gpu and opts.triton_op and not Settings.read("triton_interpret"):
             variants.append(True)
         variants.append(False)
     if any(r.status == UNUSABLE for r in report.regions):

@@ -66,7 +66,9 @@ _REGISTRY_LOCK = threading.Lock()
 
 
 def _kernel_dir() -> Path:
-    home = os.environ.get("KERNELSMITH_HOME")
+    from kernel_cache.settings import Settings
+
+    home = Settings.read("home")
     base = Path(home) if home else Path(tempfile.gettempdir()) / f"kernelsmith-{os.getuid() if hasattr(os, 'getuid') else 'u'}"
     d = base / "kernels"
     d.mkdir(parents=True, exist_ok=True)

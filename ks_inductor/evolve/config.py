@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -25,12 +24,14 @@ class LLMConfig:
     inspirations: int = 3
 
     def resolved(self) -> LLMConfig:
-        env = os.environ
+        from kernel_cache.settings import Settings
+
+        s = Settings.from_env()
         return LLMConfig(
-            base_url=self.base_url or env.get("KERNELSMITH_LLM_BASE_URL"),
-            model=self.model or env.get("KERNELSMITH_LLM_MODEL"),
-            api_key=self.api_key or env.get("KERNELSMITH_LLM_API_KEY") or "not-needed",
-            concurrency=int(self.concurrency or env.get("KERNELSMITH_LLM_CONCURRENCY") or 2),
+            base_url=self.base_url or s.llm_base_url,
+            model=self.model or s.llm_model,
+            api_key=self.api_key or s.llm_api_key or "not-needed",
+            concurrency=int(self.concurrency or s.llm_concurrency or 2),
             timeout_s=self.timeout_s, max_retries=self.max_retries, backoff_s=self.backoff_s,
             max_tokens=self.max_tokens, temperature=self.temperature, fallback=self.fallback,
             inspirations=self.inspirations,

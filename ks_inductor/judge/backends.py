@@ -21,6 +21,7 @@ from kernel_cache.fingerprint import (
     BACKEND_MACA,
     EnvFingerprint,
 )
+from kernel_cache.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ def probe_platform() -> PlatformProbe:
             "/opt/mxdriver/bin/mx-smi" if os.path.exists("/opt/mxdriver/bin/mx-smi") else None
         ),
     )
-    if os.environ.get("TRITON_INTERPRET") == "1":
+    if Settings.read("triton_interpret"):
         return probe  # the interpreter was asked for explicitly; don't touch a GPU
     try:
         probe.cuda_available = torch.cuda.is_available()

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernel_cache.settings import Settings
 from ks_inductor.judge.backends import JudgeBackend, worker_environment
 from ks_inductor.judge.clock import STAGE_NAMES, StageClock
 from ks_inductor.judge.forkserver import ForkedProcess, ForkServer, ForkServerError
@@ -260,7 +261,7 @@ def _describe_exit(code: int | None) -> str:
 def _start_fork_server(backend: JudgeBackend, log_dir: str) -> ForkServer | None:
     """The warm parent for this backend's workers, where forking is safe: on the CPU, where no device context can
     exist in the parent. Off with KERNELSMITH_JUDGE_FORK=0; if it cannot start, workers start from scratch."""
-    if backend.device != "cpu" or os.environ.get("KERNELSMITH_JUDGE_FORK", "1") == "0":
+    if backend.device != "cpu" or not Settings.read("judge_fork"):
         return None
     os.makedirs(log_dir, exist_ok=True)
     try:
