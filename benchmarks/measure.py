@@ -30,24 +30,21 @@ from benchmarks.results import (
     WorkloadResult,
 )
 from benchmarks.roofline import Ceilings, floor_ms
-from ks_inductor.judge.config import JudgeConfig
+from ks_inductor.judge.timing import FINAL
 
 log = logging.getLogger(__name__)
 
 
 # The benchmarks time peers with the judge's final protocol, the one every stored kernel passed: its defaults are
-# read from the judge's config, not restated here.
-_FINAL = JudgeConfig()
-
-
+# the judge's (ks_inductor.judge.timing.FINAL), not restated here.
 @dataclass
 class Protocol:
-    rounds: int = _FINAL.final_rounds
-    warmup_ms: float = _FINAL.final_warmup_ms
-    rep_ms: float = _FINAL.final_rep_ms
-    min_reps: int = _FINAL.min_reps
-    max_reps: int = _FINAL.final_max_reps
-    rotating_sets: int = _FINAL.rotating_sets
+    rounds: int = FINAL.rounds
+    warmup_ms: float = FINAL.warmup_ms
+    rep_ms: float = FINAL.rep_ms
+    min_reps: int = FINAL.min_reps
+    max_reps: int = FINAL.max_reps
+    rotating_sets: int = FINAL.rotating_sets
     seed: int = 0
 
     def to_json(self) -> dict[str, Any]:

@@ -57,10 +57,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--levels", type=_csv(int), default=None, help="kernelbench: levels (default 1,2,3)")
     p.add_argument("--problems", type=_csv(int), default=None, help="kernelbench: problem ids")
     p.add_argument("--limit", type=int, default=None, help="kernelbench: at most N problems")
-    p.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (default 7)")
-    p.add_argument("--rep-ms", type=float, default=200.0, help="timed milliseconds per tool, all rounds (200)")
-    p.add_argument("--warmup-ms", type=float, default=25.0, help="warm-up milliseconds per tool (25)")
-    p.add_argument("--rotating-sets", type=int, default=3, help="input sets cycled through while timing (3)")
+    # The judge's final protocol (benchmarks.measure.Protocol) is the default of every timing flag.
+    d = Protocol()
+    p.add_argument("--rounds", type=int, default=d.rounds, help=f"interleaved timing rounds (default {d.rounds})")
+    p.add_argument("--rep-ms", type=float, default=d.rep_ms,
+                   help=f"timed milliseconds per tool, all rounds (default {d.rep_ms:g})")
+    p.add_argument("--warmup-ms", type=float, default=d.warmup_ms,
+                   help=f"warm-up milliseconds per tool (default {d.warmup_ms:g})")
+    p.add_argument("--rotating-sets", type=int, default=d.rotating_sets,
+                   help=f"input sets cycled through while timing (default {d.rotating_sets})")
     p.add_argument("--seed", type=int, default=0, help="random seed of the inputs and weights (default 0)")
     p.add_argument("--resume", action="store_true", help="keep the rows already in --out and run the rest")
     p.add_argument("--no-plots", action="store_true", help="write JSON and markdown only")

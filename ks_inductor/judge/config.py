@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from kernel_cache.settings import Settings
+from ks_inductor.judge.timing import FINAL, SEARCH
 
 DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
     # dtype: (atol, rtol), applied as |out - ref| <= atol + rtol * |ref|, plus a relative L2 bound of rtol.
@@ -27,22 +29,22 @@ class JudgeConfig:
     distributions: tuple[str, ...] = DISTRIBUTIONS
     compile_timeout_s: float = 300.0
     run_timeout_s: float = 120.0
-    memory_limit_mb: int = int(os.environ.get("KERNELSMITH_JUDGE_MEMORY_MB", "16384"))
+    memory_limit_mb: int = field(default_factory=lambda: Settings.read("judge_memory_mb"))
     device_memory_fraction: float = 0.8
     # Timing (GPU): interleaved rounds of candidate and baselines, each call preceded by an L2 flush.
-    rounds: int = 7
-    warmup_ms: float = 25.0
-    rep_ms: float = 200.0
-    min_reps: int = 5
-    max_reps: int = 2000
-    rotating_sets: int = 3
+    rounds: int = FINAL.rounds
+    warmup_ms: float = FINAL.warmup_ms
+    rep_ms: float = FINAL.rep_ms
+    min_reps: int = FINAL.min_reps
+    max_reps: int = FINAL.max_reps
+    rotating_sets: int = FINAL.rotating_sets
     baselines: tuple[str, ...] = ("eager", "inductor")
     # The protocol of a final judgment (``final=True``): what a kernel must pass before it is served. A search may
     # time its many children with a lighter protocol above; its winner is judged again with this one.
-    final_rounds: int = 7
-    final_rep_ms: float = 200.0
-    final_max_reps: int = 2000
-    final_warmup_ms: float = 25.0
+    final_rounds: int = FINAL.rounds
+    final_rep_ms: float = FINAL.rep_ms
+    final_max_reps: int = FINAL.max_reps
+    final_warmup_ms: float = FINAL.warmup_ms
     final_baselines: tuple[str, ...] = ("eager", "inductor")
     # Also time candidate and baselines inside a CUDA graph over cold inputs (GPU only): how serving runs them.
     steady_state: bool = True
@@ -59,10 +61,8 @@ class JudgeConfig:
     def for_search(cls, **overrides: Any) -> JudgeConfig:
         """Short timing against eager for an optimizer's many children; final judgments keep the full protocol
         (Inductor included)."""
-        # Few calls per round: every call also pays an L2 flush, which for a 20 us kernel costs three times the
-        # kernel; 5 x 100 samples per tool resolve a few percent, and the winner is re-judged in full anyway.
-        base: dict[str, Any] = {"rounds": 5, "rep_ms": 60.0, "warmup_ms": 10.0, "max_reps": 100,
-                                "baselines": ("eager",)}
+        base: dict[str, Any] = {"rounds": SEARCH.rounds, "rep_ms": SEARCH.rep_ms, "warmup_ms": SEARCH.warmup_ms,
+                                "max_reps": SEARCH.max_reps, "baselines": ("eager",)}
         base.update(overrides)
         return cls(**base)
 

@@ -20,9 +20,33 @@ import random
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ks_inductor.judge.verdict import Timing
+
+
+@dataclass(frozen=True)
+class TimingProtocol:
+    """How much each tool is timed: ``rounds`` interleaved rounds, ``warmup_ms`` of untimed calls first, about
+    ``rep_ms`` of timed calls over all rounds (between ``min_reps`` and ``max_reps`` calls a round), inputs
+    refreshed from ``rotating_sets`` sets. The one definition of these defaults: the judge's config, the timing loop
+    and the benchmarks all read them from here."""
+
+    rounds: int = 7
+    warmup_ms: float = 25.0
+    rep_ms: float = 200.0
+    min_reps: int = 5
+    max_reps: int = 2000
+    rotating_sets: int = 3
+
+
+# A final judgment's protocol: what a kernel passes before it is stored as faster, and how the benchmarks time.
+FINAL = TimingProtocol()
+# A search's protocol for its many children: few calls per round (every call also pays an L2 flush, which for a
+# 20 us kernel costs three times the kernel); 5 x 100 samples per tool resolve a few percent, and the winner is
+# judged again with FINAL.
+SEARCH = TimingProtocol(rounds=5, warmup_ms=10.0, rep_ms=60.0, max_reps=100)
 
 
 def _sync(device: str) -> None:
@@ -101,11 +125,11 @@ def _time_calls(fn: Callable[[], Any], n: int, device: str, flush: Callable[[], 
 def benchmark_interleaved(
     fns: dict[str, Callable[[], Any]],
     *,
-    rounds: int = 7,
-    warmup_ms: float = 25.0,
-    rep_ms: float = 200.0,
-    min_reps: int = 5,
-    max_reps: int = 2000,
+    rounds: int = FINAL.rounds,
+    warmup_ms: float = FINAL.warmup_ms,
+    rep_ms: float = FINAL.rep_ms,
+    min_reps: int = FINAL.min_reps,
+    max_reps: int = FINAL.max_reps,
     flush: Callable[[], None] | None = None,
     before_each: Callable[[int], None] | None = None,
     seed: int = 0,
@@ -181,7 +205,7 @@ def device_bytes_available(device: str) -> int | None:
 def benchmark_graphed(
     calls: dict[str, list[Callable[[], Any]]],
     *,
-    rounds: int = 7,
+    rounds: int = FINAL.rounds,
     min_calls: int = 24,
     replays: int = 5,
     seed: int = 0,
