@@ -11,8 +11,12 @@ setup(
     version=VERSION,
     description="Evolutionary Triton kernel optimizer and torch.compile backend with a verified kernel cache",
     python_requires=">=3.10",
-    packages=find_packages(include=["ks_inductor*", "kernel_cache*", "integrations*", "benchmarks*"]),
-    package_data={"ks_inductor": ["evolve/families/*.py"], "benchmarks": ["suites/*.json"]},
+    # Installed top-level names are kernelsmith's own: ks_inductor, kernel_cache and kernelsmith_integrations (the
+    # repository's integrations/ folder; a bare "integrations" would collide with other projects' packages). The
+    # benchmarks are the repository's programs and are not installed (kernelsmith bench runs them from a checkout).
+    packages=[*find_packages(include=["ks_inductor*", "kernel_cache*"]), "kernelsmith_integrations"],
+    package_dir={"kernelsmith_integrations": "integrations"},
+    package_data={"ks_inductor": ["evolve/families/*.py"]},
     install_requires=[
         "torch>=2.11",
         "triton>=3.6",
@@ -41,9 +45,9 @@ setup(
         # Dynamo discovers this lazily; the target module must not register the name itself.
         "torch_dynamo_backends": ["kernelsmith = ks_inductor.compiler.backend:kernelsmith_backend"],
         # vLLM calls it in every process; it does nothing unless KERNELSMITH_PACK names a pack.
-        "vllm.general_plugins": ["kernelsmith = integrations.vllm:register"],
+        "vllm.general_plugins": ["kernelsmith = kernelsmith_integrations.vllm:register"],
         # SGLang's load_plugins() calls it in every process (SGLANG_PLUGINS filters by name); inert unless
         # KERNELSMITH_PACK names a pack.
-        "sglang.srt.plugins": ["kernelsmith = integrations.sglang:register"],
+        "sglang.srt.plugins": ["kernelsmith = kernelsmith_integrations.sglang:register"],
     },
 )

@@ -21,7 +21,7 @@ import logging
 import os
 from typing import Any
 
-from integrations import guard as G
+from . import guard as G
 
 log = logging.getLogger("kernelsmith.integrations")
 
@@ -62,7 +62,7 @@ def stack_version() -> str | None:
 
 
 def _served(op: str, group: tuple, reference: Any, arity: int) -> G.ServedOp:
-    from integrations.ops import Binding, key_function
+    from .ops import Binding, key_function
 
     st = _STATE
     with st.lock:
@@ -219,7 +219,7 @@ def layer_problems(norms: list[tuple[tuple[int, ...], Any, float]] = (),
     from lmdeploy.pytorch.backends.default.activation import DefaultSiluAndMulImpl
     from lmdeploy.pytorch.backends.default.norm import DefaultRMSNormImpl
 
-    from integrations.ops import Binding, layer_problem
+    from .ops import Binding, layer_problem
 
     def meta(*shape: int, dtype: Any) -> Any:
         return torch.empty(shape, dtype=dtype, device="meta")

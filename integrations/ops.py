@@ -72,8 +72,9 @@ def silu_mul_binding(act_fn: torch.nn.Module | Callable[..., Any]) -> Binding:
 
 def layer_problem(binding: Binding, inputs: list[torch.Tensor], name: str | None = None) -> Any:
     """The problem a binding computes at these inputs' signature (what a pack for this layer must hold)."""
-    from integrations.guard import call_signature, meta_inputs
     from ks_inductor.problem import problem_from_callable
+
+    from .guard import call_signature, meta_inputs
 
     return problem_from_callable(binding.reference, meta_inputs(call_signature(inputs)), name=name or binding.op)
 
@@ -85,8 +86,9 @@ _KEYS_LOCK = threading.Lock()
 def key_function(binding: Binding) -> Callable[[tuple], str | None]:
     """``signature -> canonical key`` of the binding's reference, memoized per group and signature: every layer
     of a group shares one trace per signature."""
-    from integrations.guard import meta_inputs
     from ks_inductor.problem import problem_from_callable
+
+    from .guard import meta_inputs
 
     def key_of(sig: tuple) -> str | None:
         memo = (binding.group, sig)

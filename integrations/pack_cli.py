@@ -129,7 +129,7 @@ def _problems(args: argparse.Namespace, batches: list[int], seqs: list[int]) -> 
         raise UsageError(str(e)) from None
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if (args.stack or "transformers") == "transformers":
-        from integrations.transformers import layer_problems
+        from .transformers import layer_problems
 
         dtype = str(_dtype(args.dtype, device)).removeprefix("torch.")
         try:
@@ -141,7 +141,7 @@ def _problems(args: argparse.Namespace, batches: list[int], seqs: list[int]) -> 
         inputs = [(torch.randint(0, vocab, (b, s), generator=gen).to(ids.device),) for b in batches for s in seqs]
         return layer_problems(model, inputs)
     try:
-        from integrations.sglang import layer_problems as sglang_problems
+        from .sglang import layer_problems as sglang_problems
     except ImportError as e:
         raise UsageError(f"--stack sglang needs SGLang's Python part: {e}") from None
     cfg = _hf_config(args.model, overrides)
@@ -164,11 +164,12 @@ def export_for_model(args: argparse.Namespace) -> int:
     (the pack then holds the others; none is written when no problem has a kernel)."""
     from rich.console import Console
 
-    from integrations.ops import pack_for_problems
     from kernel_cache.errors import CacheError
     from ks_inductor.cli import UsageError
     from ks_inductor.evolve import EvolveConfig
     from ks_inductor.judge.backends import BackendUnavailable
+
+    from .ops import pack_for_problems
 
     check(args)
     batches, seqs = args.batch or [1], args.seq or [16]

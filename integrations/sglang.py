@@ -28,7 +28,9 @@ from typing import Any
 
 import torch
 
-from integrations import guard as G
+from kernel_cache.settings import Settings
+
+from . import guard as G
 
 log = logging.getLogger("kernelsmith.integrations")
 
@@ -108,7 +110,7 @@ def silu_and_mul_reference() -> Any:
 
 
 def _served(op: str, group: tuple, reference: Any, arity: int) -> G.ServedOp | None:
-    from integrations.ops import Binding, key_function
+    from .ops import Binding, key_function
 
     st = _STATE
     if st.guard is None:
@@ -200,7 +202,7 @@ def register(pack: str | os.PathLike[str] | None = None, *, trust_keys: list[str
     st = _STATE
     if st.hooked:
         return st
-    if pack is None and not os.environ.get(G.ENV_PACK):
+    if pack is None and not Settings.read("pack"):
         st.refused = f"no pack given (set {G.ENV_PACK})"
         return st
     if G.disabled():
@@ -280,7 +282,7 @@ def layer_problems(norms: list[tuple[tuple[int, ...], Any, float]] = (),
     activations; the weight has the activations' dtype (as in a model loaded in that dtype)."""
     from sglang.srt.layers.layernorm import RMSNorm
 
-    from integrations.ops import Binding, layer_problem
+    from .ops import Binding, layer_problem
 
     def meta(*shape: int, dtype: Any) -> Any:
         return torch.empty(shape, dtype=dtype, device="meta")

@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from integrations import guard as G
-from integrations.ops import (
+from . import guard as G
+from .ops import (
     OP_RMSNORM,
     OP_SILU_MUL,
     Binding,

@@ -20,8 +20,9 @@ import logging
 import os
 from typing import Any
 
-from integrations import guard as G
 from kernel_cache.settings import Settings
+
+from . import guard as G
 
 log = logging.getLogger("kernelsmith.integrations")
 
@@ -53,7 +54,7 @@ def stack_version() -> str | None:
 
 
 def _served(op: str, group: tuple, reference: Any, arity: int) -> G.ServedOp | None:
-    from integrations.ops import Binding, key_function
+    from .ops import Binding, key_function
 
     st = _STATE
     if st.guard is None:
@@ -207,7 +208,7 @@ def layer_problems(norms: list[tuple[tuple[int, ...], Any, float]] = (),
     residual, and a SiluAndMul per (input shape, dtype); vLLM runs ``(tokens, hidden)`` activations."""
     import torch
 
-    from integrations.ops import Binding, layer_problem
+    from .ops import Binding, layer_problem
 
     def meta(*shape: int, dtype: Any) -> Any:
         return torch.empty(shape, dtype=dtype, device="meta")
