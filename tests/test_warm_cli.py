@@ -141,7 +141,7 @@ def test_warm_from_transformers_config(tmp_path, capsys):
 def test_hf_dtype_names():
     import torch
 
-    from ks_inductor.warm import WarmError, _torch_dtype
+    from ks_inductor.warm.sources import WarmError, _torch_dtype
 
     assert _torch_dtype("bf16") is _torch_dtype("bfloat16") is _torch_dtype("torch.bfloat16") is torch.bfloat16
     assert _torch_dtype("fp16") is torch.float16 and _torch_dtype("fp32") is torch.float32
