@@ -92,3 +92,19 @@ def test_a_final_protocol_cut_off_by_the_limit_stores_the_search_best_unverified
     assert rec is not None and rec.status == "rejected", rec
     assert "final protocol" in summary.note and "rejected" in summary.note
     assert store.lookup(problem.key, h200()) is None  # never served
+
+
+def test_final_reserve_counts_the_searches_that_share_the_judge() -> None:
+    """Searches warmed side by side on one judge reach their final judgments together: each keeps time for its
+    leaders' share of every device's timing lock with theirs, not as if it were alone."""
+    from types import SimpleNamespace
+
+    from ks_inductor.evolve.evolver import FINAL_COST, Evolver
+
+    def estimate(parallel_regions):
+        me = SimpleNamespace(search_s=[2.0], judge=SimpleNamespace(device_count=4),
+                             config=EvolveConfig(final_candidates=3, parallel_regions=parallel_regions))
+        return Evolver._final_estimate(me)
+
+    assert estimate(None) == FINAL_COST * 2.0 * 1  # 3 leaders over 4 devices: one each
+    assert estimate(8) == FINAL_COST * 2.0 * 6  # 24 leaders over 4 devices

@@ -331,10 +331,12 @@ class Evolver:
     def _final_estimate(self) -> float:
         """Rough seconds the final judgments take, from the search's own judgments (0 before any): each times
         more rounds of longer runs against more baselines, Inductor's compile among them, and the leaders share
-        each device's timing lock."""
+        each device's timing lock, with those of the searches beside this one on the same judge
+        (``parallel_regions``): searches that share a deadline judge their leaders at the same time."""
         if not self.search_s:
             return 0.0
-        per_device = -(-self.config.final_candidates // max(1, getattr(self.judge, "device_count", 1)))
+        sharing = max(1, self.config.parallel_regions or 1)
+        per_device = -(-self.config.final_candidates * sharing // max(1, getattr(self.judge, "device_count", 1)))
         return FINAL_COST * statistics.median(self.search_s) * per_device
 
     def _final_reserve(self) -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ks_inductor.warm.region import evolve_region, region_config
@@ -130,6 +130,8 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
         n = getattr(config, "parallel_regions", None) or default_parallel_regions(fp, judge)
         if n > 1:
             executor = RegionThreads(judge, n)
+            # Each search keeps time for its final judgments assuming the searches beside it do the same at once.
+            config = replace(config, parallel_regions=min(n, len(todo)))
     gpu = _gpu_sampler(fp, executor, todo)
     if executor is not None:
         if gpu is not None and hasattr(executor, "gpu"):
