@@ -1,11 +1,12 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   - creates .venv, installs kernelsmith, runs the main job on CPU (Triton interpreter)
-#   make test   - creates .venv, installs kernelsmith, runs the test suite
+#   make test   - creates .venv, installs kernelsmith and the serving stacks (SGLang in .venv-sglang), runs the
+#                 test suite
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-sglang lint bench-host clean postgres-server
+.PHONY: setup demo test test-stacks test-sglang lint bench-host clean postgres-server
 
 setup: $(VENV)/.installed
 
@@ -28,27 +29,65 @@ postgres-server:
 	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; } || \
 	echo "note: PostgreSQL server binaries (initdb) are missing and cannot be installed here; the PostgreSQL tests will skip"
 
-test: setup postgres-server
-	TRITON_INTERPRET=1 $(BIN)/pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=12
-
-# SGLang's layer modules import torchvision, and PyPI's torchvision builds load only against the torch build they
-# were made for (CUDA): SGLang gets its own virtual environment with the torch it pins (2.14.1, a CUDA build that
-# runs on a CPU) and only the packages its layer modules import. Several GB, so `make test` does not make it; the
-# SGLang tests skip there (docs/serving.md).
+# The serving stacks' tests run against the real packages (docs/serving.md), each where it installs:
+# - LMDeploy and vLLM in .venv: their wheels without dependencies (LMDeploy 0.18.0 pins torch<=2.12.1 and
+#   triton<=3.7.1, vLLM 0.33.0 torch==2.14.0 and CUDA-only packages; the layer code the tests run works on .venv's
+#   torch 2.13.0+cpu) and only the packages that code imports, pinned.
+#   Importing vLLM patches Inductor's internals (vllm/env_override.py), so their tests run in a pytest process apart
+#   from the rest of the suite. Importing them once after the install also writes yapf's grammar cache (imported
+#   through LMDeploy's mmengine), which two test workers writing at once would read half written.
+# - SGLang in .venv-sglang: its layer modules import torchvision, and PyPI's torchvision builds load only against
+#   the torch build they were made for (CUDA); there it gets the torch it pins (2.14.1, a CUDA build that runs on a
+#   CPU) and the packages its layer modules import. About 6 GB.
+# Under CI=true a stack that does not import fails its tests instead of skipping them (tests/stacks.py).
+LMDEPLOY := lmdeploy==0.18.0
+VLLM := vllm==0.33.0
+STACK_IMPORTS := psutil==7.2.2 pybase64==1.5.1 pyzmq==27.3.0 \
+	mmengine-lite==0.10.7 yapf==0.43.0 platformdirs==4.14.8 addict==2.4.0 termcolor==3.3.0 \
+	cbor2==6.3.0 aiohttp==3.14.5 multidict==7.2.1 yarl==1.25.1 propcache==0.5.4 aiohappyeyeballs==2.7.1 \
+	aiosignal==1.4.0 frozenlist==1.8.0 openai-harmony==0.0.8 cachetools==8.0.2 msgspec==0.22.0 cloudpickle==3.1.3 \
+	uvloop==0.23.0 prometheus-client==0.26.0 xgrammar==0.2.8 apache-tvm-ffi==0.1.11 fastapi==0.136.3 \
+	starlette==1.10.0 opentelemetry-api==1.45.2 partial-json-parser==0.2.1.1.post7 llguidance==1.7.6
+STACK_TESTS := tests/test_integration_lmdeploy.py tests/test_integration_vllm.py
+SGLANG_TESTS := tests/test_integration_sglang.py
 SGLANG_VENV ?= .venv-sglang
 SGLANG_IMPORTS := orjson psutil pybase64 starlette msgspec pyzmq IPython aiohttp dill sentencepiece requests tqdm \
 	loguru gguf apache-tvm-ffi==0.1.11 transformers
+PYTEST := TRITON_INTERPRET=1 $(BIN)/pytest -q -p no:cacheprovider
+PYTEST_SGLANG := TRITON_INTERPRET=1 $(SGLANG_VENV)/bin/pytest -q -p no:cacheprovider $(SGLANG_TESTS)
+
+# Every part runs, and the target fails if any part failed.
+test: setup $(VENV)/.stacks $(SGLANG_VENV)/.installed postgres-server
+	@rc=0; \
+	echo "== the suite ($(VENV))"; \
+	$(PYTEST) -n 2 --dist loadfile --durations=12 $(addprefix --ignore=,$(STACK_TESTS) $(SGLANG_TESTS)) || rc=1; \
+	echo "== LMDeploy and vLLM ($(VENV), a process of their own)"; \
+	$(PYTEST) -n 2 --dist loadfile $(STACK_TESTS) || rc=1; \
+	echo "== SGLang ($(SGLANG_VENV))"; \
+	$(PYTEST_SGLANG) || rc=1; \
+	exit $$rc
+
+# The serving stacks' tests alone.
+test-stacks: $(VENV)/.stacks $(SGLANG_VENV)/.installed
+	$(PYTEST) -n 2 --dist loadfile $(STACK_TESTS)
+	$(PYTEST_SGLANG)
 
 test-sglang: $(SGLANG_VENV)/.installed
-	TRITON_INTERPRET=1 $(SGLANG_VENV)/bin/pytest -q -p no:cacheprovider tests/test_integration_sglang.py
+	$(PYTEST_SGLANG)
+
+$(VENV)/.stacks: $(VENV)/.installed Makefile
+	$(BIN)/pip install -q --no-deps --no-compile $(LMDEPLOY) $(VLLM) $(STACK_IMPORTS)
+	$(BIN)/python -c "import lmdeploy.pytorch.nn.norm, lmdeploy.pytorch.nn.activation, \
+	vllm.model_executor.layers.layernorm, vllm.model_executor.layers.activation"
+	touch $@
 
 $(SGLANG_VENV)/.installed: setup.py pyproject.toml
 	$(PY) -m venv $(SGLANG_VENV)
 	$(SGLANG_VENV)/bin/pip install -q --upgrade pip
-	$(SGLANG_VENV)/bin/pip install -q torch==2.14.1 torchvision==0.29.1
+	$(SGLANG_VENV)/bin/pip install -q --no-compile torch==2.14.1 torchvision==0.29.1
 	$(SGLANG_VENV)/bin/pip install -q --no-compile -e . pytest pytest-timeout
-	$(SGLANG_VENV)/bin/pip install -q --no-deps sglang==0.5.23 compressed-tensors==0.18.0
-	$(SGLANG_VENV)/bin/pip install -q $(SGLANG_IMPORTS)
+	$(SGLANG_VENV)/bin/pip install -q --no-compile --no-deps sglang==0.5.23 compressed-tensors==0.18.0
+	$(SGLANG_VENV)/bin/pip install -q --no-compile $(SGLANG_IMPORTS)
 	touch $@
 
 lint: setup

@@ -3,7 +3,8 @@ wrapped ``build_op``, under the Triton interpreter.
 
 LMDeploy picks no backend for a CPU device, so the layers here are built by its default backend (its plain-torch
 implementations, the "stack's own path" on this machine); on a GPU the same wrapper sits on ``CudaOpsBackend``.
-Skipped where LMDeploy's Python part is not importable (it is not installed in CI: its wheel is 107 MB)."""
+``make test`` installs LMDeploy's wheel without its dependencies, plus the packages its layer modules import
+(docs/serving.md); where it is not importable these tests skip, and under ``CI=true`` they fail."""
 
 from __future__ import annotations
 
@@ -13,12 +14,16 @@ import zipfile
 import pytest
 import torch
 
-pytest.importorskip("lmdeploy.pytorch.nn.norm", reason="needs lmdeploy (the PyTorch engine's Python part)")
-
-from integrations import guard as G  # noqa: E402
-from integrations import lmdeploy as L  # noqa: E402
+from integrations import guard as G
+from integrations import lmdeploy as L
+from tests.stacks import require_stack
 
 HIDDEN, INTER, TOKENS, EPS = 64, 96, 12, 1e-6
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _lmdeploy():
+    require_stack("lmdeploy.pytorch.nn.norm", "make test installs lmdeploy (docs/serving.md)")
 
 
 @pytest.fixture(autouse=True)

@@ -2,9 +2,9 @@
 SGLang's plugin framework: the ``sglang.srt.plugins`` entry point found and run by SGLang's ``load_plugins()``,
 whose ``HookType.REPLACE`` hooks replace the layers' forwards; on a CPU, under the Triton interpreter.
 
-Skipped where SGLang's Python part is not importable. CI does not install it (its own torch pin and the
-torchvision it imports are a CUDA build of several GB); ``make test-sglang`` makes a virtual environment with
-them and runs this file (docs/serving.md)."""
+SGLang runs in a virtual environment of its own (``.venv-sglang``: the torch it pins and the torchvision its layer
+modules import are CUDA builds that load on a CPU, docs/serving.md); ``make test`` makes it and runs this file
+there. Where SGLang is not importable these tests skip, and under ``CI=true`` they fail."""
 
 from __future__ import annotations
 
@@ -16,12 +16,18 @@ import zipfile
 import pytest
 import torch
 
-pytest.importorskip("sglang.srt.layers.layernorm", reason="needs sglang (its Python part): make test-sglang")
+from integrations import guard as G
+from tests.stacks import plugin_module, require_stack
 
-from integrations import guard as G  # noqa: E402
-from integrations import sglang as S  # noqa: E402
+# what SGLang's plugin loader imports: kernelsmith_integrations.sglang where kernelsmith is installed
+S = plugin_module("sglang.srt.plugins")
 
 HIDDEN, INTER, TOKENS, EPS = 64, 96, 12, 1e-6
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _sglang():
+    require_stack("sglang.srt.layers.layernorm", "make test (or make test-sglang) runs this file in .venv-sglang")
 
 
 @pytest.fixture(autouse=True)

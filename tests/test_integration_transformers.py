@@ -12,12 +12,16 @@ from pathlib import Path
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers", reason="needs transformers (pip install 'kernelsmith[dev]')")
-
-from integrations import guard as G  # noqa: E402
-from integrations.transformers import apply_kernelsmith, layer_problems, pack_for_model, remove_kernelsmith  # noqa: E402
+from integrations import guard as G
+from integrations.transformers import apply_kernelsmith, layer_problems, pack_for_model, remove_kernelsmith
+from tests.stacks import require_stack
 
 SEQ = 8
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _transformers():
+    require_stack("transformers.models.llama.modeling_llama", "pip install -e '.[dev]' installs transformers")
 
 
 def tiny_llama(dtype: torch.dtype = torch.float32) -> torch.nn.Module:
