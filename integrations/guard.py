@@ -427,6 +427,22 @@ class ServedOp:
 # ============================================================================================ loading
 
 
+def admit(stack: str, version: str | None, known: tuple[tuple[int, ...], tuple[int, ...]],
+          pack: str | os.PathLike[str] | None = None, *, db: str | None = None,
+          trust_keys: list[str] | None = None, need_pack: bool = False) -> tuple[PackGuard | None, str]:
+    """What every integration checks before it swaps anything, in this order: a pack named (``need_pack``: entry
+    points, which a stack loads in every process, do nothing unless ``KERNELSMITH_PACK`` is set), the kill switch,
+    a stack version the integration knows, and the pack verified for this machine. Returns (guard, "") or (None,
+    why nothing is served)."""
+    if need_pack and pack is None and db is None and not Settings.read("pack"):
+        return None, f"no pack given (set {ENV_PACK})"
+    if disabled():
+        return None, f"{ENV_DISABLE}=1"
+    if not version_known(stack, version, *known):
+        return None, f"{stack} {version} is not a known version"
+    return load_guard(stack, pack, db=db, trust_keys=trust_keys)
+
+
 def load_guard(stack: str, pack: str | os.PathLike[str] | None = None, *, db: str | None = None,
                trust_keys: list[str] | None = None, fingerprint: Any = None) -> tuple[PackGuard | None, str]:
     """Verify a pack (``pack``, else ``KERNELSMITH_PACK``; or the verified kernels of kernel cache ``db``) for this

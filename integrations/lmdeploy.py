@@ -158,13 +158,7 @@ def install(pack: str | os.PathLike[str] | None = None, *, db: str | None = None
     ``state().refused`` says why. Installing again replaces an earlier install."""
     uninstall()
     st = _STATE
-    if G.disabled():
-        st.refused = f"{G.ENV_DISABLE}=1"
-        return st
-    if not G.version_known(STACK, stack_version(), *KNOWN_VERSIONS):
-        st.refused = f"lmdeploy {stack_version()} is not a known version"
-        return st
-    guard, why = G.load_guard(STACK, pack, db=db, trust_keys=trust_keys)
+    guard, why = G.admit(STACK, stack_version(), KNOWN_VERSIONS, pack, db=db, trust_keys=trust_keys)
     if guard is None:
         st.refused = why
         return st

@@ -28,8 +28,6 @@ from typing import Any
 
 import torch
 
-from kernel_cache.settings import Settings
-
 from . import guard as G
 
 log = logging.getLogger("kernelsmith.integrations")
@@ -202,16 +200,7 @@ def register(pack: str | os.PathLike[str] | None = None, *, trust_keys: list[str
     st = _STATE
     if st.hooked:
         return st
-    if pack is None and not Settings.read("pack"):
-        st.refused = f"no pack given (set {G.ENV_PACK})"
-        return st
-    if G.disabled():
-        st.refused = f"{G.ENV_DISABLE}=1"
-        return st
-    if not G.version_known(STACK, stack_version(), *KNOWN_VERSIONS):
-        st.refused = f"sglang {stack_version()} is not a known version"
-        return st
-    guard, why = G.load_guard(STACK, pack, trust_keys=trust_keys)
+    guard, why = G.admit(STACK, stack_version(), KNOWN_VERSIONS, pack, trust_keys=trust_keys, need_pack=True)
     if guard is None:
         st.refused = why
         return st

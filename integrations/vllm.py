@@ -20,8 +20,6 @@ import logging
 import os
 from typing import Any
 
-from kernel_cache.settings import Settings
-
 from . import guard as G
 
 log = logging.getLogger("kernelsmith.integrations")
@@ -156,16 +154,7 @@ def register(pack: str | os.PathLike[str] | None = None, *, trust_keys: list[str
     st = _STATE
     if st.registered:
         return st
-    if pack is None and not Settings.read("pack"):
-        st.refused = f"no pack given (set {G.ENV_PACK})"
-        return st
-    if G.disabled():
-        st.refused = f"{G.ENV_DISABLE}=1"
-        return st
-    if not G.version_known(STACK, stack_version(), *KNOWN_VERSIONS):
-        st.refused = f"vllm {stack_version()} is not a known version"
-        return st
-    guard, why = G.load_guard(STACK, pack, trust_keys=trust_keys)
+    guard, why = G.admit(STACK, stack_version(), KNOWN_VERSIONS, pack, trust_keys=trust_keys, need_pack=True)
     if guard is None:
         st.refused = why
         return st
