@@ -340,6 +340,20 @@ class StackState:
     def stats(self) -> dict[str, Any]:
         return self.guard.stats() if self.guard is not None else {"hits": {}, "fallbacks": {}, "kernels": {}}
 
+    def served_op(self, op: str, group: tuple, reference: Any, arity: int) -> ServedOp | None:
+        """The op a layer of this configuration (``group``) serves, bound once per configuration; None when
+        nothing is served in this process."""
+        from .ops import Binding, key_function
+
+        if self.guard is None:
+            return None
+        with self.lock:
+            served = self.served.get((op, group))
+            if served is None:
+                served = self.guard.bind(op, key_function(Binding(op, reference, group)), reference, arity)
+                self.served[(op, group)] = served
+            return served
+
 
 class ServedOp:
     """One op of one layer kind: ``op(*tensors)`` returns the kernel's result (a tensor, or a tuple where the op has

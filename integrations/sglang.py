@@ -107,20 +107,6 @@ def silu_and_mul_reference() -> Any:
     return silu_and_mul
 
 
-def _served(op: str, group: tuple, reference: Any, arity: int) -> G.ServedOp | None:
-    from .ops import Binding, key_function
-
-    st = _STATE
-    if st.guard is None:
-        return None
-    with st.lock:
-        served = st.served.get((op, group))
-        if served is None:
-            served = st.guard.bind(op, key_function(Binding(op, reference, group)), reference, arity)
-            st.served[(op, group)] = served
-        return served
-
-
 # ============================================================================================ the replacements
 
 
@@ -147,8 +133,8 @@ def _norm_ops(layer: Any) -> tuple[G.ServedOp | None, G.ServedOp | None]:
         if layer.has_weight and isinstance(layer.weight, torch.nn.Parameter):
             group = ("sglang.RMSNorm", _norm_settings(layer), tuple(layer.weight.shape), layer.weight.dtype)
             refs = norm_references(layer)
-            ops = (_served(OP_RMSNORM, group, refs[OP_RMSNORM], 2),
-                   _served(OP_ADD_RMSNORM, group, refs[OP_ADD_RMSNORM], 3))
+            ops = (_STATE.served_op(OP_RMSNORM, group, refs[OP_RMSNORM], 2),
+                   _STATE.served_op(OP_ADD_RMSNORM, group, refs[OP_ADD_RMSNORM], 3))
         layer.__dict__["_kernelsmith_ops"] = ops
     return ops
 
@@ -175,7 +161,7 @@ def _norm_hook(original: Any) -> Any:
 def _act_op(layer: Any) -> G.ServedOp | None:
     op = layer.__dict__.get("_kernelsmith_op", False)
     if op is False:
-        op = _served(OP_SILU_AND_MUL, ("sglang.SiluAndMul",), silu_and_mul_reference(), 1)
+        op = _STATE.served_op(OP_SILU_AND_MUL, ("sglang.SiluAndMul",), silu_and_mul_reference(), 1)
         layer.__dict__["_kernelsmith_op"] = op
     return op
 

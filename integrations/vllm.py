@@ -51,20 +51,6 @@ def stack_version() -> str | None:
     return G.installed_version("vllm")
 
 
-def _served(op: str, group: tuple, reference: Any, arity: int) -> G.ServedOp | None:
-    from .ops import Binding, key_function
-
-    st = _STATE
-    if st.guard is None:
-        return None
-    with st.lock:
-        served = st.served.get((op, group))
-        if served is None:
-            served = st.guard.bind(op, key_function(Binding(op, reference, group)), reference, arity)
-            st.served[(op, group)] = served
-        return served
-
-
 def _native(name: str) -> Any:
     from vllm import ir
 
@@ -111,8 +97,8 @@ def _classes() -> tuple[type, type]:
                 if self.has_weight and self.variance_size_override is None:
                     eps = float(self.variance_epsilon)
                     refs = references(eps)
-                    ops = (_served(OP_RMSNORM, ("vllm.RMSNorm", eps), refs[OP_RMSNORM], 2),
-                           _served(OP_ADD_RMSNORM, ("vllm.RMSNorm", eps), refs[OP_ADD_RMSNORM], 3))
+                    ops = (_STATE.served_op(OP_RMSNORM, ("vllm.RMSNorm", eps), refs[OP_RMSNORM], 2),
+                           _STATE.served_op(OP_ADD_RMSNORM, ("vllm.RMSNorm", eps), refs[OP_ADD_RMSNORM], 3))
                 self.__dict__["_kernelsmith_ops"] = ops
             plain, fused = ops
             if residual is None:
@@ -131,7 +117,7 @@ def _classes() -> tuple[type, type]:
         def _kernelsmith(self, x: Any) -> Any:
             op = self.__dict__.get("_kernelsmith_op")
             if op is None:
-                op = _served(OP_SILU_AND_MUL, ("vllm.SiluAndMul",), SiluAndMul.forward_native, 1)
+                op = _STATE.served_op(OP_SILU_AND_MUL, ("vllm.SiluAndMul",), SiluAndMul.forward_native, 1)
                 self.__dict__["_kernelsmith_op"] = op
             return _opaque()(op, x) if op else None
 
