@@ -91,17 +91,18 @@ def deliver(workdir: str, kind: str, index: int, outs: list[Any], **extra: Any) 
         raise RuntimeError(f"the judge did not take output {kind} {index}")
 
 
-# Host memory the outputs of a timed run may wait in until the device is released (see Deliveries).
+# Host memory the outputs of one run may wait in until the device is released (see Deliveries).
 STASH_BYTES = 1 << 30
 
 
 class Deliveries:
-    """Outputs produced while the device is held alone, handed to the judge once it is released.
+    """Outputs produced while the device is held (shared or alone), handed to the judge once it is released.
 
     Writing an output and waiting for the judge's comparison is host work; done under the exclusive lock it keeps
     every other judgment off the device for nothing. Each output is copied to host memory as it is produced (the
-    candidate runs no more before the hand-over, so nothing it does later can change the copy), up to ``limit``
-    bytes in all; past that an output is handed over at once, as when outputs are too large to keep."""
+    candidate's later calls cannot reach the copies: the static rules keep gc, inspect, frames and dunder access out
+    of its source, and a thread it starts is flagged), up to ``limit`` bytes in all; past that an output is handed
+    over at once, as when outputs are too large to keep."""
 
     def __init__(self, limit: int) -> None:
         self.limit, self.used = limit, 0
