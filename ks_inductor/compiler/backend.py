@@ -96,18 +96,19 @@ class KernelsmithWarning(UserWarning):
 
 @dataclass
 class BackendOptions:
-    db: str | None = None
-    on_miss: str = "fallback"
-    budget: int = 16
-    time_limit_s: float | None = None
-    min_speedup: float = 1.0
-    enabled: bool = True
-    triton_op: bool = True
-    judge_backend: str | None = None
+    # The defaults are the settings' (kernel_cache.settings), the one place they are written down.
+    db: str | None = Settings.db
+    on_miss: str = Settings.on_miss
+    budget: int = Settings.budget
+    time_limit_s: float | None = Settings.time_limit_s
+    min_speedup: float = Settings.min_speedup
+    enabled: bool = not Settings.disabled
+    triton_op: bool = Settings.triton_op
+    judge_backend: str | None = Settings.judge_backend
     # torch.compile refuses mode= together with options=, so the mode for what Inductor compiles can also come
     # from here (or KERNELSMITH_MODE); an explicit mode= wins.
-    mode: str | None = None
-    graph_guard: str = "auto"
+    mode: str | None = Settings.mode
+    graph_guard: str = Settings.graph_guard
 
     @classmethod
     def resolve(cls, options: dict[str, Any] | None) -> tuple[BackendOptions, dict[str, Any]]:

@@ -16,6 +16,7 @@ random seed) makes the plan unavailable, with the statement that did it as the r
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import json
 import os
@@ -261,8 +262,6 @@ def _unsplit_scans() -> Any:
     from torch._inductor import ir
 
     if not hasattr(ir, "Scan") or not hasattr(ir.Scan, "num_splits"):
-        import contextlib
-
         return contextlib.nullcontext()
     original = ir.Scan.num_splits.__func__
 

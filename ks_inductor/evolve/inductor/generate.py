@@ -87,8 +87,8 @@ def _generate(problem: Problem, target: str, deadline: float | None = None
     # Code generation only: nothing is compiled, so a pool of compile workers (one per core, in every one of the
     # generations a parallel warm runs at once) would only load the host that the judge's workers need.
     env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
-    # A session of its own, so that a timeout ends Inductor's compile workers with it: they hold the output pipes,
-    # and reading those to their end would otherwise wait for the workers.
+    # A session of its own, so that a timeout ends whatever the generation started with it: a child holding the
+    # output pipes would otherwise keep reading them to their end waiting.
     proc = subprocess.Popen(CODEGEN_CMD, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env, start_new_session=True)
     try:
