@@ -7,11 +7,19 @@ Configuration a deployment sets (no code in the user's program):
 * ``KERNELSMITH_TRUSTED_KEYS``: comma-separated ed25519 public keys (files, or base64/hex of the raw bytes); when
   set, an unsigned pack or one signed by another key is refused.
 * ``KERNELSMITH_DISABLE=1``: serve nothing; every stack keeps its own kernels.
+* ``KERNELSMITH_SERVE_RACE`` (``auto``, ``1``, ``0``) and ``KERNELSMITH_SERVE_MARGIN``: whether a kernel that passed
+  its device check is timed against the stack's own path for its op before it serves, and by how much it must win.
 
 Verification on load is ``kernel_cache.pack.check_pack`` (zip integrity, every sha256, the signature, the judge's
 static rules, the fingerprint fit); the guard adds nothing to it but what only a serving process can do: run each
 kernel's golden vectors on the device the layer actually runs on, once, before the kernel's first result is
 used. A refused pack is one log line and no swap: a model never stops working because of a pack.
+
+A kernel that computes the right thing can still be slower than the stack's own path (per-call Python and launch
+overhead weigh heavily on small ops). With racing on, the first use of a kernel times it against the stack's own
+path for that op (``own``: what the stack would have run, not the traceable ``reference``) on the device, at the
+kernel's signature, and the kernel serves only where it is faster by the margin; otherwise every call at that
+signature runs the stack's own path, counted as ``R_SLOWER``.
 
 A kernel serves exactly the input signatures its problem was verified for (shape, dtype and stride of every
 input, on the pack's device type). Matching a layer to a pack problem is the caller's part (``integrations.ops``):
@@ -24,8 +32,10 @@ from __future__ import annotations
 import logging
 import os
 import re
+import statistics
 import tempfile
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +52,8 @@ log = logging.getLogger("kernelsmith.integrations")
 ENV_PACK = VARIABLES["pack"].env
 ENV_TRUSTED_KEYS = VARIABLES["trusted_keys"].env
 ENV_DISABLE = VARIABLES["disabled"].env
+ENV_SERVE_RACE = VARIABLES["serve_race"].env
+ENV_SERVE_MARGIN = VARIABLES["serve_margin"].env
 
 # Fallback reasons, as counted.
 R_DISABLED = "disabled"
@@ -55,12 +67,16 @@ R_NO_VECTORS = "no golden vectors"
 R_ERROR = "kernel error"
 R_OUTPUT = "bad output"
 R_GRAD = "autograd"
+R_SLOWER = "slower than the stack's own"
 
 Signature = tuple[tuple[tuple[int, ...], torch.dtype, tuple[int, ...]], ...]
 
 
 def disabled() -> bool:
-    return bool(Settings.read("disabled"))  # read on every served call: the switch works on a running server too
+    """The kill switch, read on every served call so that it works on a running server too: an unset variable
+    costs one environment lookup."""
+    raw = os.environ.get(ENV_DISABLE)
+    return bool(raw) and bool(VARIABLES["disabled"].parse(raw))
 
 
 def trusted_keys_from_env() -> list[str] | None:
@@ -131,9 +147,10 @@ class PackKernel:
     record: Any  # KernelRecord
     problem: Any  # Problem
     vectors: bytes | None
-    state: str = "unchecked"  # unchecked | passed | failed | none | broken
+    state: str = "unchecked"  # unchecked | passed | failed | none | slower | broken
     note: str = ""
     loaded: Any = None  # kernel_ops.LoadedKernel
+    race_us: tuple[float, float] | None = None  # median µs per call: (ours, the stack's own), where it was raced
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -208,14 +225,113 @@ def run_against_stack(kernel: PackKernel, device: torch.device, reference: Calla
     gen = torch.Generator(device=device).manual_seed(0)
     trials = []
     for _ in range(n):
-        ins = [torch.empty_strided(shape, stride, dtype=dt, device=device).normal_(generator=gen)
-               if dt.is_floating_point else torch.empty_strided(shape, stride, dtype=dt, device=device).random_(
-                   0, 16, generator=gen) for shape, dt, stride in sig]
+        ins = random_inputs(sig, device, gen)
         with torch.no_grad():
             ref = [o for o in _as_list(reference(*[x.clone() for x in ins])) if isinstance(o, torch.Tensor)]
         trials.append((ins, ref))
     why = _check(kernel, trials)
     return not why, why
+
+
+def random_inputs(sig: Signature, device: torch.device, gen: torch.Generator | None = None) -> list[torch.Tensor]:
+    """Seeded inputs at a signature on ``device``: normal floats, small non-negative integers."""
+    gen = gen if gen is not None else torch.Generator(device=device).manual_seed(0)
+    out = []
+    for shape, dt, stride in sig:
+        t = torch.empty_strided(shape, stride, dtype=dt, device=device)
+        out.append(t.normal_(generator=gen) if dt.is_floating_point else t.random_(0, 16, generator=gen))
+    return out
+
+
+# ============================================================================================ racing
+
+
+class OnCopies:
+    """A stack path that writes into some of its inputs (a fused residual add done in place), callable as an
+    ``own`` path, which must leave its inputs as they were: ``fn`` runs on copies of the inputs at ``positions``. A
+    race gives our kernel the same copies, so both sides pay the same copying (which only ever favours the
+    stack's path under the margin)."""
+
+    def __init__(self, fn: Callable[..., Any], positions: Sequence[int]) -> None:
+        self.fn = fn
+        self.positions = tuple(positions)
+
+    def __call__(self, *args: Any) -> Any:
+        args_ = list(args)
+        for i in self.positions:
+            args_[i] = args_[i].clone()
+        return self.fn(*args_)
+
+
+# Set while this thread times a stack's own path. Some own paths dispatch back through the layer's replaced forward
+# (vLLM's and SGLang's RMSNorm.forward_cuda call self.forward_native): such a call runs the stack's own code,
+# uncounted, instead of proving the kernel being raced again.
+_RACING = threading.local()
+
+
+def _racing() -> bool:
+    return getattr(_RACING, "on", False)
+
+
+def racing_on(device_type: str) -> bool:
+    """``KERNELSMITH_SERVE_RACE``: ``auto`` races on a GPU only, since under the Triton interpreter (CPU tensors)
+    a kernel's time says nothing about the kernel."""
+    mode = Settings.read("serve_race")
+    return device_type != "cpu" if mode == "auto" else mode == "1"
+
+
+def serve_margin() -> float:
+    """``KERNELSMITH_SERVE_MARGIN``; a value that is not a number is the default, with a warning (a pack never
+    stops a model from loading)."""
+    try:
+        return float(Settings.read("serve_margin"))
+    except ValueError:
+        default = Settings().serve_margin
+        log.warning("kernelsmith: %s=%r is not a number; racing with a margin of %g", ENV_SERVE_MARGIN,
+                    os.environ.get(ENV_SERVE_MARGIN), default)
+        return default
+
+
+def wins(ours_us: float, theirs_us: float, margin: float) -> bool:
+    """Whether our kernel serves: its median time times ``margin`` is no more than the stack's own."""
+    return ours_us * margin <= theirs_us
+
+
+def _synchronizer(device: torch.device) -> Callable[[], None]:
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+def _time_batch(fn: Callable[..., Any], inputs: Sequence[torch.Tensor], n: int, sync: Callable[[], None]) -> float:
+    sync()
+    start = time.perf_counter()
+    for _ in range(n):
+        fn(*inputs)
+    sync()
+    return (time.perf_counter() - start) / n
+
+
+def race(ours: Callable[..., Any], theirs: Callable[..., Any], inputs: Sequence[torch.Tensor],
+         device: torch.device, *, rounds: int = 5, calls: int = 20, budget_s: float = 0.05) -> tuple[float, float]:
+    """Median µs per call of ``ours(*inputs)`` and ``theirs(*inputs)`` on ``device``.
+
+    Both warm up first (a stack's Triton kernel compiles on its first call). Then interleaved rounds, the order
+    alternating so that neither side always follows the other, each side a batch of calls with the device
+    synchronized around it; caches stay warm between calls, as in serving. A batch holds fewer calls (down to one)
+    where calls are slow, so that a race takes about ``budget_s``."""
+    sync = _synchronizer(device)
+    sides = (ours, theirs)
+    with torch.no_grad():
+        for fn in sides:
+            _time_batch(fn, inputs, 2, sync)
+        once = sum(_time_batch(fn, inputs, 1, sync) for fn in sides)
+        n = max(1, min(calls, int(budget_s / max(rounds * once, 1e-9))))
+        times: tuple[list[float], list[float]] = ([], [])
+        for r in range(rounds):
+            for side in ((0, 1) if r % 2 == 0 else (1, 0)):
+                times[side].append(_time_batch(sides[side], inputs, n, sync))
+    return statistics.median(times[0]) * 1e6, statistics.median(times[1]) * 1e6
 
 
 # ============================================================================================ the guard
@@ -245,15 +361,23 @@ class PackGuard:
         self.hits: Counter[str] = Counter()
         self.fallbacks: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
+        # Read when the pack is loaded; the race itself runs once per kernel, at its first use.
+        self.race = racing_on(self.device_type)
+        self.margin = serve_margin()
+        # Bumped whenever a kernel's state changes: served ops keep their per-signature decisions until then.
+        self.epoch = 0
 
     # ---------------------------------------------------------------------------------------- binding
 
     def bind(self, op: str, key_of: Callable[[Signature], str | None],
-             reference: Callable[..., Any] | None = None, arity: int | None = None) -> ServedOp:
+             reference: Callable[..., Any] | None = None, arity: int | None = None,
+             own: Callable[..., Any] | None = None) -> ServedOp:
         """The pack kernels that compute ``op`` as the caller's ``reference`` does: ``key_of(signature)`` is the
         canonical key of that computation at a signature (None when it cannot be traced there); only problems of
         ``arity`` inputs are tried when given. The reference also proves, on the device, a kernel whose problem
-        shipped without golden vectors."""
+        shipped without golden vectors. ``own`` is what the stack runs for the op where no kernel serves (the same
+        inputs and outputs as ``reference``, leaving its inputs as they were; ``OnCopies`` makes an in-place path
+        so); racing times kernels against it, else against ``reference``."""
         table: dict[Signature, str] = {}
         for key, p in self.problems.items():
             if key not in self.kernels or p.init_inputs:
@@ -268,36 +392,76 @@ class PackGuard:
                 mine = None
             if mine == key:
                 table[sig] = key
-        return ServedOp(self, op, table, reference)
+        return ServedOp(self, op, table, reference, own)
 
     # ---------------------------------------------------------------------------------------- serving
 
-    def ready_kernel(self, key: str, device: torch.device,
-                     reference: Callable[..., Any] | None = None) -> PackKernel | None:
+    def ready_kernel(self, key: str, device: torch.device, reference: Callable[..., Any] | None = None,
+                     own: Callable[..., Any] | None = None) -> PackKernel | None:
         """The best kernel for ``key`` proven on ``device``: by the pack's golden vectors, or where the problem has
-        none, against ``reference`` (the stack's own computation). Each kernel is proven once, before first use."""
+        none, against ``reference`` (the stack's own computation). Each kernel is proven once, before first use;
+        with racing on, a proven kernel serves only where it also beat ``own`` (else ``reference``) there."""
         for k in self.kernels.get(key, []):
             if k.state == "passed":
                 return k
-            if k.state not in ("unchecked", "none") or (k.state == "none" and reference is None):
-                continue
-            with k.lock:
-                if k.state == "unchecked" or (k.state == "none" and reference is not None):
-                    ok, why = run_golden_vectors(k, device)
-                    how = "its golden vectors"
-                    if why == R_NO_VECTORS and reference is not None:
-                        ok, why = run_against_stack(k, device, reference)
-                        how = f"a check against {self.stack}'s own computation"
-                    k.state, k.note = ("passed", how) if ok else ("none" if why == R_NO_VECTORS else "failed", why)
-                    if ok:
-                        log.info("kernelsmith: kernel %s for %s passed %s on %s", k.record.sha256[:12], key[:12],
-                                 how, device)
-                    else:
-                        log.warning("kernelsmith: kernel %s for %s not served: %s", k.record.sha256[:12],
-                                    key[:12], why)
+            if k.state == "unchecked" or (k.state == "none" and reference is not None):
+                with k.lock:
+                    if k.state == "unchecked" or (k.state == "none" and reference is not None):
+                        self._prove(k, key, device, reference, own if own is not None else reference)
             if k.state == "passed":
                 return k
         return None
+
+    def _prove(self, k: PackKernel, key: str, device: torch.device, reference: Callable[..., Any] | None,
+               own: Callable[..., Any] | None) -> None:
+        ok, why = run_golden_vectors(k, device)
+        how = "its golden vectors"
+        if why == R_NO_VECTORS and reference is not None:
+            ok, why = run_against_stack(k, device, reference)
+            how = f"a check against {self.stack}'s own computation"
+        if not ok:
+            k.state, k.note = ("none" if why == R_NO_VECTORS else "failed"), why
+            log.warning("kernelsmith: kernel %s for %s not served: %s", k.record.sha256[:12], key[:12], why)
+        else:
+            # The state is set once the race is over: a kernel another thread sees "passed" has won it.
+            slower = self._race(k, key, device, own) if self.race and own is not None else ""
+            if slower:
+                k.state, k.note = "slower", slower
+                log.info("kernelsmith: kernel %s for %s not served on %s: %s", k.record.sha256[:12], key[:12],
+                         device, slower)
+            else:
+                k.state, k.note = "passed", how
+                timed = (f", {k.race_us[0]:.1f} µs a call against {self.stack}'s own {k.race_us[1]:.1f} µs"
+                         if k.race_us else "")
+                log.info("kernelsmith: kernel %s for %s passed %s on %s%s", k.record.sha256[:12], key[:12], how,
+                         device, timed)
+        self.changed()
+
+    def _race(self, k: PackKernel, key: str, device: torch.device, own: Callable[..., Any]) -> str:
+        """Time a proven kernel against the stack's own path at its signature (``k.race_us``); returns why it is
+        not served where it does not win by the margin, else ""."""
+        sig = spec_signature(k.problem.input_specs)
+        ours = k.loaded.model
+        if isinstance(own, OnCopies):
+            ours = OnCopies(ours, own.positions)
+        _RACING.on = True
+        try:
+            ours_us, theirs_us = race(ours, own, random_inputs(sig, device), device)
+        except Exception as e:  # noqa: BLE001 - the race decides speed only; the kernel passed its check
+            log.warning("kernelsmith: kernel %s for %s served untimed: timing it against %s's own path failed "
+                        "(%s: %s)", k.record.sha256[:12], key[:12], self.stack, type(e).__name__, e)
+            return ""
+        finally:
+            _RACING.on = False
+        k.race_us = (ours_us, theirs_us)
+        if wins(ours_us, theirs_us, self.margin):
+            return ""
+        return f"{ours_us:.1f} µs a call against {self.stack}'s own {theirs_us:.1f} µs (margin {self.margin:g})"
+
+    def changed(self) -> None:
+        """A kernel's state changed: every served op decides its signatures again."""
+        with self._lock:
+            self.epoch += 1
 
     def count_hit(self, op: str) -> None:
         with self._lock:
@@ -312,8 +476,20 @@ class PackGuard:
             fb: dict[str, dict[str, int]] = {}
             for (op, why), n in sorted(self.fallbacks.items()):
                 fb.setdefault(op, {})[why] = n
+            races = {k[:12]: [_rounded(pk.race_us) for pk in v] for k, v in self.kernels.items()
+                     if any(pk.race_us for pk in v)}
             return {"hits": dict(sorted(self.hits.items())), "fallbacks": fb,
-                    "kernels": {k[:12]: [pk.state for pk in v] for k, v in self.kernels.items()}}
+                    "kernels": {k[:12]: [pk.state for pk in v] for k, v in self.kernels.items()},
+                    "race_us": races}
+
+
+def _rounded(race_us: tuple[float, float] | None) -> list[float] | None:
+    return [round(t, 1) for t in race_us] if race_us else None
+
+
+def empty_stats() -> dict[str, Any]:
+    """``PackGuard.stats()`` where nothing is served."""
+    return {"hits": {}, "fallbacks": {}, "kernels": {}, "race_us": {}}
 
 
 def installed_version(module: str) -> str | None:
@@ -338,11 +514,11 @@ class StackState:
         self.lock = threading.Lock()
 
     def stats(self) -> dict[str, Any]:
-        return self.guard.stats() if self.guard is not None else {"hits": {}, "fallbacks": {}, "kernels": {}}
+        return self.guard.stats() if self.guard is not None else empty_stats()
 
-    def served_op(self, op: str, group: tuple, reference: Any, arity: int) -> ServedOp | None:
+    def served_op(self, op: str, group: tuple, reference: Any, arity: int, own: Any = None) -> ServedOp | None:
         """The op a layer of this configuration (``group``) serves, bound once per configuration; None when
-        nothing is served in this process."""
+        nothing is served in this process. ``own`` is the stack's own path for it (``PackGuard.bind``)."""
         from .ops import Binding, key_function
 
         if self.guard is None:
@@ -350,9 +526,29 @@ class StackState:
         with self.lock:
             served = self.served.get((op, group))
             if served is None:
-                served = self.guard.bind(op, key_function(Binding(op, reference, group)), reference, arity)
+                served = self.guard.bind(op, key_function(Binding(op, reference, group)), reference, arity, own)
                 self.served[(op, group)] = served
             return served
+
+
+class _Route:
+    """What a call at one signature (with its inputs' devices) does, decided on the first such call: ``early``, a
+    reason counted before the autograd check (another device); ``late``, one counted after it (a signature no
+    kernel was verified for); else the kernel for ``key``, settled at guard ``epoch`` and redone when any kernel's
+    state changes. ``checked``: the kernel's outputs at this signature were validated once."""
+
+    __slots__ = ("early", "late", "key", "device", "epoch", "kernel", "why", "checked")
+
+    def __init__(self, early: str, late: str, key: str | None, device: torch.device) -> None:
+        self.early, self.late, self.key, self.device = early, late, key, device
+        self.epoch = -1
+        self.kernel: PackKernel | None = None
+        self.why = ""
+        self.checked = False
+
+
+# Routes a served op keeps: far more than the signatures a pack holds; a server cycling through more starts over.
+_MAX_ROUTES = 4096
 
 
 class ServedOp:
@@ -360,12 +556,13 @@ class ServedOp:
     several outputs), or None where the caller must run its own path (the reason is counted)."""
 
     def __init__(self, guard: PackGuard, name: str, table: dict[Signature, str],
-                 reference: Callable[..., Any] | None = None) -> None:
+                 reference: Callable[..., Any] | None = None, own: Callable[..., Any] | None = None) -> None:
         self.guard = guard
         self.name = name
         self.table = table
         self.reference = reference
-        self._why: dict[Signature, str] = {}
+        self.own = own if own is not None else reference
+        self._routes: dict[tuple, _Route] = {}
         # Most calls a pack does not cover differ in the first input's shape (another token count): rejecting
         # those on one set lookup keeps the stack's own path nearly as fast as without us.
         self._first_shapes = {sig[0][0] for sig in table}
@@ -382,20 +579,55 @@ class ServedOp:
         return None
 
     def _reason(self, sig: Signature) -> str:
-        why = self._why.get(sig)
-        if why is None:
-            known = list(self.table)
-            if not any(tuple(a[1] for a in k) == tuple(a[1] for a in sig) for k in known):
-                why = R_DTYPE
-            elif any(tuple(a[0] for a in k) == tuple(a[0] for a in sig) for k in known):
-                why = R_STRIDE
-            else:
-                why = R_SHAPE
-            self._why[sig] = why
-        return why
+        known = list(self.table)
+        if not any(tuple(a[1] for a in k) == tuple(a[1] for a in sig) for k in known):
+            return R_DTYPE
+        if any(tuple(a[0] for a in k) == tuple(a[0] for a in sig) for k in known):
+            return R_STRIDE
+        return R_SHAPE
+
+    def _route(self, key: tuple, args: Sequence[torch.Tensor]) -> _Route:
+        device = args[0].device
+        if device.type != self.guard.device_type or any(k[3] != device for k in key):
+            route = _Route(R_DEVICE, "", None, device)
+        else:
+            sig = tuple((shape, dt, stride) for shape, dt, stride, _ in key)
+            problem = self.table.get(sig)
+            route = _Route("", self._reason(sig) if problem is None else "", problem, device)
+        if len(self._routes) >= _MAX_ROUTES:
+            self._routes.clear()
+        self._routes[key] = route
+        return route
+
+    def _settle(self, route: _Route) -> None:
+        g = self.guard
+        epoch = g.epoch  # read first: a change while the kernel is proven settles the route again
+        kernel = g.ready_kernel(route.key, route.device, self.reference, self.own)
+        if kernel is not route.kernel:
+            route.kernel, route.checked = kernel, False
+        if kernel is None:
+            states = {k.state for k in g.kernels.get(route.key, [])}
+            route.why = R_NO_VECTORS if states == {"none"} else R_SLOWER if "slower" in states else R_VECTORS
+        route.epoch = epoch
+
+    def _outputs_fit(self, kernel: PackKernel, outs: list[Any], device: torch.device) -> bool:
+        expected = kernel.problem.output_specs
+        if len(outs) != len(expected) or not expected:
+            return False
+        return all(isinstance(out, torch.Tensor) and list(out.shape) == list(spec.shape or [])
+                   and out.dtype == _dtype(spec.dtype or "") and out.device == device
+                   for out, spec in zip(outs, expected))
+
+    def _broken(self, kernel: PackKernel, e: Exception) -> None:
+        with kernel.lock:
+            kernel.state, kernel.note = "broken", f"{type(e).__name__}: {e}"
+        self.guard.changed()
+        log.warning("kernelsmith: kernel %s raised at run time (%s); %s computes %s itself from now on",
+                    kernel.record.sha256[:12], kernel.note, self.guard.stack, self.name)
 
     def __call__(self, *args: Any) -> Any:
-        g = self.guard
+        # The hot path: every check that depends only on the inputs' signature is decided once per signature
+        # (a route); what remains per call is the kill switch, one key built and one dict lookup.
         if disabled():
             return self._miss(R_DISABLED)
         for a in args:
@@ -403,38 +635,41 @@ class ServedOp:
                 return self._miss(R_CALL)
         if not args:
             return self._miss(R_CALL)
-        if tuple(args[0].shape) not in self._first_shapes:
+        if args[0].shape not in self._first_shapes:
             return self._miss(R_SHAPE)
-        device = args[0].device
-        if device.type != g.device_type or any(a.device != device for a in args):
-            return self._miss(R_DEVICE)
-        if torch.is_grad_enabled() and any(a.requires_grad for a in args):
-            return self._miss(R_GRAD)  # kernels serve inference: no backward through them
-        sig = call_signature(args)
-        key = self.table.get(sig)
-        if key is None:
-            return self._miss(self._reason(sig))
-        kernel = g.ready_kernel(key, device, self.reference)
+        key = tuple([(a.shape, a.dtype, a.stride(), a.device) for a in args])
+        route = self._routes.get(key) or self._route(key, args)
+        if route.early:
+            return self._miss(route.early)
+        grad = torch.is_grad_enabled()
+        if grad:
+            for a in args:
+                if a.requires_grad:
+                    return self._miss(R_GRAD)  # kernels serve inference: no backward through them
+        if route.late:
+            return self._miss(route.late)
+        if route.epoch != self.guard.epoch:
+            if _racing():
+                return None  # a stack's own path, timed in a race, came back through its layer: its own code runs
+            self._settle(route)
+        kernel = route.kernel
         if kernel is None:
-            states = {k.state for k in g.kernels.get(key, [])}
-            return self._miss(R_NO_VECTORS if states == {"none"} else R_VECTORS)
+            return self._miss(route.why)
         try:
-            with torch.no_grad():
-                outs = _as_list(kernel.loaded.model(*args))
+            if grad:
+                with torch.no_grad():
+                    out = kernel.loaded.model(*args)
+            else:
+                out = kernel.loaded.model(*args)
         except Exception as e:  # noqa: BLE001 - never a broken model: the stack computes it instead
-            with kernel.lock:
-                kernel.state, kernel.note = "broken", f"{type(e).__name__}: {e}"
-            log.warning("kernelsmith: kernel %s raised at run time (%s); %s computes %s itself from now on",
-                        kernel.record.sha256[:12], kernel.note, g.stack, self.name)
+            self._broken(kernel, e)
             return self._miss(R_ERROR)
-        expected = kernel.problem.output_specs
-        if len(outs) != len(expected) or not expected:
-            return self._miss(R_OUTPUT)
-        for out, spec in zip(outs, expected):
-            if (not isinstance(out, torch.Tensor) or list(out.shape) != list(spec.shape or [])
-                    or out.dtype != _dtype(spec.dtype or "") or out.device != device):
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        if not route.checked:
+            if not self._outputs_fit(kernel, list(outs), route.device):
                 return self._miss(R_OUTPUT)
-        g.count_hit(self.name)
+            route.checked = True
+        self.guard.count_hit(self.name)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 

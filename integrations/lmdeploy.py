@@ -37,6 +37,9 @@ BACKENDS = (
     ("lmdeploy.pytorch.backends.dlinfer.op_backend", "DlinferOpsBackend"),
 )
 _ORIGINAL = "_kernelsmith_build_op"
+# RMSNorm implementations whose residual form returns new tensors (read in LMDeploy 0.18): the Triton one of the
+# CUDA backend and the default one.
+_OUT_OF_PLACE_NORMS = frozenset({"TritonRMSNormImpl", "DefaultRMSNormImpl"})
 
 
 class State(G.StackState):
@@ -61,7 +64,7 @@ def stack_version() -> str | None:
 # ============================================================================================ ops
 
 
-def _served(op: str, group: tuple, reference: Any, arity: int) -> G.ServedOp:
+def _served(op: str, group: tuple, reference: Any, arity: int, own: Any) -> G.ServedOp:
     from .ops import Binding, key_function
 
     st = _STATE
@@ -69,12 +72,27 @@ def _served(op: str, group: tuple, reference: Any, arity: int) -> G.ServedOp:
         served = st.served.get((op, group))
         if served is None:
             assert st.guard is not None
-            served = st.guard.bind(op, key_function(Binding(op, reference, group)), reference, arity)
+            served = st.guard.bind(op, key_function(Binding(op, reference, group)), reference, arity, own)
             st.served[(op, group)] = served
             if served:
                 log.info("kernelsmith: lmdeploy %s %s serves pack kernels for %d signatures", op, group[1:],
                          len(served.table))
         return served
+
+
+def _own_norm(impl: Any, residual: bool) -> Any:
+    """The implementation build_op returned (LMDeploy's Triton one on CUDA) as the op's own path, for racing. Its
+    residual form runs on copies where it may write into its inputs (a vendor's fused add)."""
+    if not residual:
+        def rms(x: Any, weight: Any) -> Any:
+            return impl.forward(x, weight)
+
+        return rms
+
+    def add_rms(x: Any, weight: Any, residual: Any) -> Any:
+        return impl.forward(x, weight, residual)
+
+    return add_rms if type(impl).__name__ in _OUT_OF_PLACE_NORMS else G.OnCopies(add_rms, (0, 2))
 
 
 def _wrap_rmsnorm(spec: Any, own: Any) -> Any:
@@ -83,8 +101,8 @@ def _wrap_rmsnorm(spec: Any, own: Any) -> Any:
 
     reference = DefaultRMSNormImpl(spec.hidden_size, spec.eps).forward
     group = ("lmdeploy.RMSNorm", float(spec.eps))
-    plain = _served(OP_RMSNORM, group, reference, 2)
-    fused = _served(OP_ADD_RMSNORM, group, reference, 3)
+    plain = _served(OP_RMSNORM, group, reference, 2, _own_norm(own, residual=False))
+    fused = _served(OP_ADD_RMSNORM, group, reference, 3, _own_norm(own, residual=True))
     if not plain and not fused:
         return own
 
@@ -104,7 +122,9 @@ def _wrap_silu_and_mul(spec: Any, own: Any) -> Any:
 
     # Out of place whatever the spec asks: the reference must not write into the tensors it is traced on.
     reference = DefaultSiluAndMulImpl(False).forward
-    served = _served(OP_SILU_AND_MUL, ("lmdeploy.SiluAndMul",), reference, 1)
+    # LMDeploy's in-place form writes its result into the input's gate half: raced on a copy.
+    mine = G.OnCopies(own.forward, (0,)) if getattr(spec, "inplace", False) else own.forward
+    served = _served(OP_SILU_AND_MUL, ("lmdeploy.SiluAndMul",), reference, 1, mine)
     if not served:
         return own
 

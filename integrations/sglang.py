@@ -126,24 +126,38 @@ def _opaque() -> Any:
     return _CALL_OPAQUE
 
 
-def _norm_ops(layer: Any) -> tuple[G.ServedOp | None, G.ServedOp | None]:
+def norm_own_paths(layer: Any, method: Any) -> dict[str, Any]:
+    """SGLang's own ``method`` (the ``forward_native`` or ``forward_cuda`` it dispatched the layer to) for the two
+    norm ops, as functions of their tensor inputs, for racing a kernel: with the layer's own weight (the race only
+    times it), the residual form on copies of x and the residual, which SGLang's fused CUDA kernel writes in place."""
+
+    def rms(x: torch.Tensor, w: torch.Tensor) -> Any:
+        return method(layer, x)
+
+    def add_rms(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor) -> Any:
+        return method(layer, x, r)
+
+    return {OP_RMSNORM: rms, OP_ADD_RMSNORM: G.OnCopies(add_rms, (0, 1))}
+
+
+def _norm_ops(layer: Any, method: Any) -> tuple[G.ServedOp | None, G.ServedOp | None]:
     ops = layer.__dict__.get("_kernelsmith_ops")
     if ops is None:
         ops = (None, None)
         if layer.has_weight and isinstance(layer.weight, torch.nn.Parameter):
             group = ("sglang.RMSNorm", _norm_settings(layer), tuple(layer.weight.shape), layer.weight.dtype)
-            refs = norm_references(layer)
-            ops = (_STATE.served_op(OP_RMSNORM, group, refs[OP_RMSNORM], 2),
-                   _STATE.served_op(OP_ADD_RMSNORM, group, refs[OP_ADD_RMSNORM], 3))
+            refs, owns = norm_references(layer), norm_own_paths(layer, method)
+            ops = (_STATE.served_op(OP_RMSNORM, group, refs[OP_RMSNORM], 2, owns[OP_RMSNORM]),
+                   _STATE.served_op(OP_ADD_RMSNORM, group, refs[OP_ADD_RMSNORM], 3, owns[OP_ADD_RMSNORM]))
         layer.__dict__["_kernelsmith_ops"] = ops
     return ops
 
 
-def _serve_norm(layer: Any, x: Any, residual: Any, extra: tuple, kwargs: dict) -> Any:
-    """The pack's result for ``layer(x[, residual])``, or None where SGLang must compute it."""
+def _serve_norm(layer: Any, x: Any, residual: Any, extra: tuple, kwargs: dict, method: Any) -> Any:
+    """The pack's result for ``layer(x[, residual])``, or None where SGLang must compute it (with ``method``)."""
     if extra or any(v is not None for v in kwargs.values()):
         return None  # post_residual_addition, a fused quantizing linear: SGLang's own path
-    plain, fused = _norm_ops(layer)
+    plain, fused = _norm_ops(layer, method)
     if residual is None:
         return _opaque()(plain, x, layer.weight.data) if plain else None
     return _opaque()(fused, x, residual, layer.weight.data) if fused else None
@@ -151,24 +165,27 @@ def _serve_norm(layer: Any, x: Any, residual: Any, extra: tuple, kwargs: dict) -
 
 def _norm_hook(original: Any) -> Any:
     def forward(self: Any, x: Any, residual: Any = None, *extra: Any, **kwargs: Any) -> Any:
-        out = _serve_norm(self, x, residual, extra, kwargs)
+        out = _serve_norm(self, x, residual, extra, kwargs, original)
         return out if out is not None else original(self, x, residual, *extra, **kwargs)
 
     forward.__name__ = forward.__qualname__ = getattr(original, "__name__", "forward")
     return forward
 
 
-def _act_op(layer: Any) -> G.ServedOp | None:
+def _act_op(layer: Any, method: Any) -> G.ServedOp | None:
     op = layer.__dict__.get("_kernelsmith_op", False)
     if op is False:
-        op = _STATE.served_op(OP_SILU_AND_MUL, ("sglang.SiluAndMul",), silu_and_mul_reference(), 1)
+        def own(x: torch.Tensor) -> Any:  # SGLang's own method the layer dispatched to, for racing
+            return method(layer, x)
+
+        op = _STATE.served_op(OP_SILU_AND_MUL, ("sglang.SiluAndMul",), silu_and_mul_reference(), 1, own)
         layer.__dict__["_kernelsmith_op"] = op
     return op
 
 
 def _act_hook(original: Any) -> Any:
     def forward(self: Any, x: Any, *extra: Any, **kwargs: Any) -> Any:
-        op = None if extra or kwargs else _act_op(self)
+        op = None if extra or kwargs else _act_op(self, original)
         out = _opaque()(op, x) if op else None
         return out if out is not None else original(self, x, *extra, **kwargs)
 

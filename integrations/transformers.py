@@ -57,7 +57,7 @@ class Report:
     guard: G.PackGuard | None = None
 
     def stats(self) -> dict[str, Any]:
-        return self.guard.stats() if self.guard is not None else {"hits": {}, "fallbacks": {}, "kernels": {}}
+        return self.guard.stats() if self.guard is not None else G.empty_stats()
 
 
 def stack_version() -> str | None:
@@ -117,6 +117,15 @@ def _mlp_forward(module: torch.nn.Module, served: G.ServedOp, original: Any) -> 
 _FORWARDS = {OP_RMSNORM: _norm_forward, OP_SILU_MUL: _mlp_forward}
 
 
+def _own_path(binding: Binding, original: Any) -> Any:
+    """What the layer runs for its op without us, for racing a kernel: a norm's forward as installed before the
+    swap (its own weight; the race only times it). The MLP computes ``act_fn(gate) * up`` in its own forward,
+    which is the binding's reference."""
+    if binding.op == OP_RMSNORM:
+        return lambda x, weight: original(x)
+    return binding.reference
+
+
 def remove_kernelsmith(model: torch.nn.Module) -> int:
     """Give every swapped layer its own forward back; returns how many were restored."""
     n = 0
@@ -149,14 +158,15 @@ def apply_kernelsmith(model: torch.nn.Module, pack: str | os.PathLike[str] | Non
     report.guard = guard
     served: dict[tuple, G.ServedOp] = {}
     for name, module, binding in covered_layers(model):
+        original = module.forward
         op = served.get((binding.op, binding.group))
         if op is None:
-            op = guard.bind(binding.op, key_function(binding), binding.reference, arity=2)
+            op = guard.bind(binding.op, key_function(binding), binding.reference, arity=2,
+                            own=_own_path(binding, original))
             served[(binding.op, binding.group)] = op
         if not op:
             report.skipped[name] = f"the pack has no kernel computing this {binding.op}"
             continue
-        original = module.forward
         module.__dict__[_ORIGINAL] = original
         module.forward = _FORWARDS[binding.op](module, op, original)
         report.swapped.append(name)

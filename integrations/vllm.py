@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import Any
 
 from . import guard as G
@@ -67,6 +68,36 @@ def references(eps: float) -> dict[str, Any]:
             OP_SILU_AND_MUL: SiluAndMul.forward_native}
 
 
+# Set while vLLM's own RMSNorm.forward_cuda runs: it calls self.forward_native, which here is ours, and that call is
+# vLLM's own path, not another call to serve (nor to count).
+_IN_OWN_CUDA = threading.local()
+
+
+def own_forward_cuda(layer: Any, x: Any, residual: Any = None) -> Any:
+    """vLLM's ``RMSNorm.forward_cuda`` as it runs without us."""
+    from vllm.model_executor.layers.layernorm import RMSNorm
+
+    _IN_OWN_CUDA.on = True
+    try:
+        return RMSNorm.forward_cuda(layer, x, residual)
+    finally:
+        _IN_OWN_CUDA.on = False
+
+
+def norm_own_paths(layer: Any, method: Any) -> dict[str, Any]:
+    """vLLM's own ``method`` (``RMSNorm.forward_native`` or ``own_forward_cuda``, the one its dispatcher chose) for the
+    two norm ops, as functions of their tensor inputs, for racing a kernel: with the layer's own weight (the race
+    only times it), the residual form on copies of x and the residual, which vLLM's fused op may write in place."""
+
+    def rms(x: Any, w: Any) -> Any:
+        return method(layer, x)
+
+    def add_rms(x: Any, r: Any, w: Any) -> Any:
+        return method(layer, x, r)
+
+    return {OP_RMSNORM: rms, OP_ADD_RMSNORM: G.OnCopies(add_rms, (0, 1))}
+
+
 def _serve(op: G.ServedOp, *args: Any) -> Any:
     return op(*args)
 
@@ -90,15 +121,16 @@ def _classes() -> tuple[type, type]:
     from vllm.model_executor.layers.layernorm import RMSNorm
 
     class KernelsmithRMSNorm(RMSNorm):
-        def _kernelsmith(self, x: Any, residual: Any) -> Any:
+        def _kernelsmith(self, x: Any, residual: Any, method: Any) -> Any:
             ops = self.__dict__.get("_kernelsmith_ops")
             if ops is None:
                 ops = (None, None)
                 if self.has_weight and self.variance_size_override is None:
                     eps = float(self.variance_epsilon)
-                    refs = references(eps)
-                    ops = (_STATE.served_op(OP_RMSNORM, ("vllm.RMSNorm", eps), refs[OP_RMSNORM], 2),
-                           _STATE.served_op(OP_ADD_RMSNORM, ("vllm.RMSNorm", eps), refs[OP_ADD_RMSNORM], 3))
+                    refs, owns = references(eps), norm_own_paths(self, method)
+                    group = ("vllm.RMSNorm", eps)
+                    ops = (_STATE.served_op(OP_RMSNORM, group, refs[OP_RMSNORM], 2, owns[OP_RMSNORM]),
+                           _STATE.served_op(OP_ADD_RMSNORM, group, refs[OP_ADD_RMSNORM], 3, owns[OP_ADD_RMSNORM]))
                 self.__dict__["_kernelsmith_ops"] = ops
             plain, fused = ops
             if residual is None:
@@ -106,30 +138,35 @@ def _classes() -> tuple[type, type]:
             return _opaque()(fused, x, residual, self.weight.data) if fused else None
 
         def forward_native(self, x: Any, residual: Any = None) -> Any:
-            out = self._kernelsmith(x, residual)
+            inside = getattr(_IN_OWN_CUDA, "on", False)  # reached from vLLM's own forward_cuda
+            out = None if inside else self._kernelsmith(x, residual, RMSNorm.forward_native)
             return out if out is not None else super().forward_native(x, residual)
 
         def forward_cuda(self, x: Any, residual: Any = None) -> Any:
-            out = self._kernelsmith(x, residual)
-            return out if out is not None else super().forward_cuda(x, residual)
+            out = self._kernelsmith(x, residual, own_forward_cuda)
+            return out if out is not None else own_forward_cuda(self, x, residual)
 
     class KernelsmithSiluAndMul(SiluAndMul):
-        def _kernelsmith(self, x: Any) -> Any:
+        def _kernelsmith(self, x: Any, cuda: bool) -> Any:
             op = self.__dict__.get("_kernelsmith_op")
             if op is None:
-                op = _STATE.served_op(OP_SILU_AND_MUL, ("vllm.SiluAndMul",), SiluAndMul.forward_native, 1)
+                own = self._own_cuda if cuda else SiluAndMul.forward_native  # what the dispatcher chose
+                op = _STATE.served_op(OP_SILU_AND_MUL, ("vllm.SiluAndMul",), SiluAndMul.forward_native, 1, own)
                 self.__dict__["_kernelsmith_op"] = op
             return _opaque()(op, x) if op else None
 
         # forward_native is a staticmethod on vLLM's class; here it is an instance method, which is what the
         # dispatcher binds either way.
         def forward_native(self, x: Any) -> Any:  # type: ignore[override]
-            out = self._kernelsmith(x)
+            out = self._kernelsmith(x, False)
             return out if out is not None else SiluAndMul.forward_native(x)
 
         def forward_cuda(self, x: Any) -> Any:
-            out = self._kernelsmith(x)
+            out = self._kernelsmith(x, True)
             return out if out is not None else super().forward_cuda(x)
+
+        def _own_cuda(self, x: Any) -> Any:
+            return SiluAndMul.forward_cuda(self, x)
 
     return KernelsmithRMSNorm, KernelsmithSiluAndMul
 

@@ -34,6 +34,12 @@ def _on_if_true(v: str) -> bool:
     return v.lower() in _TRUE
 
 
+def _auto_switch(v: str) -> str:
+    """``auto``, or ``1`` / ``0`` for any of the words a switch accepts."""
+    low = v.lower()
+    return "1" if low in _TRUE else "0" if low in _FALSE else "auto"
+
+
 def _float_or_none(v: str) -> float | None:
     return float(v) if v else None
 
@@ -84,6 +90,13 @@ VARIABLES: dict[str, Var] = {
     "pack": Var("KERNELSMITH_PACK", _text, "serving integrations: the pack whose kernels they serve"),
     "trusted_keys": Var("KERNELSMITH_TRUSTED_KEYS", str, "serving integrations: trusted ed25519 public keys "
                                                          "(files or inline), separated by commas"),
+    "serve_race": Var("KERNELSMITH_SERVE_RACE", _auto_switch, "serving integrations: auto, 1 or 0: time each "
+                                                              "kernel against the stack's own path on first use "
+                                                              "and serve it only where it is faster (auto: on a "
+                                                              "GPU, off under the Triton interpreter)"),
+    "serve_margin": Var("KERNELSMITH_SERVE_MARGIN", float, "serving integrations, racing: how much faster a kernel "
+                                                           "must be, as a ratio (our time x margin <= the "
+                                                           "stack's own)"),
     "benchmarks": Var("KERNELSMITH_BENCHMARKS", _text, "kernelsmith bench and report: the checkout whose "
                                                        "benchmarks/ they run (default: this directory, or the "
                                                        "source tree)"),
@@ -115,6 +128,8 @@ class Settings:
     llm_concurrency: int | None = None
     pack: str | None = None
     trusted_keys: str = ""
+    serve_race: str = "auto"
+    serve_margin: float = 1.03
     benchmarks: str | None = None
     triton_interpret: bool = False
     xdg_cache_home: str | None = None

@@ -32,7 +32,7 @@ def _cpu_backend(monkeypatch):
     from lmdeploy.pytorch.backends.default.op_backend import DefaultOpsBackend
 
     monkeypatch.setattr(selector, "_get_backend", lambda: DefaultOpsBackend)
-    for k in (G.ENV_PACK, G.ENV_TRUSTED_KEYS, G.ENV_DISABLE):
+    for k in (G.ENV_PACK, G.ENV_TRUSTED_KEYS, G.ENV_DISABLE, G.ENV_SERVE_RACE, G.ENV_SERVE_MARGIN):
         monkeypatch.delenv(k, raising=False)
     yield
     L.uninstall()
@@ -138,3 +138,29 @@ def test_unknown_version_and_kill_switch(pack, monkeypatch):
     monkeypatch.delenv(G.ENV_DISABLE)
     monkeypatch.setenv(G.ENV_PACK, str(pack))
     assert L.install().wrapped
+
+
+def test_racing_keeps_lmdeploy_where_its_own_is_faster(pack, monkeypatch):
+    """With racing on, each kernel is timed against the implementation LMDeploy's build_op returned (here its
+    default one, eager torch, which the interpreter cannot beat): LMDeploy's own path computes every call."""
+    from lmdeploy.pytorch.nn.activation import SiluAndMul
+
+    monkeypatch.setenv(G.ENV_SERVE_RACE, "1")
+    own_norm, own_act = layers()
+    st = L.install(pack)
+    act = SiluAndMul(inplace=True)  # the first built binds the op: its own path writes into its input (copies)
+    norm, _ = layers()
+    x, h = inputs()
+    r = torch.randn_like(x)
+    with torch.no_grad():
+        torch.testing.assert_close(norm(x), own_norm(x), atol=0, rtol=0)
+        out, res = norm(x, r)
+        want, want_res = own_norm(x, r)
+        torch.testing.assert_close(out, want, atol=0, rtol=0)
+        torch.testing.assert_close(res, want_res, atol=0, rtol=0)
+        torch.testing.assert_close(act(h.clone()), own_act(h), atol=0, rtol=0)
+    stats = st.stats()
+    assert stats["hits"] == {}
+    assert stats["fallbacks"] == {op: {G.R_SLOWER: 1} for op in ("add_rmsnorm", "rmsnorm", "silu_and_mul")}
+    assert sorted(s for states in stats["kernels"].values() for s in states) == ["slower"] * 3
+    assert all(ours > theirs for [(ours, theirs)] in stats["race_us"].values()) and len(stats["race_us"]) == 3

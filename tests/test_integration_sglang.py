@@ -34,7 +34,7 @@ def _sglang():
 def _clean(monkeypatch):
     import sglang.srt.plugins as plugins
 
-    for k in (G.ENV_PACK, G.ENV_TRUSTED_KEYS, G.ENV_DISABLE):
+    for k in (G.ENV_PACK, G.ENV_TRUSTED_KEYS, G.ENV_DISABLE, G.ENV_SERVE_RACE, G.ENV_SERVE_MARGIN):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("SGLANG_PLUGINS", "kernelsmith")  # only ours, whatever else is installed
     monkeypatch.setattr(plugins, "_plugins_loaded", False)  # load_plugins() runs once per process
@@ -190,3 +190,27 @@ def test_tampered_pack_unknown_version_and_no_configuration(pack, tmp_path, capl
 
     S.unregister()
     assert S.register().refused.startswith("no pack given")  # the plugin is inert unless configured
+
+
+def test_racing_keeps_sglang_where_its_own_is_faster(pack, monkeypatch):
+    """With racing on, each kernel is timed against the method SGLang dispatched the layer to (``forward_native``
+    on a CPU, which the interpreter cannot beat): SGLang's own path computes every call."""
+    monkeypatch.setenv(G.ENV_PACK, str(pack))
+    monkeypatch.setenv(G.ENV_SERVE_RACE, "1")
+    st = load_plugins()
+    own_norm = st.hooked[f"{S.NORM}.forward_native"]
+    own_act = st.hooked[f"{S.ACT}.forward_native"]
+    norm, act = layers()
+    x, r, h = inputs()
+    with torch.no_grad():
+        torch.testing.assert_close(norm(x), own_norm(norm, x), atol=0, rtol=0)
+        out, res = norm(x.clone(), r.clone())
+        want, want_res = own_norm(norm, x.clone(), r.clone())
+        torch.testing.assert_close(out, want, atol=0, rtol=0)
+        torch.testing.assert_close(res, want_res, atol=0, rtol=0)
+        torch.testing.assert_close(act(h), own_act(act, h), atol=0, rtol=0)
+    stats = st.stats()
+    assert stats["hits"] == {}
+    assert stats["fallbacks"] == {op: {G.R_SLOWER: 1} for op in ("add_rmsnorm", "rmsnorm", "silu_and_mul")}
+    assert sorted(s for states in stats["kernels"].values() for s in states) == ["slower"] * 3
+    assert all(ours > theirs for [(ours, theirs)] in stats["race_us"].values()) and len(stats["race_us"]) == 3

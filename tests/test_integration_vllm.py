@@ -39,7 +39,7 @@ def _vllm():
 def _clean(monkeypatch):
     import vllm.plugins
 
-    for k in (G.ENV_PACK, G.ENV_TRUSTED_KEYS, G.ENV_DISABLE):
+    for k in (G.ENV_PACK, G.ENV_TRUSTED_KEYS, G.ENV_DISABLE, G.ENV_SERVE_RACE, G.ENV_SERVE_MARGIN):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("VLLM_PLUGINS", "kernelsmith")  # only ours, whatever else is installed
     monkeypatch.setattr(vllm.plugins, "plugins_loaded", False)  # load_general_plugins() runs once per process
@@ -149,3 +149,51 @@ def test_tampered_pack_unknown_version_and_no_configuration(pack, tmp_path, capl
     V.unregister()
     monkeypatch.setenv(G.ENV_PACK, str(pack))
     assert V.register().registered == ["RMSNorm", "SiluAndMul"]
+
+
+def test_racing_keeps_vllm_where_its_own_is_faster(pack, monkeypatch):
+    """With racing on, each kernel is timed against the method vLLM's dispatcher chose (``forward_native`` on its
+    CPU platform, which the interpreter cannot beat): vLLM's own path computes every call."""
+    from vllm.model_executor.layers.activation import SiluAndMul
+    from vllm.model_executor.layers.layernorm import RMSNorm
+
+    monkeypatch.setenv(G.ENV_SERVE_RACE, "1")
+    st = V.register(pack)
+    assert st.registered == ["RMSNorm", "SiluAndMul"]
+    norm, act = layers()
+    x, r, h = inputs()
+    with torch.no_grad():
+        torch.testing.assert_close(norm(x), RMSNorm.forward_native(norm, x), atol=0, rtol=0)
+        out, res = norm(x.clone(), r.clone())
+        want, want_res = RMSNorm.forward_native(norm, x.clone(), r.clone())
+        torch.testing.assert_close(out, want, atol=0, rtol=0)
+        torch.testing.assert_close(res, want_res, atol=0, rtol=0)
+        torch.testing.assert_close(act(h), SiluAndMul.forward_native(h), atol=0, rtol=0)
+    stats = st.stats()
+    assert stats["hits"] == {}
+    assert stats["fallbacks"] == {op: {G.R_SLOWER: 1} for op in ("add_rmsnorm", "rmsnorm", "silu_and_mul")}
+    assert sorted(s for states in stats["kernels"].values() for s in states) == ["slower"] * 3
+    assert all(ours > theirs for [(ours, theirs)] in stats["race_us"].values()) and len(stats["race_us"]) == 3
+
+
+def test_forward_cuda_falls_back_once_and_races_vllms_own(pack, monkeypatch):
+    """vLLM's RMSNorm.forward_cuda calls self.forward_native, which is ours: a fallback from our forward_cuda runs
+    vLLM's forward_cuda with its own forward_native, counted once; racing times that same path. (On vLLM's CPU
+    platform forward_cuda runs the native ops, so it runs here.)"""
+    from vllm.model_executor.layers.layernorm import RMSNorm
+
+    monkeypatch.setenv(G.ENV_SERVE_RACE, "1")
+    st = V.register(pack)
+    norm, _ = layers()
+    x, r, _ = inputs()
+    x5, _, _ = inputs(5)
+    with torch.no_grad():
+        torch.testing.assert_close(norm.forward_cuda(x), RMSNorm.forward_native(norm, x), atol=0, rtol=0)
+        torch.testing.assert_close(norm.forward_cuda(x5), RMSNorm.forward_native(norm, x5), atol=0, rtol=0)
+        out, res = norm.forward_cuda(x.clone(), r.clone())
+        want, want_res = RMSNorm.forward_native(norm, x.clone(), r.clone())
+        torch.testing.assert_close(out, want, atol=0, rtol=0)
+        torch.testing.assert_close(res, want_res, atol=0, rtol=0)
+    stats = st.stats()
+    assert stats["fallbacks"] == {"add_rmsnorm": {G.R_SLOWER: 1}, "rmsnorm": {G.R_SLOWER: 1, G.R_SHAPE: 1}}
+    assert stats["hits"] == {} and len(stats["race_us"]) == 2
