@@ -25,7 +25,9 @@ import os
 import statistics
 import sys
 import time
+from concurrent.futures import wait
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -52,8 +54,12 @@ def seed_sources(problem: object, device: str) -> list[str]:
 
 
 def measure(problem_path: Path, candidate_path: Path | str, n: int, backend: str | None, trials: int | None,
-            workers: int | None) -> dict:
+            workers: int | None, wall_s: float | None = None, save: Any = None) -> dict:
+    """``wall_s`` bounds the timed part: judgments not finished by then are abandoned and the figures count those
+    that finished. ``save(report)`` is called with what is known so far (after the reference and the first
+    judgment, then at the end), so that a run killed from outside still leaves its first figures."""
     from ks_inductor.judge import Judge, JudgeConfig
+    from ks_inductor.judge.verdict import DEADLINE_ERROR
     from ks_inductor.problem import load_problem
 
     problem = load_problem(problem_path)
@@ -68,13 +74,26 @@ def measure(problem_path: Path, candidate_path: Path | str, n: int, backend: str
         started_s = time.monotonic() - t_start
         pool = seed_sources(problem, judge.backend.device) if seeds else [source]
         first = judge.evaluate(problem, pool[0] + "\n# warm-up\n")  # computes and caches the reference
-        t0 = time.monotonic()
-        futures = [judge.submit(problem, pool[i % len(pool)] + f"\n# child {i}\n") for i in range(n)]
-        results = [f.result() for f in futures]
-        wall = time.monotonic() - t0
         devices = judge.device_count
         report = {"backend": judge.backend.name, "device": judge.fingerprint.device_name, "devices": devices,
-                  "timed": judge.backend.timed}
+                  "timed": judge.backend.timed, "judge_start_s": started_s,
+                  "first_judgment": {"verdict": first.verdict, "duration_s": first.duration_s,
+                                     "stage_s": first.stage_s, "reasons": first.reasons[:3]}}
+        if save is not None:
+            save(dict(report))
+        t0 = time.monotonic()
+        deadline = t0 + wall_s if wall_s else None  # unfinished judgments are killed then, not waited for
+        futures = [judge.submit(problem, pool[i % len(pool)] + f"\n# child {i}\n", deadline=deadline)
+                   for i in range(n)]
+        done, _ = wait(futures, timeout=wall_s)
+        wall = time.monotonic() - t0
+        results = [r for r in (f.result() for f in futures if f in done) if r.error != DEADLINE_ERROR]
+        for f in futures:
+            f.cancel()
+    if not results:
+        report.update({"judged": 0, "submitted": n, "wall_s": wall, "per_minute": 0.0, "per_device_minute": 0.0})
+        return report
+    n_all, n = n, len(results)
     stages: dict[str, float] = {}
     for r in results:
         for k, v in r.stage_s.items():
@@ -85,7 +104,7 @@ def measure(problem_path: Path, candidate_path: Path | str, n: int, backend: str
         "problem": problem_path.name, "candidate": "seeds" if seeds else Path(candidate_path).name,
         "distinct_sources": len(pool), "protocol": "search",
         "config": {"trials": config.trials, **config.protocol(final=False)},
-        "judged": n, "verdicts": {v: sum(r.verdict == v for r in results) for v in {r.verdict for r in results}},
+        "judged": n, "submitted": n_all, "verdicts": {v: sum(r.verdict == v for r in results) for v in {r.verdict for r in results}},
         "wall_s": wall, "per_minute": 60.0 * n / wall, "per_device_minute": 60.0 * n / wall / max(1, devices),
         "judgment_s": {"mean": statistics.mean(durations), "median": statistics.median(durations),
                        "max": max(durations)},
@@ -95,8 +114,7 @@ def measure(problem_path: Path, candidate_path: Path | str, n: int, backend: str
         # throughput is bounded by the time it is held alone.
         "device_held_s_mean": {m: sum(r.device_held_s.get(m, 0.0) for r in results) / n
                                for m in sorted({m for r in results for m in r.device_held_s})},
-        "judge_start_s": started_s,
-        "first_judgment": {"verdict": first.verdict, "duration_s": first.duration_s, "stage_s": first.stage_s},
+        "reasons": sorted({r.reasons[0] for r in results if r.reasons})[:5],
     })
     return report
 
@@ -111,8 +129,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trials", type=int, default=None, help="correctness trials (default: the judge's)")
     p.add_argument("--workers", type=int, default=None, help="judgments in flight (default: the judge's)")
     p.add_argument("--out", default=None, help="JSON output path (default $OUT/judge_throughput.json or stdout)")
+    p.add_argument("--wall", type=float, default=None,
+                   help="seconds for the timed part; judgments unfinished by then are left out (default: none)")
     args = p.parse_args(argv)
-    report = measure(args.problem, args.candidate, args.n, args.backend, args.trials, args.workers)
+    out = args.out or (os.path.join(os.environ["OUT"], "judge_throughput.json") if os.environ.get("OUT") else None)
+
+    def save(report: dict) -> None:
+        if out:
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
+            Path(out).write_text(json.dumps(report, indent=2))
+
+    report = measure(args.problem, args.candidate, args.n, args.backend, args.trials, args.workers, args.wall, save)
+    if not report["judged"]:
+        save(report)
+        print(json.dumps(report, indent=2))
+        return 1
 
     from rich.console import Console
 
@@ -124,7 +155,6 @@ def main(argv: list[str] | None = None) -> int:
                   f"{report['per_device_minute']:.1f} per device-minute; verdicts {report['verdicts']}")
     console.print(stage_table(report["stage_s_mean"], report["judgment_s"]["mean"],
                               title=f"mean judgment {report['judgment_s']['mean']:.2f} s, by stage"))
-    out = args.out or (os.path.join(os.environ["OUT"], "judge_throughput.json") if os.environ.get("OUT") else None)
     text = json.dumps(report, indent=2)
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)

@@ -79,8 +79,8 @@ VARIABLES: dict[str, Var] = {
     "judge_backend": Var("KERNELSMITH_JUDGE_BACKEND", _text, "judge backend: triton-cuda, triton-maca or "
                                                              "triton-interpret (default: detected)"),
     "analysis_cache": Var("KERNELSMITH_ANALYSIS_CACHE", _on_unless_false, "0: do not keep graph analyses on disk"),
-    "judge_fork": Var("KERNELSMITH_JUDGE_FORK", _on_unless_false, "0: start interpreter judge workers from "
-                                                                  "scratch instead of forking a warm server"),
+    "judge_fork": Var("KERNELSMITH_JUDGE_FORK", _on_unless_false, "0: start judge workers from scratch "
+                                                                  "instead of forking a warm server per device"),
     "judge_memory_mb": Var("KERNELSMITH_JUDGE_MEMORY_MB", int, "address-space limit of a judge worker, MiB"),
     "llm_base_url": Var("KERNELSMITH_LLM_BASE_URL", _text, "LLM mutator: an OpenAI-compatible endpoint"),
     "llm_model": Var("KERNELSMITH_LLM_MODEL", _text, "LLM mutator: the model name"),

@@ -115,7 +115,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     config = JudgeConfig(backend=args.backend, trials=args.trials)
     try:
-        judge = Judge(config, spares=False)
+        # One judgment: one device (and one warm worker parent) is all it uses.
+        judge = Judge(config, devices=[0], spares=False)
     except BackendUnavailable as e:
         raise UsageError(str(e)) from None
     with judge:

@@ -74,3 +74,35 @@ def test_a_candidate_that_kills_the_fork_server_does_not_stop_the_judge(open_jud
     r = open_judge.evaluate(problem, HONEST)
     assert r.accepted, r.feedback_text()
     assert pool.forks is not None and pool.forks.alive and pool.forks.proc.pid != first  # and a new one serves
+
+
+
+def test_a_parent_whose_children_cannot_use_the_device_is_refused_and_workers_start_from_scratch(caplog) -> None:
+    """A GPU backend's fork server probes once that a forked child can run on the device. On this CPU-only host the
+    probe fails, as it would wherever an import initialised the device in the parent: the server refuses with the
+    reason, and the pool starts that device's workers from scratch instead."""
+    import dataclasses
+    import logging
+    import subprocess
+    import tempfile
+
+    from ks_inductor.judge.backends import detect_backend
+    from ks_inductor.judge.pool import WorkerPool, _start_fork_server
+
+    gpu_like = dataclasses.replace(detect_backend("triton-interpret"), device="cuda")
+    with caplog.at_level(logging.WARNING, logger="ks_inductor.judge.pool"):
+        assert _start_fork_server(gpu_like, tempfile.mkdtemp(), 0) is None
+    assert "cannot initialise the device" in caplog.text
+
+    # The interpreter's parent needs no device and forks; a pool without a parent still hands out workers.
+    cpu = detect_backend("triton-interpret")
+    pool = WorkerPool(cpu, [None], tempfile.mkdtemp(), spares=0)
+    try:
+        assert pool.forks is not None and pool.forks.alive
+        pool.fork_servers[None].close()
+        pool.fork_servers[None] = None
+        w = pool.take(None)
+        assert w.wait_ready(60) and isinstance(w.proc, subprocess.Popen)  # started from scratch
+        w.kill()
+    finally:
+        pool.close()

@@ -5,8 +5,10 @@ A worker started from nothing spends about 3 s of CPU importing before it runs a
 interpreter backend, so on a small CPU box the imports would be most of a judgment. A forked child starts from the
 warm parent's memory, which no job has touched: each job still gets a process of its own that dies with it.
 
-Only backends that never initialise a device in the parent use it (the Triton interpreter): CUDA cannot be used in a
-child forked after the parent touched it. The protocol is JSON over a Unix socket; the child's stdin, protocol pipe
+The parent never initialises a device: CUDA cannot be used in a child forked after the parent touched it. Importing
+torch and triton does not initialise one; each child does, as a process started from scratch would, on the device
+the parent's environment selects (one parent per device). A parent that finds a device initialised refuses to fork,
+and the judge starts that worker from scratch. The protocol is JSON over a Unix socket; the child's stdin, protocol pipe
 and log travel as file descriptors (SCM_RIGHTS), and the parent reports each child's exit status, since the judge is
 not the child's parent and cannot wait for it.
 """
@@ -62,13 +64,14 @@ class ForkedProcess:
 class ForkServer:
     """The judge's side: starts the warm parent and asks it for children."""
 
-    def __init__(self, env: dict[str, str], cwd: str) -> None:
+    def __init__(self, env: dict[str, str], cwd: str, name: str = "forkserver", probe_device: bool = False) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock = ours
-        self.log_path = os.path.join(cwd, "forkserver.log")
+        self.log_path = os.path.join(cwd, f"{name}.log")
         with open(self.log_path, "wb") as log_file:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "ks_inductor.judge.forkserver", str(theirs.fileno())],
+                [sys.executable, "-m", "ks_inductor.judge.forkserver", str(theirs.fileno())]
+                + (["--probe-device"] if probe_device else []),
                 stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                 pass_fds=(theirs.fileno(),), env=env, cwd=cwd, start_new_session=True,
             )
@@ -80,9 +83,11 @@ class ForkServer:
         self._closed = False
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        if self._next_reply(START_TIMEOUT_S).get("event") != "ready":
+        first = self._next_reply(START_TIMEOUT_S)
+        if first.get("event") != "ready":
             self.close()
-            raise ForkServerError(f"the judge's fork server did not start (its output: {self.log_path})")
+            raise ForkServerError(first.get("error") or
+                                  f"the judge's fork server did not start (its output: {self.log_path})")
 
     def _read(self) -> None:
         buf = b""
@@ -217,11 +222,36 @@ def _reap(sock: socket.socket) -> None:
                       + "\n").encode())
 
 
-def serve(fd: int) -> None:
+def _device_initialised() -> bool:
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_initialized())
+
+
+def _child_can_use_device() -> bool:
+    """Whether a child forked now initialises the device: the imports above must not have touched the driver."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            import torch
+
+            torch.zeros(1, device="cuda").add_(1)
+            torch.cuda.synchronize()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+def serve(fd: int, probe: bool = False) -> None:
     sock = socket.socket(fileno=fd)
     from ks_inductor.judge import worker
 
     worker.preload(warm=True)
+    if probe and not _child_can_use_device():
+        sock.sendall(b'{"event": "unusable", "error": "a child forked here cannot initialise the device"}\n')
+        os._exit(0)
     sock.sendall(b'{"event": "ready"}\n')
     while True:
         readable, _, _ = select.select([sock], [], [], 0.05)
@@ -239,6 +269,8 @@ def serve(fd: int) -> None:
             req = json.loads(msg)
             if len(fds) != 3:
                 raise ValueError(f"expected 3 descriptors, got {len(fds)}")
+            if _device_initialised():
+                raise RuntimeError("a device was initialised in the fork server; a forked child could not use it")
             sys.stdout.flush()
             sys.stderr.flush()
             pid = os.fork()
@@ -254,4 +286,4 @@ def serve(fd: int) -> None:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]))
+    serve(int(sys.argv[1]), probe="--probe-device" in sys.argv[2:])

@@ -1,8 +1,8 @@
 """Worker processes and their supervision: time limits per stage, a memory limit, the per-device timing lock.
 
 Each job gets a fresh process (a crash, a hang or a CUDA error can never leak into the next candidate); a spare
-per device is started ahead so that the torch import is off the critical path. On the CPU the processes are forked
-from a warm parent that did the imports once (``forkserver.py``); on a GPU each starts from scratch.
+per device is started ahead so that the torch import is off the critical path. The processes are forked from a warm
+parent per device that did the imports once and never touched the device (``forkserver.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -258,14 +259,18 @@ def _describe_exit(code: int | None) -> str:
     return f"the worker exited with code {code} before reporting a result"
 
 
-def _start_fork_server(backend: JudgeBackend, log_dir: str) -> ForkServer | None:
-    """The warm parent for this backend's workers, where forking is safe: on the CPU, where no device context can
-    exist in the parent. Off with KERNELSMITH_JUDGE_FORK=0; if it cannot start, workers start from scratch."""
-    if backend.device != "cpu" or not Settings.read("judge_fork"):
+def _start_fork_server(backend: JudgeBackend, log_dir: str, device: int | None) -> ForkServer | None:
+    """The warm parent for one device's workers (its environment selects that device). It imports torch and triton
+    but never initialises a device, so each child forked from it initialises its own, as a fresh process would; a
+    parent that finds a device initialised refuses to fork and the workers start from scratch. Off with
+    KERNELSMITH_JUDGE_FORK=0; if it cannot start, workers start from scratch."""
+    if not Settings.read("judge_fork"):
         return None
     os.makedirs(log_dir, exist_ok=True)
     try:
-        return ForkServer(worker_environment(backend, None), log_dir)
+        return ForkServer(worker_environment(backend, device), log_dir,
+                          name="forkserver" if device is None else f"forkserver-{device}",
+                          probe_device=backend.device != "cpu")
     except (ForkServerError, OSError) as e:
         log.warning("%s; workers start from scratch", e)
         return None
@@ -286,12 +291,19 @@ class WorkerPool:
         self.job_gates = {d: DeviceLock() for d in devices}
         self._next = 0
         self._closed = False
-        self.forks = _start_fork_server(backend, log_dir)
-        self._fork_restarts = 0
+        # Each parent imports for seconds: started side by side, not one device after another.
+        with ThreadPoolExecutor(max_workers=len(devices)) as ex:
+            self.fork_servers = dict(zip(devices, ex.map(lambda d: _start_fork_server(backend, log_dir, d), devices)))
+        self._fork_restarts = {d: 0 for d in devices}
         # Enough warm spares that every job in flight starts on an already-imported worker.
         for d in devices:
             for _ in range(spares):
-                self._spares[d].append(WorkerProcess(backend, d, log_dir, self.forks))
+                self._spares[d].append(WorkerProcess(backend, d, log_dir, self.fork_servers[d]))
+
+    @property
+    def forks(self) -> ForkServer | None:
+        """The first device's fork server (the only one on the interpreter backend)."""
+        return self.fork_servers[self.devices[0]]
 
     def pick_device(self) -> int | None:
         with self._lock:
@@ -299,24 +311,34 @@ class WorkerPool:
             self._next += 1
             return d
 
-    def _revive_forks(self) -> None:
+    def _revive_forks(self, device: int | None) -> None:
         # A candidate can kill its parent (the fork server) as easily as itself; start another, a few times over.
-        if self.forks is None or self.forks.alive or self._fork_restarts >= 3 or self._closed:
+        forks = self.fork_servers[device]
+        if forks is None or forks.alive or self._fork_restarts[device] >= 3 or self._closed:
             return
-        self._fork_restarts += 1
-        log.warning("the judge's fork server died; starting it again (%d of 3)", self._fork_restarts)
-        self.forks.close()
-        self.forks = _start_fork_server(self.backend, self.log_dir)
+        self._fork_restarts[device] += 1
+        log.warning("the judge's fork server died; starting it again (%d of 3)", self._fork_restarts[device])
+        forks.close()
+        self.fork_servers[device] = _start_fork_server(self.backend, self.log_dir, device)
 
     def take(self, device: int | None) -> WorkerProcess:
         with self._lock:
-            self._revive_forks()
+            self._revive_forks(device)
+            forks = self.fork_servers[device]
             ready = [w for w in self._spares[device] if w.proc.poll() is None]
             self._spares[device] = ready
             w = ready.pop(0) if ready else None
-            if self.spares_enabled and not self._closed:
-                self._spares[device].append(WorkerProcess(self.backend, device, self.log_dir, self.forks))
-        return w or WorkerProcess(self.backend, device, self.log_dir, self.forks)
+            replace = self.spares_enabled and not self._closed
+        # Started outside the lock: a start waits on its device's fork server, and the other devices' jobs must not
+        # wait behind it.
+        if replace:
+            spare = WorkerProcess(self.backend, device, self.log_dir, forks)
+            with self._lock:
+                if self._closed:
+                    spare.kill()
+                else:
+                    self._spares[device].append(spare)
+        return w or WorkerProcess(self.backend, device, self.log_dir, forks)
 
     def close(self) -> None:
         with self._lock:
@@ -326,5 +348,6 @@ class WorkerPool:
                 ws.clear()
         for w in spares:
             w.kill()
-        if self.forks is not None:
-            self.forks.close()
+        for forks in self.fork_servers.values():
+            if forks is not None:
+                forks.close()
