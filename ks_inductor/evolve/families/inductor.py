@@ -1,10 +1,11 @@
 """The generic family: Inductor's own kernels as a template, a seed for every problem Inductor compiles to Triton.
 
-The variants are Inductor's code generations (its own choice, looped reductions, native matmul); the parameters
-are each kernel's launch configuration (block sizes, warps, stages), seeded at the configurations Inductor's
-heuristics would autotune over and moved from there by the embedded mutator, more widely than Inductor's
-coordinate descent does. It applies to every family, so where an op-family template also matches, both compete in
-the same archive.
+The variants are Inductor's code generations (its own choice, looped reductions, native matmul, and its
+max-autotune GEMM/convolution templates); the parameters are each kernel's launch configuration (block sizes, warps,
+stages; a template's block sizes are constants of its source, so only its warps and stages), seeded at the
+configurations Inductor's heuristics would autotune over and moved from there by the embedded mutator, more widely
+than Inductor's coordinate descent does. It applies to every family, so where an op-family template also matches,
+both compete in the same archive.
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ class InductorTemplate(Template):
     def descriptor(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> dict[str, Any]:
         prog = self._program(fm, variant)
         blocks, warps, stages = kernel_params(params, 0, prog.kernels[0])
-        return {"block": block_class(math.prod(blocks.values()) * _fixed_r0(prog.kernels[0])), "warps": warps,
+        return {"block": block_class(_tile(prog.kernels[0], blocks)), "warps": warps,
                 "stages": stages, "dot": "tl.dot(" in prog.kernels[0].source, "fusion": 1.0 / len(prog.kernels),
                 "persistent": prog.kernels[0].persistent, "variant": f"inductor/{variant}"}
 
@@ -166,6 +167,13 @@ def _kernel_numels(prog: InductorProgram, index: int) -> dict[str, int]:
             for k, v in step["numels"].items():
                 out[k] = max(out.get(k, 0), v)
     return out
+
+
+def _tile(kernel: Any, blocks: dict[str, int]) -> int:
+    """Elements of one program's tile: a template's output tile is fixed in its source."""
+    if kernel.template_blocks:
+        return kernel.template_blocks.get("BLOCK_M", 1) * kernel.template_blocks.get("BLOCK_N", 1)
+    return math.prod(blocks.values()) * _fixed_r0(kernel)
 
 
 def _fixed_r0(kernel: Any) -> int:

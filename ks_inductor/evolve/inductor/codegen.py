@@ -19,6 +19,7 @@ import ast
 import contextlib
 import inspect
 import json
+import math
 import os
 import re
 import sys
@@ -95,24 +96,152 @@ def wrapper_source(problem_source: str, name: str, options: dict[str, Any]) -> s
 
         return _NotRun()
 
+    template = bool(options.get("template"))
     patches = {
-        "max_autotune": False, "max_autotune_gemm": False, "graph_partition": False, "cpp_wrapper": False,
+        "max_autotune": False, "max_autotune_gemm": template, "graph_partition": False, "cpp_wrapper": False,
         "fx_graph_cache": False, "benchmark_kernel": False, "triton.cudagraphs": False,
         "triton.native_matmul": bool(options.get("native_matmul")),
         "triton.persistent_reductions": bool(options.get("persistent", True)),
+        **(_TEMPLATE_PATCHES if template else {}),
     }
     patches = {k: v for k, v in patches.items() if _has_option(inductor_config, k)}
     from unittest import mock
 
+    missed: list[str] = []
+    selection = _one_template(missed) if template else contextlib.nullcontext()
     with inductor_config.patch(patches), mock.patch.object(GraphLowering, "compile_to_module", capture), \
-            mock.patch.object(GraphLowering, "save_output_code", lambda code: None), _unsplit_scans(), mode:
+            mock.patch.object(GraphLowering, "save_output_code", lambda code: None), _unsplit_scans(), selection, \
+            mode:
         # compile_fx_inner lowers what it is given: the graph must first be in Inductor's own decomposed form (gelu,
         # softmax and clamp are decompositions there, not lowerings), as compile_fx's aot_autograd pass makes it.
         gm = make_fx(gm, decomposition_table=select_decomp_table(), tracing_mode="real")(*inputs)
         compile_fx_inner(gm, inputs)
+    if missed:
+        raise SeedUnavailable(missed[0])
     if not codes:
         raise SeedUnavailable("Inductor generated no code for this problem")
     return codes[-1]
+
+
+# Max-autotune's GEMM and convolution lowerings, offered Triton templates, with nothing that would need a device to
+# benchmark or a binary to run: the choice among the templates is :func:`_one_template`'s, made without timing.
+# TMA and persistent templates are left out: their descriptors are made on the host by Inductor's runtime, which a
+# self-contained seed does not carry, and the interpreter cannot run them.
+_TEMPLATE_PATCHES: dict[str, Any] = {
+    "max_autotune_gemm_backends": "ATEN,TRITON",
+    "max_autotune_conv_backends": "ATEN,TRITON",
+    "max_autotune_gemm_search_space": "DEFAULT",
+    "benchmark_epilogue_fusion": False,
+    "pipeline_max_autotune_gemm": False,
+    "autotune_in_subproc": False,
+    "epilogue_fusion": True,
+    "prologue_fusion": False,
+    "triton.enable_persistent_tma_matmul": False,
+    "triton.enable_template_tma_store": False,
+    "triton.enable_tma_load_for_template_epilogue": False,
+    "triton.num_decompose_k_splits": 0,
+}
+
+
+def _one_template(missed: list[str]) -> Any:
+    """Max-autotune's selection reduced to one Triton template choice, without benchmarking.
+
+    Inductor returns a lone choice without timing it. Where a lowering offers no Triton template (a dilated or
+    transposed convolution, float64), its ATen choice is kept so that the lowering completes, and ``missed`` says
+    why the variant has no seed."""
+    from unittest import mock
+
+    from torch._inductor import select_algorithm
+
+    original = select_algorithm.AlgorithmSelectorCache.__call__
+    template_caller = select_algorithm.TritonTemplateCaller
+
+    def select(self: Any, name: str, choices: list[Any], *args: Any, **kwargs: Any) -> Any:
+        templates = [c for c in choices if isinstance(c, template_caller) and _plain_template(c)]
+        if not templates:
+            missed.append(f"Inductor offers no Triton template for {name} (its choices: "
+                          f"{', '.join(sorted({_choice_kind(c) for c in choices})) or 'none'})")
+            return original(self, name, choices[:1], *args, **kwargs)
+        return original(self, name, [_heuristic_choice(templates)], *args, **kwargs)
+
+    return mock.patch.object(select_algorithm.AlgorithmSelectorCache, "__call__", select)
+
+
+# Names of Inductor's GEMM templates whose kernels need what a seed cannot carry: TMA descriptors made on the host,
+# a persistent workspace, or Blackwell's warp specialisation.
+_UNSUPPORTED_TEMPLATE = re.compile(r"tma|persistent|blackwell|tlx|cutedsl", re.IGNORECASE)
+# An H100's shared memory per block and SM count (the stand-in device's), where the device does not say.
+_SMEM_LIMIT = 232448
+_SMS = 132
+
+
+def _plain_template(choice: Any) -> bool:
+    """A Triton template choice whose kernel is self-contained: no TMA, no workspace, no mutated inputs."""
+    return (not _UNSUPPORTED_TEMPLATE.search(choice.name) and getattr(choice, "workspace_arg", None) is None
+            and not getattr(choice, "mutated_inputs", None))
+
+
+def _choice_kind(choice: Any) -> str:
+    if hasattr(choice, "make_kernel_render"):
+        return f"Triton template {choice.name}"
+    kind = "ATen" if "Extern" in type(choice).__name__ else type(choice).__name__
+    return f"{kind} {getattr(choice, 'name', '')}".strip()
+
+
+def _choice_args(choice: Any) -> dict[str, int]:
+    """A template choice's integer constexprs (BLOCK_M, BLOCK_K, ...) and its warps and stages, from the
+    description Inductor gives every choice (``BLOCK_K=16, BLOCK_M=32, ..., num_stages=1, num_warps=2``)."""
+    out: dict[str, int] = {}
+    for key, val in re.findall(r"(\w+)=(-?\d+)\b(?![.'])", str(getattr(choice, "description", ""))):
+        out[key] = int(val)
+    return out
+
+
+def _smem_bytes(choice: Any, args: dict[str, int]) -> int:
+    """Shared memory a GEMM-like template's pipeline holds: one A and one B tile per stage."""
+    try:
+        itemsize = int(choice.input_nodes[0].get_dtype().itemsize)
+    except (AttributeError, IndexError, TypeError):
+        itemsize = 4
+    bm, bn, bk = args.get("BLOCK_M", 0), args.get("BLOCK_N", 0), args.get("BLOCK_K", 0)
+    return (bm * bk + bk * bn) * max(1, args.get("num_stages", 1)) * itemsize
+
+
+def _output_numel(choice: Any) -> int:
+    try:
+        return max(1, math.prod(int(s) for s in choice.layout.size))
+    except (AttributeError, TypeError, ValueError):
+        return 1  # a symbolic size: every tile is as good as another
+
+
+def _device_limits() -> tuple[int, int]:
+    """(shared memory per block, SMs) of the device the code is generated for."""
+    import torch
+
+    try:
+        props = torch.cuda.get_device_properties(0)
+        return int(props.shared_memory_per_block_optin), int(props.multi_processor_count)
+    except (AttributeError, RuntimeError, AssertionError, TypeError, ValueError):
+        return _SMEM_LIMIT, _SMS
+
+
+def _heuristic_choice(choices: list[Any]) -> Any:
+    """The template configuration a seed starts from, chosen without timing anything.
+
+    Among the configurations that fit the device's shared memory, the largest output tile that still gives every SM a
+    program (a large GEMM's usual best), or where no tile does (a small problem), the one with the most programs.
+    Ties keep Inductor's own order. The search moves warps and stages from there."""
+    smem, sms = _device_limits()
+
+    def score(i: int) -> tuple[int, int, int]:
+        args = _choice_args(choices[i])
+        tile = max(1, args.get("BLOCK_M", 1) * args.get("BLOCK_N", 1))
+        programs = -(_output_numel(choices[i]) // -tile)
+        fills = programs >= sms
+        return (1 if fills else 0, tile if fills else -tile, -i)
+
+    fitting = [i for i, c in enumerate(choices) if _smem_bytes(c, _choice_args(c)) <= smem]
+    return choices[max(fitting or range(len(choices)), key=score)]
 
 
 def _has_option(cfg: Any, dotted: str) -> bool:
@@ -235,6 +364,13 @@ def _launch(call: ast.Call, kname: str, prog: InductorProgram, kernels: dict[str
         order[kname] = len(prog.kernels)
         prog.kernels.append(plan)
     args = [_expr(a) for a in call.args]
+    fixed: list[int] = []
+    if plan.fixed_grid:
+        # A template's grid comes last among its launch arguments, computed by Inductor for its block sizes.
+        args, grid_args = args[: -plan.fixed_grid], args[-plan.fixed_grid:]
+        if not all(re.fullmatch(r"\d+", g) for g in grid_args):
+            raise SeedUnavailable(f"{kname}: its launch grid is not a constant (dynamic shapes are not supported)")
+        fixed = [int(g) for g in grid_args] + [1] * (3 - len(grid_args))
     names = [p for p in plan.params if p not in plan.config_keys]
     if len(args) != len(names):
         raise SeedUnavailable(f"{kname}: {len(args)} launch arguments for {len(names)} parameters")
@@ -244,7 +380,10 @@ def _launch(call: ast.Call, kname: str, prog: InductorProgram, kernels: dict[str
             if not re.fullmatch(r"-?\d+", a):
                 raise SeedUnavailable(f"{kname}: {n} is not a constant (dynamic shapes are not supported)")
             numels[n] = int(a)
-    prog.steps.append({"launch": order[kname], "args": args, "numels": numels})
+    step: dict[str, Any] = {"launch": order[kname], "args": args, "numels": numels}
+    if fixed:
+        step["grid"] = fixed
+    prog.steps.append(step)
 
 
 # --------------------------------------------------------------------------------------------- reading a kernel
@@ -292,14 +431,19 @@ def read_kernel(kname: str, src: str, helpers: dict[str, str]) -> KernelPlan:
     if fn_node is None or heuristic is None:
         raise SeedUnavailable(f"{kname}: no Inductor-decorated Triton kernel in its module")
     kind = _dotted(heuristic.func).split(".")[-1]
-    if kind not in _HEURISTICS:
+    if kind not in _HEURISTICS and kind != "template":
         raise SeedUnavailable(f"{kname}: Inductor's {kind} kernels are not supported as seeds")
     kw = {k.arg: _eval_meta(k.value) for k in heuristic.keywords if k.arg and k.arg != "filename"}
     inductor_meta = kw.get("inductor_meta") or {}
     grid_type = inductor_meta.get("grid_type", "Grid1D")
     if grid_type not in GRID_TYPES:
         raise SeedUnavailable(f"{kname}: Inductor's {grid_type} launch grid is not supported")
-    configs = _configs(kind, kw)
+    fixed_grid = list(inductor_meta.get("fixed_grid") or []) if grid_type == "FixedGrid" else []
+    if kind == "template":
+        _check_template(kname, ast.unparse(fn_node), inductor_meta, fixed_grid)
+        configs = [LaunchConfig(kwargs={}, num_warps=int(kw["num_warps"]), num_stages=int(kw["num_stages"]))]
+    else:
+        configs = _configs(kind, kw)
 
     # Kernel-local jit helpers (a scan's combine function) get the kernel's name as a prefix; Inductor's runtime
     # helpers are vendored once under HELPER_PREFIX.
@@ -317,9 +461,27 @@ def read_kernel(kname: str, src: str, helpers: dict[str, str]) -> KernelPlan:
     missing = [p for p in constexpr if p not in config_keys]
     if missing:
         raise SeedUnavailable(f"{kname}: constexpr parameters {missing} are not set by Inductor's configs")
+    template_blocks = {k: int(v) for k, v in (inductor_meta.get("config_args") or {}).items()
+                       if k.startswith("BLOCK_") and isinstance(v, int) and not isinstance(v, bool)}
     return KernelPlan(name=kname, source=body, params=params, config_keys=config_keys, configs=configs,
                       grid_type=grid_type, kind=kind, no_x_dim=bool(inductor_meta.get("no_x_dim")),
-                      persistent=kind == "persistent_reduction")
+                      persistent=kind == "persistent_reduction", fixed_grid=len(fixed_grid),
+                      template_blocks=template_blocks if kind == "template" else {})
+
+
+# What a template kernel may use that a self-contained seed cannot give it: descriptors Inductor's runtime makes on
+# the host (TMA), and a workspace it allocates.
+_HOST_MADE = re.compile(r"\b(make_tensor_descriptor|_experimental_descriptor|TensorDescriptor|tma_|workspace)\w*")
+
+
+def _check_template(kname: str, src: str, inductor_meta: dict[str, Any], fixed_grid: list[str]) -> None:
+    """A template kernel is a seed when its whole launch is in the wrapper's call: a fixed grid passed as the
+    trailing launch arguments, and nothing made on the host."""
+    if not fixed_grid or list(inductor_meta.get("extra_launcher_args") or []) != fixed_grid:
+        raise SeedUnavailable(f"{kname}: Inductor's template launch grid is not a fixed one")
+    found = _HOST_MADE.search(src)
+    if found:
+        raise SeedUnavailable(f"{kname}: Inductor's template uses {found.group(0)}, which a seed cannot carry")
 
 
 def _eval_meta(node: ast.AST) -> Any:
@@ -427,7 +589,16 @@ def generate_in_process(problem_source: str, name: str, target: str, options: di
         from ks_inductor.evolve.inductor.fake_device import install
 
         install()
-    return read_wrapper(wrapper_source(problem_source, name, options))
+    src = wrapper_source(problem_source, name, options)
+    if not options.get("template"):
+        return read_wrapper(src)
+    try:
+        prog = read_wrapper(src)
+    except SeedUnavailable as e:
+        raise SeedUnavailable(f"Inductor's code with its Triton templates is no seed: {e}") from None
+    if not any(k.kind == "template" for k in prog.kernels):
+        raise SeedUnavailable("Inductor chose no Triton template for this problem")
+    return prog
 
 
 def main() -> int:

@@ -21,13 +21,17 @@ from ks_inductor.problem import Problem
 log = logging.getLogger(__name__)
 
 # Structural variants, each one code generation: Inductor's own choice, its looped (non-persistent) reductions,
-# and for matmuls its native Triton matmul (a tl.dot reduction kernel instead of a cuBLAS call).
+# for matmuls its native Triton matmul (a tl.dot reduction kernel instead of a cuBLAS call), and for GEMM- and
+# convolution-led problems its max-autotune Triton template (the GEMM or convolution with its epilogue fused).
 VARIANTS: dict[str, dict[str, Any]] = {
     "inductor": {},
     "looped": {"persistent": False},
     "native_matmul": {"native_matmul": True},
+    "template": {"template": True},
 }
 _MATMUL_OPS = ("mm", "bmm", "addmm", "baddbmm", "matmul", "dot")
+_TEMPLATE_OPS = ("mm", "bmm", "addmm", "baddbmm", "matmul", "convolution", "conv1d", "conv2d", "conv3d",
+                 "_convolution")
 TIMEOUT_S = 300.0
 CODEGEN_CMD = [sys.executable, "-m", "ks_inductor.evolve.inductor.codegen"]
 
@@ -76,6 +80,8 @@ def _generate(problem: Problem, target: str, deadline: float | None = None
     wanted = {"inductor": VARIANTS["inductor"], "looped": VARIANTS["looped"]}
     if any(op in _MATMUL_OPS for op in problem.op_summary):
         wanted["native_matmul"] = VARIANTS["native_matmul"]
+    if any(op in _TEMPLATE_OPS for op in problem.op_summary):
+        wanted["template"] = VARIANTS["template"]
     timeout, by_deadline = TIMEOUT_S, False
     if deadline is not None and deadline - time.monotonic() < TIMEOUT_S:
         timeout, by_deadline = deadline - time.monotonic(), True

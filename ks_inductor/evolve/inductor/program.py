@@ -25,7 +25,7 @@ MAX_BLOCK = {"XBLOCK": 4096, "YBLOCK": 1024, "ZBLOCK": 1024, "R0_BLOCK": 4096, "
 MAX_Y_GRID = 65535
 
 # The launch grids Inductor's pointwise and reduction kernels use, by its inductor_meta["grid_type"].
-GRID_TYPES = ("Grid1D", "Grid2D", "Grid3D", "Grid2DWithYZOverflow", "BatchMatmulGrid3D")
+GRID_TYPES = ("Grid1D", "Grid2D", "Grid3D", "Grid2DWithYZOverflow", "BatchMatmulGrid3D", "FixedGrid")
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,13 @@ class KernelPlan:
     config_keys: list[str]
     configs: list[LaunchConfig]
     grid_type: str
-    kind: str  # Inductor's heuristic: pointwise | reduction | persistent_reduction
+    kind: str  # Inductor's heuristic: pointwise | reduction | persistent_reduction | template
     no_x_dim: bool = False
     persistent: bool = False
+    # A template's launch grid is fixed by its block sizes (constants in its source, ``template_blocks``): the
+    # wrapper passes it as this many trailing launch arguments, and each launch step carries it as "grid".
+    fixed_grid: int = 0
+    template_blocks: dict[str, int] = field(default_factory=dict)
 
     def tunable_blocks(self) -> list[str]:
         """Block sizes the search may move: every one Inductor's configs set, except a persistent reduction's
@@ -72,7 +76,8 @@ class InductorProgram:
     buffers, forward inputs), its steps in order, and its outputs.
 
     A step is ``{"alloc": name, "size", "stride", "dtype", "zero"?}``, ``{"code": python}`` (a view or an alias of
-    a buffer) or ``{"launch": kernel index, "args": [python], "numels": {name: int}}``."""
+    a buffer) or ``{"launch": kernel index, "args": [python], "numels": {name: int}, "grid"?: [int, int, int]}``
+    (``grid`` for a template kernel's fixed grid)."""
 
     kernels: list[KernelPlan] = field(default_factory=list)
     helpers: list[str] = field(default_factory=list)
@@ -94,8 +99,15 @@ def cdiv(a: int, b: int) -> int:
     return -(a // -b)
 
 
-def grid(kernel: KernelPlan, blocks: dict[str, int], numels: dict[str, int]) -> tuple[int, int, int]:
-    """The launch grid of ``kernel`` for block sizes ``blocks`` (Inductor's rules for its grid types)."""
+def grid(kernel: KernelPlan, blocks: dict[str, int], numels: dict[str, int],
+         fixed: list[int] | None = None) -> tuple[int, int, int]:
+    """The launch grid of ``kernel`` for block sizes ``blocks`` (Inductor's rules for its grid types); ``fixed``
+    is a template launch's own grid."""
+    if kernel.grid_type == "FixedGrid":
+        if not fixed:
+            raise SeedUnavailable(f"{kernel.name}: a fixed-grid launch without its grid")
+        gx, gy, gz = (list(fixed) + [1, 1, 1])[:3]
+        return gx, gy, gz
     x = cdiv(numels.get("xnumel", 1), blocks.get("XBLOCK", 1))
     y = cdiv(numels.get("ynumel", 1), blocks.get("YBLOCK", 1))
     z = cdiv(numels.get("znumel", 1), blocks.get("ZBLOCK", 1))

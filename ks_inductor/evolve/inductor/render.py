@@ -118,7 +118,7 @@ def render_program(prog: InductorProgram, params: dict[str, Any], *, target: str
         else:
             k = prog.kernels[step["launch"]]
             blocks, warps, stages = kernel_params(params, step["launch"], k)
-            g = grid(k, blocks, step["numels"])
+            g = grid(k, blocks, step["numels"], step.get("grid"))
             kw = ", ".join(f"{key}={val}" for key, val in blocks.items())
             fwd.append(f"{k.name}[{g!r}]({', '.join(step['args'])}, {kw + ', ' if kw else ''}"
                        f"num_warps={warps}, num_stages={stages})")
