@@ -75,7 +75,10 @@ def test_a_final_protocol_cut_off_by_the_limit_stores_the_search_best_unverified
     problem = small_problem("rmsnorm_bf16")
     store = KernelStore(f"sqlite:///{tmp_path}/k.db")
     limit = 12.0
-    cfg = EvolveConfig(budget=500, islands=2, parallel=2, seed=5, time_limit_s=limit, inductor_seeds=False)
+    # One leader: the final judgments' estimate (from the interpreter's slow search judgments) fits the limit, so
+    # the search keeps time for them and they start.
+    cfg = EvolveConfig(budget=500, islands=2, parallel=2, seed=5, time_limit_s=limit, inductor_seeds=False,
+                       final_candidates=1)
     with Judge(JudgeConfig.for_search(backend="triton-interpret", trials=2)) as real:
         judge = _TimedJudge(real)
         t0 = time.monotonic()
@@ -108,3 +111,21 @@ def test_final_reserve_counts_the_searches_that_share_the_judge() -> None:
 
     assert estimate(None) == FINAL_COST * 2.0 * 1  # 3 leaders over 4 devices: one each
     assert estimate(8) == FINAL_COST * 2.0 * 6  # 24 leaders over 4 devices
+
+
+def test_no_final_reserve_where_the_final_judgments_could_not_start() -> None:
+    """Where even the largest reserve could not start the final judgments (they take longer than the whole limit
+    here), the search keeps none and uses the whole limit; where they fit, it keeps their estimate."""
+    from types import SimpleNamespace
+
+    from ks_inductor.evolve.evolver import FINAL_COST, Evolver
+
+    def reserve(limit, search_s):
+        me = SimpleNamespace(search_s=[search_s], timed=True, judge=SimpleNamespace(device_count=1),
+                             config=EvolveConfig(final_candidates=3, time_limit_s=limit))
+        me._final_estimate = lambda: Evolver._final_estimate(me)
+        return Evolver._final_reserve(me)
+
+    # 3 leaders on one device at 2.9 s per search judgment: about 26 s, more than a 24.4 s limit.
+    assert reserve(24.4, 2.9) == 0.0
+    assert reserve(100.0, 2.9) == FINAL_COST * 2.9 * 3

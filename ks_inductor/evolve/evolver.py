@@ -33,6 +33,8 @@ FINAL_COST = 3.0
 FINAL_RESERVE_MIN = 0.15
 FINAL_RESERVE_MAX = 0.5
 FINAL_MIN_S = 1.0
+# The final judgments start only with at least this share of their estimate left.
+FINAL_START_SHARE = 0.5
 
 
 class EvolveError(Exception):
@@ -340,11 +342,17 @@ class Evolver:
         return FINAL_COST * statistics.median(self.search_s) * per_device
 
     def _final_reserve(self) -> float:
-        """Seconds kept at the end of a time-limited run for the final judgments (timed backends only)."""
+        """Seconds kept at the end of a time-limited run for the final judgments (timed backends only); none where
+        even the largest reserve could not start them (``_finish`` starts them with half their estimate left): time
+        kept for judgments that will not run would only end the search early."""
         limit = self.config.time_limit_s
         if not self.timed or self.config.final_candidates <= 0 or limit is None:
             return 0.0
-        return min(FINAL_RESERVE_MAX * limit, max(FINAL_RESERVE_MIN * limit, self._final_estimate()))
+        estimate = self._final_estimate()
+        most = FINAL_RESERVE_MAX * limit
+        if most < FINAL_START_SHARE * estimate:
+            return 0.0
+        return min(most, max(FINAL_RESERVE_MIN * limit, estimate))
 
     # ------------------------------------------------------------------ results
     def _count_tokens(self, mut: Mutation) -> None:
@@ -466,7 +474,7 @@ class Evolver:
         unverified = False  # the final protocol did not judge what is stored
         if self.timed and best is not None and self.config.final_candidates > 0:
             left = None if self.end is None else self.end - time.monotonic()
-            if left is not None and (left < FINAL_MIN_S or left < 0.5 * self._final_estimate()):
+            if left is not None and (left < FINAL_MIN_S or left < FINAL_START_SHARE * self._final_estimate()):
                 unverified = True
                 note = (f"the final protocol was not run: {max(left, 0.0):.1f} s of the {self.config.time_limit_s:g} s "
                         f"limit were left and it takes about {self._final_estimate():.0f} s here")

@@ -133,6 +133,7 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
             # Each search keeps time for its final judgments assuming the searches beside it do the same at once.
             config = replace(config, parallel_regions=min(n, len(todo)))
     gpu = _gpu_sampler(fp, executor, todo)
+    prefetch = _start_prefetch(todo, config, judge, executor, total_time_s, t0)
     if executor is not None:
         if gpu is not None and hasattr(executor, "gpu"):
             executor.gpu = gpu
@@ -143,6 +144,8 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
         finally:
             summary.wall_s = time.perf_counter() - t0
             _end_gpu_sampler(gpu, summary)
+            if prefetch is not None:
+                prefetch.close()
         return summary
     try:
         for item, problem in todo:
@@ -167,11 +170,44 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
     finally:
         summary.wall_s = time.perf_counter() - t0
         _end_gpu_sampler(gpu, summary)
+        if prefetch is not None:
+            prefetch.close()
         if gpu is not None and summary.gpu_util:
             console.print(summary.gpu_text())
         if own_judge and judge is not None:
             judge.close()
     return summary
+
+
+def _start_prefetch(todo: list[Any], config: Any, judge: Any, executor: Any, total_time_s: float | None,
+                    t0: float) -> Any:
+    """Inductor's code generation for every region to search here, started in the background (see
+    :mod:`ks_inductor.warm.prefetch`), or None for searches elsewhere (a Ray cluster: its workers are other
+    processes, whose memo this one cannot fill)."""
+    from ks_inductor.warm.parallel import RegionThreads
+    from ks_inductor.warm.prefetch import start_prefetch
+
+    if executor is not None and not isinstance(executor, RegionThreads):
+        return None
+    # The searches that start at once generate their own plans; the background takes the next ones, rather than
+    # wait behind a search's generation of the same region while later regions start.
+    first = executor.workers if executor is not None else 1
+    deadline = None if total_time_s is None else time.monotonic() + total_time_s - (time.perf_counter() - t0)
+    return start_prefetch([p for _, p in todo[first:]], config, _judge_device(judge, config), deadline)
+
+
+def _judge_device(judge: Any, config: Any) -> str | None:
+    """The device the searches' judge runs candidates on ("cuda", "cpu" for the interpreter): the target of
+    Inductor's code generation. None where it cannot be told."""
+    if judge is not None:
+        return getattr(getattr(judge, "backend", None), "device", None)
+    from ks_inductor.judge.backends import detect_backend
+
+    try:
+        return detect_backend(config.backend).device
+    except Exception as e:  # noqa: BLE001 - the searches meet the same error and report it
+        log.debug("no judge backend for prefetching: %s", e)
+        return None
 
 
 def _gpu_sampler(fp: Any, executor: Any, todo: list[Any]) -> Any:
