@@ -14,7 +14,7 @@ from ks_inductor.evolve import EvolveConfig, evolve_problem
 from ks_inductor.evolve.evolver import EvolveError
 from ks_inductor.judge import Judge, JudgeConfig
 from ks_inductor.problem import problem_from_source
-from tests.test_evolve_families import EXTRA, PROBLEMS, shrink, small_problem
+from tests.test_evolve_families import PROBLEMS, module, shrink, small_problem
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,10 @@ def test_loop_resumes_and_stores_an_untimed_winner(judge, tmp_path) -> None:
 
 
 def test_problem_without_template_or_llm_is_a_clear_error(judge, tmp_path) -> None:
-    problem = problem_from_source(EXTRA["conv"][0], name="conv")
+    # A dilated convolution: no op-family template, and none of Inductor's Triton templates covers it either.
+    source = module("        return F.conv2d(xs[0], xs[1], dilation=2)",
+                    "[torch.randn(1, 2, 10, 10), torch.randn(3, 2, 3, 3)]")
+    problem = problem_from_source(source, name="conv")
     store = KernelStore(f"sqlite:///{tmp_path}/k.db")
     with pytest.raises(EvolveError, match="no seed for conv.*convolution"):
         evolve_problem(problem, EvolveConfig(budget=2), store, judge=judge, progress=False)
