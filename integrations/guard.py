@@ -54,6 +54,8 @@ ENV_TRUSTED_KEYS = VARIABLES["trusted_keys"].env
 ENV_DISABLE = VARIABLES["disabled"].env
 ENV_SERVE_RACE = VARIABLES["serve_race"].env
 ENV_SERVE_MARGIN = VARIABLES["serve_margin"].env
+# Every variable a deployment sets for the integrations (a test clears them all to start from none).
+SERVING_ENV = (ENV_PACK, ENV_TRUSTED_KEYS, ENV_DISABLE, ENV_SERVE_RACE, ENV_SERVE_MARGIN)
 
 # Fallback reasons, as counted.
 R_DISABLED = "disabled"

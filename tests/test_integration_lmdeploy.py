@@ -32,7 +32,7 @@ def _cpu_backend(monkeypatch):
     from lmdeploy.pytorch.backends.default.op_backend import DefaultOpsBackend
 
     monkeypatch.setattr(selector, "_get_backend", lambda: DefaultOpsBackend)
-    for k in (G.ENV_PACK, G.ENV_TRUSTED_KEYS, G.ENV_DISABLE, G.ENV_SERVE_RACE, G.ENV_SERVE_MARGIN):
+    for k in G.SERVING_ENV:
         monkeypatch.delenv(k, raising=False)
     yield
     L.uninstall()

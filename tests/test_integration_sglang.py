@@ -34,7 +34,7 @@ def _sglang():
 def _clean(monkeypatch):
     import sglang.srt.plugins as plugins
 
-    for k in (G.ENV_PACK, G.ENV_TRUSTED_KEYS, G.ENV_DISABLE, G.ENV_SERVE_RACE, G.ENV_SERVE_MARGIN):
+    for k in G.SERVING_ENV:
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("SGLANG_PLUGINS", "kernelsmith")  # only ours, whatever else is installed
     monkeypatch.setattr(plugins, "_plugins_loaded", False)  # load_plugins() runs once per process

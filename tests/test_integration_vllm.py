@@ -39,7 +39,7 @@ def _vllm():
 def _clean(monkeypatch):
     import vllm.plugins
 
-    for k in (G.ENV_PACK, G.ENV_TRUSTED_KEYS, G.ENV_DISABLE, G.ENV_SERVE_RACE, G.ENV_SERVE_MARGIN):
+    for k in G.SERVING_ENV:
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("VLLM_PLUGINS", "kernelsmith")  # only ours, whatever else is installed
     monkeypatch.setattr(vllm.plugins, "plugins_loaded", False)  # load_general_plugins() runs once per process

@@ -27,7 +27,7 @@ def _transformers():
 
 @pytest.fixture(autouse=True)
 def _no_env(monkeypatch):
-    for k in (G.ENV_PACK, G.ENV_TRUSTED_KEYS, G.ENV_DISABLE, G.ENV_SERVE_RACE, G.ENV_SERVE_MARGIN):
+    for k in G.SERVING_ENV:
         monkeypatch.delenv(k, raising=False)
 
 
