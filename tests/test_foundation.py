@@ -348,7 +348,7 @@ def test_search_and_final_protocols():
 
     search = JudgeConfig.for_search(backend="triton-cuda")
     assert search.protocol(False) == {"rounds": 5, "rep_ms": 60.0, "max_reps": 100, "warmup_ms": 10.0,
-                                      "baselines": ["eager"], "steady": True}
+                                      "baselines": ["eager"], "steady": False}
     # Whatever a search uses, the final judgment (what serving needs) times against Inductor too.
     assert search.protocol(True) == {"rounds": 7, "rep_ms": 200.0, "max_reps": 2000, "warmup_ms": 25.0,
                                      "baselines": ["eager", "inductor"], "steady": True}
