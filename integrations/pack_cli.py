@@ -4,9 +4,10 @@ MODEL is a transformers model type (``llama``) or a config.json. For ``--stack t
 with random weights (nothing downloaded) and run at each deployment shape (every ``--batch`` times every
 ``--seq``: the prefill lengths and, for generation, ``--seq 1`` for the decode step); the RMSNorm and SiLU·mul
 problems its layers meet are what the pack holds (``integrations.transformers.pack_for_model``). For
-``--stack sglang`` only the config is read: SGLang's ``RMSNorm`` (with and without the residual) and
-``SiluAndMul`` at ``(batch * seq, hidden)`` are the problems (``integrations.sglang.layer_problems``; needs
-SGLang's Python part). The problems are warmed into the kernel cache and their verified kernels for this machine
+``--stack sglang``, ``vllm`` and ``lmdeploy`` only the config is read: the stack's ``RMSNorm`` (with and without the
+residual) and ``SiluAndMul`` at every token count ``batch * seq`` are the problems (each integration's
+``layer_problems``: ``(tokens, hidden)`` activations, ``(1, tokens, hidden)`` for LMDeploy, whose engine packs a
+batch's tokens into one sequence; needs the stack's Python part). The problems are warmed into the kernel cache and their verified kernels for this machine
 exported, with golden vectors, as one pack (``integrations.ops.pack_for_problems``).
 
 The ``kernelsmith`` command mounts this module after ``ks_inductor.pack_cli``: :func:`register` adds these
@@ -21,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-STACKS = ("transformers", "sglang")
+STACKS = ("transformers", "sglang", "vllm", "lmdeploy")
 # The arguments that only mean something with --for (dest -> flag), and those that cannot go with it.
 _WITH_FOR = {"stack": "--stack", "hf_set": "--hf-set", "batch": "--batch", "seq": "--seq", "dtype": "--dtype",
              "device": "--device", "backend": "--backend"}
@@ -56,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "downloaded)")
     g.add_argument("--stack", choices=STACKS, default=None,
                    help="with --for: the serving stack whose layers the pack is for (default transformers; "
-                        "sglang needs SGLang's Python part installed)")
+                        "sglang, vllm and lmdeploy need that stack's Python part installed)")
     g.add_argument("--hf-set", metavar="KEY=VALUE", action="append", default=None,
                    help="with --for: override a config field, e.g. --hf-set hidden_size=4096 (repeatable)")
     g.add_argument("--batch", type=positive_int, action="append", default=None, metavar="N",
@@ -140,10 +141,27 @@ def _problems(args: argparse.Namespace, batches: list[int], seqs: list[int]) -> 
         gen = torch.Generator().manual_seed(0)
         inputs = [(torch.randint(0, vocab, (b, s), generator=gen).to(ids.device),) for b in batches for s in seqs]
         return layer_problems(model, inputs)
+    return _config_problems(args, overrides, device, batches, seqs)
+
+
+# Stacks whose layer problems come from the config alone: the module with their ``layer_problems``, and whether
+# their activations carry a leading dimension of 1 (LMDeploy's engine packs a batch's tokens into one sequence).
+_CONFIG_STACKS = {"sglang": ("sglang", False), "vllm": ("vllm", False), "lmdeploy": ("lmdeploy", True)}
+
+
+def _config_problems(args: argparse.Namespace, overrides: dict[str, Any], device: str, batches: list[int],
+                     seqs: list[int]) -> list[Any]:
+    """A stack's RMSNorm (with and without the residual) and SiluAndMul at every token count a deployment runs,
+    from the model's config: these stacks run ``(tokens, hidden)`` activations, whatever the batch."""
+    import importlib
+
+    from ks_inductor.cli import UsageError
+
+    module, packed = _CONFIG_STACKS[args.stack]
     try:
-        from .sglang import layer_problems as sglang_problems
+        layer_problems = importlib.import_module(f"{__package__}.{module}").layer_problems
     except ImportError as e:
-        raise UsageError(f"--stack sglang needs SGLang's Python part: {e}") from None
+        raise UsageError(f"--stack {args.stack} needs {args.stack}'s Python part: {e}") from None
     cfg = _hf_config(args.model, overrides)
     dtype = _dtype(args.dtype, device)
     missing = [k for k in ("hidden_size", "intermediate_size") if not getattr(cfg, k, None)]
@@ -151,12 +169,13 @@ def _problems(args: argparse.Namespace, batches: list[int], seqs: list[int]) -> 
         raise UsageError(f"the config of {args.model!r} has no {missing[0]}: not a gated-MLP decoder")
     hidden, inter = int(cfg.hidden_size), int(cfg.intermediate_size)
     eps = float(getattr(cfg, "rms_norm_eps", 1e-6))
+    lead = (1,) if packed else ()
     tokens = sorted({b * s for b in batches for s in seqs})
+    norms = [((*lead, t, hidden), dtype, eps) for t in tokens]
     try:
-        return sglang_problems([((t, hidden), dtype, eps) for t in tokens], [((t, 2 * inter), dtype) for t in tokens],
-                               [((t, hidden), dtype, eps) for t in tokens])
+        return layer_problems(norms, [((*lead, t, 2 * inter), dtype) for t in tokens], norms)
     except ImportError as e:
-        raise UsageError(f"--stack sglang needs SGLang's Python part: {e}") from None
+        raise UsageError(f"--stack {args.stack} needs {args.stack}'s Python part: {e}") from None
 
 
 def export_for_model(args: argparse.Namespace) -> int:

@@ -49,22 +49,39 @@ def _clean(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def pack(tmp_path_factory, judge):
-    from rich.console import Console
+def pack(tmp_path_factory):
+    """The pack a Llama-style deployment on vLLM needs at {TOKENS} tokens a forward, built by the command line."""
+    import contextlib
+    import io
+    import json
+    import os
 
-    from kernel_cache.pack import ExportFilters, export_pack
-    from kernel_cache.store import KernelStore
-    from ks_inductor.evolve import EvolveConfig
-    from ks_inductor.warm import warm
+    from ks_inductor.cli import main
+    from ks_inductor.compiler import backend as B
 
     root = tmp_path_factory.mktemp("vllm")
-    norm = ((TOKENS, HIDDEN), torch.float32, EPS)
-    problems = V.layer_problems([norm], [((TOKENS, 2 * INTER), torch.float32)], [norm])
-    with KernelStore(str(root / "k.db")) as store:
-        summary = warm(problems, store, EvolveConfig(budget=1, backend="triton-interpret"), judge=judge,
-                       console=Console(stderr=True, quiet=True))
-        assert [i.status for i in summary.items] == ["found"] * 3, summary.to_json()
-        export_pack(store, root / "vllm.kspack", ExportFilters(keys=[p.key for p in problems]))
+    old = os.environ.get("KERNELSMITH_HOME")
+    os.environ["KERNELSMITH_HOME"] = str(root / "home")
+    try:
+        argv = ["pack", "export", "--for", "llama", "--stack", "vllm", "--hf-set", f"hidden_size={HIDDEN}",
+                "--hf-set", f"intermediate_size={INTER}", "--hf-set", f"rms_norm_eps={EPS}", "--batch", "1",
+                "--seq", str(TOKENS), "--dtype", "float32", "--db", str(root / "k.db"), "-o",
+                str(root / "vllm.kspack"), "--budget", "1", "--backend", "triton-interpret", "--json"]
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            rc = main(argv)
+    finally:
+        B.forget_stores()
+        if old is None:
+            os.environ.pop("KERNELSMITH_HOME", None)
+        else:
+            os.environ["KERNELSMITH_HOME"] = old
+    built = json.loads(out.getvalue().strip().splitlines()[-1])
+    assert rc == 0 and built["missing"] == [] and built["kernels"] == 3 and built["with_vectors"] == 3, built
+    assert sorted((p["name"], p["inputs"]) for p in built["problems"]) == [
+        ("add_rmsnorm", f"float32[{TOKENS}, {HIDDEN}], float32[{TOKENS}, {HIDDEN}], float32[{HIDDEN}]"),
+        ("rmsnorm", f"float32[{TOKENS}, {HIDDEN}], float32[{HIDDEN}]"),
+        ("silu_and_mul", f"float32[{TOKENS}, {2 * INTER}]")]
     return root / "vllm.kspack"
 
 
