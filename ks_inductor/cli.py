@@ -109,17 +109,18 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     console = Console(stderr=args.json)
     if not os.path.isfile(args.candidate):
         raise UsageError(f"candidate file not found: {args.candidate}")
-    try:
-        problem = load_problem(args.problem)
-    except ProblemError as e:
-        raise UsageError(str(e)) from None
     config = JudgeConfig(backend=args.backend, trials=args.trials)
     try:
-        # One judgment: one device (and one warm worker parent) is all it uses.
+        # One judgment: one device (and one warm worker parent) is all it uses. Started first, so that the parent's
+        # imports overlap the problem's tracing.
         judge = Judge(config, devices=[0], spares=False)
     except BackendUnavailable as e:
         raise UsageError(str(e)) from None
     with judge:
+        try:
+            problem = load_problem(args.problem)
+        except ProblemError as e:
+            raise UsageError(str(e)) from None
         with console.status(f"judging {os.path.basename(args.candidate)} on {judge.backend.name}"):
             result = judge.evaluate(problem, open(args.candidate).read())
     if args.json:

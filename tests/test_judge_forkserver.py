@@ -77,32 +77,34 @@ def test_a_candidate_that_kills_the_fork_server_does_not_stop_the_judge(open_jud
 
 
 
-def test_a_parent_whose_children_cannot_use_the_device_is_refused_and_workers_start_from_scratch(caplog) -> None:
+def test_a_parent_whose_children_cannot_use_the_device_is_refused_and_workers_start_from_scratch() -> None:
     """A GPU backend's fork server probes once that a forked child can run on the device. On this CPU-only host the
     probe fails, as it would wherever an import initialised the device in the parent: the server refuses with the
     reason, and the pool starts that device's workers from scratch instead."""
     import dataclasses
-    import logging
+    import os
     import subprocess
     import tempfile
 
     from ks_inductor.judge.backends import detect_backend
+    from ks_inductor.judge.forkserver import ForkServerError
     from ks_inductor.judge.pool import WorkerPool, _start_fork_server
 
     gpu_like = dataclasses.replace(detect_backend("triton-interpret"), device="cuda")
-    with caplog.at_level(logging.WARNING, logger="ks_inductor.judge.pool"):
-        assert _start_fork_server(gpu_like, tempfile.mkdtemp(), 0) is None
-    assert "cannot initialise the device" in caplog.text
+    server = _start_fork_server(gpu_like, tempfile.mkdtemp(), 0)
+    assert server is not None  # started, not waited for
+    with open(os.devnull, "wb") as sink, pytest.raises(ForkServerError, match="cannot initialise the device"):
+        server.fork(sink.fileno(), tempfile.mkdtemp())
+    assert server.refused and not server.alive
 
-    # The interpreter's parent needs no device and forks; a pool without a parent still hands out workers.
-    cpu = detect_backend("triton-interpret")
-    pool = WorkerPool(cpu, [None], tempfile.mkdtemp(), spares=0)
+    # A pool whose parent was refused starts that device's workers from scratch, and stops asking the parent.
+    pool = WorkerPool(detect_backend("triton-interpret"), [None], tempfile.mkdtemp(), spares=0)
     try:
-        assert pool.forks is not None and pool.forks.alive
         pool.fork_servers[None].close()
-        pool.fork_servers[None] = None
+        pool.fork_servers[None] = server
         w = pool.take(None)
         assert w.wait_ready(60) and isinstance(w.proc, subprocess.Popen)  # started from scratch
+        assert pool.fork_servers[None] is None
         w.kill()
     finally:
         pool.close()

@@ -64,7 +64,11 @@ class ForkedProcess:
 class ForkServer:
     """The judge's side: starts the warm parent and asks it for children."""
 
-    def __init__(self, env: dict[str, str], cwd: str, name: str = "forkserver", probe_device: bool = False) -> None:
+    def __init__(self, env: dict[str, str], cwd: str, name: str = "forkserver", probe_device: bool = False,
+                 wait: bool = True) -> None:
+        """Start the parent. ``wait``: until it is ready (its imports and probe done), raising ForkServerError if it
+        does not come up; otherwise the first :meth:`fork` waits, and the caller's own start-up overlaps the
+        parent's imports."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock = ours
         self.log_path = os.path.join(cwd, f"{name}.log")
@@ -83,11 +87,22 @@ class ForkServer:
         self._closed = False
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        self.refused = ""  # why the parent did not come up, once known: it is then closed and never restarted
+        self._ready = False
+        if wait:
+            self._await_ready()
+
+    def _await_ready(self) -> None:
+        if self._ready:
+            return
+        if self.refused:
+            raise ForkServerError(self.refused)
         first = self._next_reply(START_TIMEOUT_S)
         if first.get("event") != "ready":
+            self.refused = first.get("error") or f"the judge's fork server did not start (its output: {self.log_path})"
             self.close()
-            raise ForkServerError(first.get("error") or
-                                  f"the judge's fork server did not start (its output: {self.log_path})")
+            raise ForkServerError(self.refused)
+        self._ready = True
 
     def _read(self) -> None:
         buf = b""
@@ -132,9 +147,14 @@ class ForkServer:
         ev_r, ev_w = os.pipe()
         try:
             with self._request:
+                self._await_ready()
                 payload = (json.dumps({"cwd": cwd}) + "\n").encode()
                 socket.send_fds(self._sock, [payload], [in_r, ev_w, log_fd])
                 reply = self._next_reply(30.0)
+        except ForkServerError:
+            os.close(in_w)
+            os.close(ev_r)
+            raise
         except OSError as e:
             os.close(in_w)
             os.close(ev_r)

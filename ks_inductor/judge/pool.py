@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -268,9 +267,10 @@ def _start_fork_server(backend: JudgeBackend, log_dir: str, device: int | None) 
         return None
     os.makedirs(log_dir, exist_ok=True)
     try:
+        # Not waited for: its imports overlap the judge's own start, and the first fork waits for them.
         return ForkServer(worker_environment(backend, device), log_dir,
                           name="forkserver" if device is None else f"forkserver-{device}",
-                          probe_device=backend.device != "cpu")
+                          probe_device=backend.device != "cpu", wait=False)
     except (ForkServerError, OSError) as e:
         log.warning("%s; workers start from scratch", e)
         return None
@@ -291,9 +291,7 @@ class WorkerPool:
         self.job_gates = {d: DeviceLock() for d in devices}
         self._next = 0
         self._closed = False
-        # Each parent imports for seconds: started side by side, not one device after another.
-        with ThreadPoolExecutor(max_workers=len(devices)) as ex:
-            self.fork_servers = dict(zip(devices, ex.map(lambda d: _start_fork_server(backend, log_dir, d), devices)))
+        self.fork_servers = {d: _start_fork_server(backend, log_dir, d) for d in devices}
         self._fork_restarts = {d: 0 for d in devices}
         # Enough warm spares that every job in flight starts on an already-imported worker.
         for d in devices:
@@ -314,6 +312,9 @@ class WorkerPool:
     def _revive_forks(self, device: int | None) -> None:
         # A candidate can kill its parent (the fork server) as easily as itself; start another, a few times over.
         forks = self.fork_servers[device]
+        if forks is not None and forks.refused:
+            self.fork_servers[device] = None  # it never came up here: workers start from scratch, quietly
+            return
         if forks is None or forks.alive or self._fork_restarts[device] >= 3 or self._closed:
             return
         self._fork_restarts[device] += 1
