@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -35,3 +36,36 @@ def plugin_module(group: str, name: str = "kernelsmith") -> ModuleType:
             pytest.fail(f"CI=true but {reason}", pytrace=False)
         pytest.skip(reason, allow_module_level=True)
     return importlib.import_module(found[0].module)
+
+
+def export_stack_pack(root: Path, stack: str, hidden: int, inter: int, eps: float, tokens: int,
+                      dtype: str | None = None) -> tuple[int, dict, Path]:
+    """``kernelsmith pack export --for llama --stack STACK`` for a small Llama-style config at ``tokens`` tokens a
+    forward, under the interpreter with a budget of one, in a kernelsmith home of its own under ``root``: the
+    command's exit code, its JSON report and the pack's path."""
+    import contextlib
+    import io
+    import json
+    import os
+
+    from ks_inductor.cli import main
+    from ks_inductor.compiler import backend as B
+
+    pack = root / f"{stack}.kspack"
+    old = os.environ.get("KERNELSMITH_HOME")
+    os.environ["KERNELSMITH_HOME"] = str(root / "home")
+    try:
+        argv = ["pack", "export", "--for", "llama", "--stack", stack, "--hf-set", f"hidden_size={hidden}",
+                "--hf-set", f"intermediate_size={inter}", "--hf-set", f"rms_norm_eps={eps}", "--batch", "1",
+                "--seq", str(tokens), *(["--dtype", dtype] if dtype else []), "--db", str(root / "k.db"),
+                "-o", str(pack), "--budget", "1", "--backend", "triton-interpret", "--json"]
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            rc = main(argv)
+    finally:
+        B.forget_stores()
+        if old is None:
+            os.environ.pop("KERNELSMITH_HOME", None)
+        else:
+            os.environ["KERNELSMITH_HOME"] = old
+    return rc, json.loads(out.getvalue().strip().splitlines()[-1]), pack

@@ -8,8 +8,6 @@ there. Where SGLang is not importable these tests skip, and under ``CI=true`` th
 
 from __future__ import annotations
 
-import contextlib
-import io
 import logging
 import zipfile
 
@@ -17,7 +15,7 @@ import pytest
 import torch
 
 from integrations import guard as G
-from tests.stacks import plugin_module, require_stack
+from tests.stacks import export_stack_pack, plugin_module, require_stack
 
 # what SGLang's plugin loader imports: kernelsmith_integrations.sglang where kernelsmith is installed
 S = plugin_module("sglang.srt.plugins")
@@ -46,36 +44,13 @@ def _clean(monkeypatch):
 @pytest.fixture(scope="module")
 def pack(tmp_path_factory):
     """The pack a Llama-style deployment on SGLang needs at 12 tokens a forward, built by the command line."""
-    import json
-    import os
-
-    from ks_inductor.cli import main
-    from ks_inductor.compiler import backend as B
-
-    root = tmp_path_factory.mktemp("sglang")
-    old = os.environ.get("KERNELSMITH_HOME")
-    os.environ["KERNELSMITH_HOME"] = str(root / "home")
-    try:
-        argv = ["pack", "export", "--for", "llama", "--stack", "sglang", "--hf-set", f"hidden_size={HIDDEN}",
-                "--hf-set", f"intermediate_size={INTER}", "--hf-set", f"rms_norm_eps={EPS}", "--batch", "1",
-                "--seq", str(TOKENS), "--db", str(root / "k.db"), "-o", str(root / "sglang.kspack"), "--budget", "1",
-                "--backend", "triton-interpret", "--json"]
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            rc = main(argv)
-    finally:
-        B.forget_stores()
-        if old is None:
-            os.environ.pop("KERNELSMITH_HOME", None)
-        else:
-            os.environ["KERNELSMITH_HOME"] = old
-    built = json.loads(out.getvalue().strip().splitlines()[-1])
+    rc, built, path = export_stack_pack(tmp_path_factory.mktemp("sglang"), "sglang", HIDDEN, INTER, EPS, TOKENS)
     assert rc == 0 and built["missing"] == [] and built["kernels"] == 3 and built["with_vectors"] == 3, built
     assert sorted((p["name"], p["inputs"]) for p in built["problems"]) == [
         ("add_rmsnorm", f"float32[{TOKENS}, {HIDDEN}], float32[{TOKENS}, {HIDDEN}], float32[{HIDDEN}]"),
         ("rmsnorm", f"float32[{TOKENS}, {HIDDEN}], float32[{HIDDEN}]"),
         ("silu_and_mul", f"float32[{TOKENS}, {2 * INTER}]")]
-    return root / "sglang.kspack"
+    return path
 
 
 def layers():

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from integrations import guard as G
-from tests.stacks import plugin_module, require_stack
+from tests.stacks import export_stack_pack, plugin_module, require_stack
 
 # what vLLM's plugin loader imports: kernelsmith_integrations.vllm where kernelsmith is installed
 V = plugin_module("vllm.general_plugins")
@@ -51,38 +51,13 @@ def _clean(monkeypatch):
 @pytest.fixture(scope="module")
 def pack(tmp_path_factory):
     """The pack a Llama-style deployment on vLLM needs at {TOKENS} tokens a forward, built by the command line."""
-    import contextlib
-    import io
-    import json
-    import os
-
-    from ks_inductor.cli import main
-    from ks_inductor.compiler import backend as B
-
-    root = tmp_path_factory.mktemp("vllm")
-    old = os.environ.get("KERNELSMITH_HOME")
-    os.environ["KERNELSMITH_HOME"] = str(root / "home")
-    try:
-        argv = ["pack", "export", "--for", "llama", "--stack", "vllm", "--hf-set", f"hidden_size={HIDDEN}",
-                "--hf-set", f"intermediate_size={INTER}", "--hf-set", f"rms_norm_eps={EPS}", "--batch", "1",
-                "--seq", str(TOKENS), "--dtype", "float32", "--db", str(root / "k.db"), "-o",
-                str(root / "vllm.kspack"), "--budget", "1", "--backend", "triton-interpret", "--json"]
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            rc = main(argv)
-    finally:
-        B.forget_stores()
-        if old is None:
-            os.environ.pop("KERNELSMITH_HOME", None)
-        else:
-            os.environ["KERNELSMITH_HOME"] = old
-    built = json.loads(out.getvalue().strip().splitlines()[-1])
+    rc, built, path = export_stack_pack(tmp_path_factory.mktemp("vllm"), "vllm", HIDDEN, INTER, EPS, TOKENS, "float32")
     assert rc == 0 and built["missing"] == [] and built["kernels"] == 3 and built["with_vectors"] == 3, built
     assert sorted((p["name"], p["inputs"]) for p in built["problems"]) == [
         ("add_rmsnorm", f"float32[{TOKENS}, {HIDDEN}], float32[{TOKENS}, {HIDDEN}], float32[{HIDDEN}]"),
         ("rmsnorm", f"float32[{TOKENS}, {HIDDEN}], float32[{HIDDEN}]"),
         ("silu_and_mul", f"float32[{TOKENS}, {2 * INTER}]")]
-    return root / "vllm.kspack"
+    return path
 
 
 def layers():
