@@ -530,6 +530,9 @@ class StackState:
             if served is None:
                 served = self.guard.bind(op, key_function(Binding(op, reference, group)), reference, arity, own)
                 self.served[(op, group)] = served
+                if served:
+                    log.info("kernelsmith: %s %s %s serves pack kernels for %d signatures", self.guard.stack, op,
+                             group, len(served.table))
             return served
 
 

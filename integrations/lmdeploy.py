@@ -64,22 +64,6 @@ def stack_version() -> str | None:
 # ============================================================================================ ops
 
 
-def _served(op: str, group: tuple, reference: Any, arity: int, own: Any) -> G.ServedOp:
-    from .ops import Binding, key_function
-
-    st = _STATE
-    with st.lock:
-        served = st.served.get((op, group))
-        if served is None:
-            assert st.guard is not None
-            served = st.guard.bind(op, key_function(Binding(op, reference, group)), reference, arity, own)
-            st.served[(op, group)] = served
-            if served:
-                log.info("kernelsmith: lmdeploy %s %s serves pack kernels for %d signatures", op, group[1:],
-                         len(served.table))
-        return served
-
-
 def _own_norm(impl: Any, residual: bool) -> Any:
     """The implementation build_op returned (LMDeploy's Triton one on CUDA) as the op's own path, for racing. Its
     residual form runs on copies where it may write into its inputs (a vendor's fused add)."""
@@ -101,8 +85,8 @@ def _wrap_rmsnorm(spec: Any, own: Any) -> Any:
 
     reference = DefaultRMSNormImpl(spec.hidden_size, spec.eps).forward
     group = ("lmdeploy.RMSNorm", float(spec.eps))
-    plain = _served(OP_RMSNORM, group, reference, 2, _own_norm(own, residual=False))
-    fused = _served(OP_ADD_RMSNORM, group, reference, 3, _own_norm(own, residual=True))
+    plain = _STATE.served_op(OP_RMSNORM, group, reference, 2, _own_norm(own, residual=False))
+    fused = _STATE.served_op(OP_ADD_RMSNORM, group, reference, 3, _own_norm(own, residual=True))
     if not plain and not fused:
         return own
 
@@ -124,7 +108,7 @@ def _wrap_silu_and_mul(spec: Any, own: Any) -> Any:
     reference = DefaultSiluAndMulImpl(False).forward
     # LMDeploy's in-place form writes its result into the input's gate half: raced on a copy.
     mine = G.OnCopies(own.forward, (0,)) if getattr(spec, "inplace", False) else own.forward
-    served = _served(OP_SILU_AND_MUL, ("lmdeploy.SiluAndMul",), reference, 1, mine)
+    served = _STATE.served_op(OP_SILU_AND_MUL, ("lmdeploy.SiluAndMul",), reference, 1, mine)
     if not served:
         return own
 
