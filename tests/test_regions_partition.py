@@ -307,3 +307,25 @@ def test_training_batch_norm_stays_with_inductor_and_says_why():
     torch.testing.assert_close(compiled(x), eager(x))
     torch.testing.assert_close(compiled_model.bn.running_mean, eager.bn.running_mean)
     torch.testing.assert_close(compiled_model.bn.running_var, eager.bn.running_var)
+
+
+def test_random_ops_stay_with_inductor_and_the_rest_makes_regions():
+    """rand_like and dropout's bernoulli make no region (a kernel's random stream cannot be compared with the
+    reference's); explain says so, the deterministic ops around them still make a region, and a compile keeps
+    eager's statistics."""
+    from ks_inductor.compiler.explain import explain
+
+    class Noisy(nn.Module):
+        def forward(self, x):
+            return torch.relu(x) * torch.rand_like(x) + F.dropout(x, 0.5, True)
+
+    x = torch.randn(8, 64)
+    rep = explain(Noisy(), x)
+    for op in ("rand_like", "bernoulli"):
+        notes = [r.note for r in rep.regions if op in r.ops.split("+")]
+        assert notes and "draws random numbers" in notes[0], (op, [(r.ops, r.note) for r in rep.regions])
+    assert any(r.kind == "pointwise" and "relu" in r.ops for r in rep.regions)
+    torch.manual_seed(0)
+    out = torch.compile(Noisy(), backend="kernelsmith")(torch.ones(256, 256))
+    # relu(1) * U(0, 1) + dropout(1): mean 0.5 + 1.0; a region that dropped the noise would give 1 or 3 exactly.
+    assert 1.4 < out.mean().item() < 1.6 and out.std().item() > 0.2

@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from kernel_cache.store import KernelStore
 from kernel_cache.testing import h200
 from ks_inductor.evolve import EvolveConfig, evolve_problem
@@ -98,34 +100,64 @@ def test_a_final_protocol_cut_off_by_the_limit_stores_the_search_best_unverified
 
 
 def test_final_reserve_counts_the_searches_that_share_the_judge() -> None:
-    """Searches warmed side by side on one judge reach their final judgments together: each keeps time for its
-    leaders' share of every device's timing lock with theirs, not as if it were alone."""
+    """Searches warmed side by side on one judge reach their final judgments together: each keeps time for one
+    final judgment of its own plus the device time of every leader queued on the same device's timing lock, not as
+    if it were alone."""
     from types import SimpleNamespace
 
-    from ks_inductor.evolve.evolver import FINAL_COST, Evolver
+    from ks_inductor.evolve.evolver import FINAL_COST, FINAL_HELD_COST, Evolver
 
     def estimate(parallel_regions):
-        me = SimpleNamespace(search_s=[2.0], judge=SimpleNamespace(device_count=4),
+        me = SimpleNamespace(search_s=[(2.0, 0.1)], judge=SimpleNamespace(device_count=4),
                              config=EvolveConfig(final_candidates=3, parallel_regions=parallel_regions))
         return Evolver._final_estimate(me)
 
-    assert estimate(None) == FINAL_COST * 2.0 * 1  # 3 leaders over 4 devices: one each
-    assert estimate(8) == FINAL_COST * 2.0 * 6  # 24 leaders over 4 devices
+    own, held = FINAL_COST * 2.0, FINAL_HELD_COST * 0.1
+    assert estimate(None) == pytest.approx(own)  # 3 leaders over 4 devices: one each
+    assert estimate(8) == pytest.approx(own + 5 * held)  # 24 leaders over 4 devices: 6 a device
 
 
-def test_no_final_reserve_where_the_final_judgments_could_not_start() -> None:
-    """Where even the largest reserve could not start the final judgments (they take longer than the whole limit
-    here), the search keeps none and uses the whole limit; where they fit, it keeps their estimate."""
+def test_final_estimate_takes_the_judges_finished_final_judgments_over_the_search_s() -> None:
+    """Once the judge has finished final judgments, their measured cost replaces the foresight from the search's
+    (search children that queued long for the device do not inflate it: their waits are not their own time)."""
     from types import SimpleNamespace
 
-    from ks_inductor.evolve.evolver import FINAL_COST, Evolver
+    from ks_inductor.evolve.evolver import Evolver
 
-    def reserve(limit, search_s):
-        me = SimpleNamespace(search_s=[search_s], timed=True, judge=SimpleNamespace(device_count=1),
-                             config=EvolveConfig(final_candidates=3, time_limit_s=limit))
-        me._final_estimate = lambda: Evolver._final_estimate(me)
+    me = SimpleNamespace(search_s=[(2.0, 0.1)], judge=SimpleNamespace(device_count=1, typical_cost=lambda final: (
+        (9.0, 3.0) if final else (2.0, 0.1))), config=EvolveConfig(final_candidates=3, parallel_regions=2))
+    assert Evolver._final_estimate(me) == pytest.approx(9.0 + 5 * 3.0)
+
+
+def test_the_judge_records_what_its_timed_judgments_cost_per_protocol() -> None:
+    """``Judge.typical_cost``: a judgment's own seconds leave out its wait for the device and the reference."""
+    with Judge(JudgeConfig(backend="triton-interpret"), spares=False) as j:
+        assert j.typical_cost(True) is None
+        for wait in (1.0, 3.0, 5.0):
+            res = EvalResult(verdict="accepted", correct=True, timings={"candidate": Timing(0.1, 0.0, 0.1, 5)},
+                             stage_s={"device_wait": wait, "reference": 2.0}, device_held_s={"exclusive": 0.5})
+            res.duration_s = 10.0 + wait
+            j._record_cost(res, final=True)
+        assert j.typical_cost(True) == pytest.approx((8.0, 0.5))
+        assert j.typical_cost(False) is None
+
+
+def test_the_reserve_keeps_time_for_the_best_alone_where_all_leaders_would_not_fit() -> None:
+    """Where the final judgments of every leader would not fit in the largest reserve, the search keeps time for its
+    best's alone (``_finish`` then judges only that one) rather than none; where they fit, it keeps their
+    estimate."""
+    from types import SimpleNamespace
+
+    from ks_inductor.evolve.evolver import FINAL_COST, FINAL_HELD_COST, FINAL_RESERVE_MAX, Evolver
+
+    def reserve(limit, own, held):
+        me = SimpleNamespace(search_s=[(own, held)], timed=True, judge=SimpleNamespace(device_count=1),
+                             config=EvolveConfig(final_candidates=3, time_limit_s=limit, parallel_regions=2))
+        me._final_estimate = lambda leaders=None: Evolver._final_estimate(me, leaders)
         return Evolver._final_reserve(me)
 
-    # 3 leaders on one device at 2.9 s per search judgment: about 26 s, more than a 24.4 s limit.
-    assert reserve(24.4, 2.9) == 0.0
-    assert reserve(100.0, 2.9) == FINAL_COST * 2.9 * 3
+    # 6 leaders of two searches on one device: one's own time and five others' device time, about 65 s, more than
+    # half a 60 s limit: the best's alone (its own time and the other search's best's device time) is kept.
+    assert reserve(60.0, 2.9, 0.4) == pytest.approx(FINAL_COST * 2.9 + FINAL_HELD_COST * 0.4)
+    assert reserve(40.0, 2.9, 0.4) == pytest.approx(FINAL_RESERVE_MAX * 40.0)  # never more than that share
+    assert reserve(200.0, 2.9, 0.4) == pytest.approx(FINAL_COST * 2.9 + 5 * FINAL_HELD_COST * 0.4)

@@ -227,9 +227,16 @@ def batch_norm_updating_running_stats(*args: Any) -> None:
 
 
 # Why an op that no region takes stays with Inductor, where a reason more specific than "no region takes it" exists.
+_RANDOM_WHY = ("draws random numbers, which no kernel can be checked against (its stream differs from the "
+               "reference's); Inductor keeps it, and the operations around it form regions of their own that take "
+               "its numbers as inputs")
 UNSUPPORTED_WHY = {
     "batch_norm_updating_running_stats": "training-mode batch norm updates its running statistics in place, which a "
                                          "region's kernel (a function of its inputs) cannot; Inductor keeps it",
+    **{op: _RANDOM_WHY for op in ("rand", "rand_like", "randn", "randn_like", "randint", "randint_like", "randperm",
+                                  "bernoulli", "bernoulli_", "normal", "normal_", "uniform_", "exponential_",
+                                  "multinomial", "native_dropout", "poisson", "random_", "geometric_", "cauchy_",
+                                  "log_normal_")},
 }
 
 

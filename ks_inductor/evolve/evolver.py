@@ -27,13 +27,19 @@ from ks_inductor.problem import Problem
 log = logging.getLogger(__name__)
 
 
-# A final judgment's cost in search judgments (its protocol's longer timing and Inductor's compile), the share of
-# a time limit kept for the final judgments (at least, at most), and the least time worth starting them in.
-FINAL_COST = 3.0
+# Until the judge has finished a final judgment (``Judge.typical_cost``), its cost is foreseen from the search's
+# own: FINAL_COST times a search judgment's own seconds (the final protocol's longer timing, its steady state and
+# Inductor's compile) and FINAL_HELD_COST times the seconds a search judgment holds the device alone (on an H100 a
+# small problem's search child holds it 0.15 s, its final judgment about 4 s, the CUDA-graph timing most of that).
+# Then the share of a time limit kept for the final judgments (at least, at most), and the least time worth
+# starting them in.
+FINAL_COST = 5.0
+FINAL_HELD_COST = 25.0
 FINAL_RESERVE_MIN = 0.15
 FINAL_RESERVE_MAX = 0.5
 FINAL_MIN_S = 1.0
-# The final judgments start only with at least this share of their estimate left.
+# With less than this share of the final judgments' estimate left, only the search's best is judged finally (its
+# judgment still may fit, and nothing else would use the time).
 FINAL_START_SHARE = 0.5
 
 
@@ -142,7 +148,8 @@ class Evolver:
         self.seed_speedup: float | None = None
         self.wall_before = 0.0
         self.end: float | None = None  # the run's deadline (time.monotonic), from time_limit_s
-        self.search_s: list[float] = []  # the search's judgments' durations, to foresee the final ones'
+        # The search's judgments' own seconds and seconds holding the device alone, to foresee the final ones'.
+        self.search_s: list[tuple[float, float]] = []
         self.mutator = self._make_mutator()
 
     # ------------------------------------------------------------------ setup
@@ -308,7 +315,8 @@ class Evolver:
                             **info, "retried": True}
                         continue
                     if info["kind"] != "retime" and res.duration_s:
-                        self.search_s.append(res.duration_s)
+                        own = res.duration_s - res.stage_s.get("device_wait", 0.0) - res.stage_s.get("reference", 0.0)
+                        self.search_s.append((max(0.0, own), res.device_held_s.get("exclusive", 0.0)))
                     self._absorb(run_id, archive, info["cand"], info, res, bar)
                     bar.done()
                 self._save(run_id, archive, self.wall_before + time.monotonic() - t0, saved_judged())
@@ -330,28 +338,36 @@ class Evolver:
         return self._finish(run_id, archive, self.wall_before + time.monotonic() - t0, stop_reason)
 
     # ------------------------------------------------------------------ time
-    def _final_estimate(self) -> float:
-        """Rough seconds the final judgments take, from the search's own judgments (0 before any): each times
-        more rounds of longer runs against more baselines, Inductor's compile among them, and the leaders share
-        each device's timing lock, with those of the searches beside this one on the same judge
-        (``parallel_regions``): searches that share a deadline judge their leaders at the same time."""
+    def _final_estimate(self, leaders: int | None = None) -> float:
+        """Rough seconds the final judgments take (0 before the search has judged anything): one final judgment's own
+        time, plus the device time of the others that queue for the same device's timing lock. The leaders of the
+        searches beside this one on the same judge (``parallel_regions``) queue there too: searches that share a
+        deadline judge their leaders at the same time. Costs come from the judge's finished final judgments, else
+        from this search's judgments (``FINAL_COST``, ``FINAL_HELD_COST``)."""
         if not self.search_s:
             return 0.0
         sharing = max(1, self.config.parallel_regions or 1)
-        per_device = -(-self.config.final_candidates * sharing // max(1, getattr(self.judge, "device_count", 1)))
-        return FINAL_COST * statistics.median(self.search_s) * per_device
+        leaders = self.config.final_candidates if leaders is None else leaders
+        per_device = -(-leaders * sharing // max(1, getattr(self.judge, "device_count", 1)))
+        typical = getattr(self.judge, "typical_cost", None)
+        seen = typical(True) if typical is not None else None
+        if seen is None:
+            seen = (FINAL_COST * statistics.median(c[0] for c in self.search_s),
+                    FINAL_HELD_COST * statistics.median(c[1] for c in self.search_s))
+        own, held = seen
+        return own + (per_device - 1) * held
 
     def _final_reserve(self) -> float:
-        """Seconds kept at the end of a time-limited run for the final judgments (timed backends only); none where
-        even the largest reserve could not start them (``_finish`` starts them with half their estimate left): time
-        kept for judgments that will not run would only end the search early."""
+        """Seconds kept at the end of a time-limited run for the final judgments (timed backends only): their
+        estimate, within a share of the limit; where all the leaders' would not fit, the search's best's alone
+        (``_finish`` then judges only that one)."""
         limit = self.config.time_limit_s
         if not self.timed or self.config.final_candidates <= 0 or limit is None:
             return 0.0
-        estimate = self._final_estimate()
         most = FINAL_RESERVE_MAX * limit
-        if most < FINAL_START_SHARE * estimate:
-            return 0.0
+        estimate = self._final_estimate()
+        if estimate > most:
+            estimate = self._final_estimate(leaders=1)
         return min(most, max(FINAL_RESERVE_MIN * limit, estimate))
 
     # ------------------------------------------------------------------ results
@@ -424,14 +440,17 @@ class Evolver:
             island=info["island"], tokens=mut.tokens))
         bar.set_best(archive.best())
 
-    def _final_judgment(self, run_id: str, archive: Archive) -> tuple[Program | None, EvalResult | None, int]:
+    def _final_judgment(self, run_id: str, archive: Archive,
+                        leaders_n: int | None = None) -> tuple[Program | None, EvalResult | None, int]:
         """Judge the leading elites again with the judge's final protocol (full timing, Inductor among the
         baselines) and return the winner by that judgment: what gets served must have beaten every baseline
         under the protocol the benchmarks use, not just the search's short one against eager. The first leader's
         judgment also times the others head to head (``rivals``), so that the choice among leaders that all
         qualify is made in one process's interleaved rounds rather than across separate ones. The third value
-        counts the leaders whose final judgment the run's time limit cut off."""
-        leaders = [archive.programs[e] for e in archive.elites[: self.config.final_candidates]]
+        counts the leaders whose final judgment the run's time limit cut off. ``leaders_n``: how many leaders
+        (default ``final_candidates``)."""
+        n = self.config.final_candidates if leaders_n is None else leaders_n
+        leaders = [archive.programs[e] for e in archive.elites[:n]]
         sources = [Candidate.from_json(p.candidate).source for p in leaders]
         futs = []
         for i, (prog, src) in enumerate(zip(leaders, sources)):
@@ -474,13 +493,14 @@ class Evolver:
         unverified = False  # the final protocol did not judge what is stored
         if self.timed and best is not None and self.config.final_candidates > 0:
             left = None if self.end is None else self.end - time.monotonic()
-            if left is not None and (left < FINAL_MIN_S or left < FINAL_START_SHARE * self._final_estimate()):
+            if left is not None and left < FINAL_MIN_S:
                 unverified = True
                 note = (f"the final protocol was not run: {max(left, 0.0):.1f} s of the {self.config.time_limit_s:g} s "
-                        f"limit were left and it takes about {self._final_estimate():.0f} s here")
+                        f"limit were left and it takes about {self._final_estimate(leaders=1):.0f} s here")
             else:
                 search_best, search_res = best, best_res
-                best, final, cut = self._final_judgment(run_id, archive)
+                short = left is not None and left < FINAL_START_SHARE * self._final_estimate()
+                best, final, cut = self._final_judgment(run_id, archive, 1 if short else None)
                 best_res = final
                 if cut and final is None:
                     best, best_res, unverified = search_best, search_res, True

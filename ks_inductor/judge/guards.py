@@ -46,6 +46,7 @@ class LaunchCounter:
         except ImportError:
             pass
         counter = self
+        self._originals = [(cls, cls.run) for cls in targets]
         for cls in targets:
             original = cls.run
 
@@ -58,6 +59,12 @@ class LaunchCounter:
                 return _original(self, *args, **kwargs)
 
             cls.run = run
+
+    def uninstall(self) -> None:
+        """Put the launch entry points back, so that a worker that takes another job counts it afresh."""
+        for cls, original in reversed(getattr(self, "_originals", [])):
+            cls.run = original
+        self._originals = []
 
     def _check_stream(self) -> None:
         # Triton launches on torch's current stream; anything else is work the timing events cannot see.
@@ -173,7 +180,14 @@ class ThreadWatch:
             watch.started.extend(m for m in mods if m)
             return original(thread)
 
+        self._original = original
         threading.Thread.start = start  # type: ignore[method-assign]
+
+    def uninstall(self) -> None:
+        original = getattr(self, "_original", None)
+        if original is not None:
+            threading.Thread.start = original  # type: ignore[method-assign]
+            self._original = None
 
     def candidate_threads(self) -> list[str]:
         return [m for m in self.started if m.startswith(self.prefix)]

@@ -1,7 +1,9 @@
 """Worker processes and their supervision: time limits per stage, a memory limit, the per-device timing lock.
 
-Each job gets a fresh process (a crash, a hang or a CUDA error can never leak into the next candidate); a spare
-per device is started ahead so that the torch import is off the critical path. The processes are forked from a warm
+Each job gets a fresh process (a crash, a hang or a CUDA error can never leak into the next candidate), except that a
+search's judgments may share one: a worker whose job ended cleanly takes the next, up to
+``JudgeConfig.jobs_per_worker`` jobs, which spares the device context each fresh process makes (the host makes them
+one at a time). A spare per device is started ahead so that the torch import is off the critical path. The processes are forked from a warm
 parent per device that did the imports once and never touched the device (``forkserver.py``).
 """
 
@@ -40,6 +42,8 @@ class JobOutcome:
     detail: str = ""
     log_tail: str = ""
     stages: list[str] = field(default_factory=list)
+    worker: Any = None  # the process that ran it, and its device (``WorkerPool.give_back``)
+    device: int | None = None
 
 
 class DeviceLock:
@@ -111,6 +115,8 @@ class WorkerProcess:
         self._reader = threading.Thread(target=self._read, args=(r,), daemon=True)
         self._reader.start()
         self.ready = False
+        self.jobs = 0  # jobs this process has taken
+        self.kept = False  # after its last job: alive and fit for another (``run_job``'s ``reuse``)
 
     def _read(self, fd: int) -> None:
         with os.fdopen(fd, "r") as f:
@@ -155,13 +161,20 @@ class WorkerProcess:
     def run_job(self, job: dict[str, Any], stage_limits: dict[str, float], memory_limit_mb: int,
                 device_lock: DeviceLock | None,
                 on_output: Callable[[dict[str, Any]], bool] | None = None,
-                clock: StageClock | None = None, deadline: float | None = None) -> JobOutcome:
+                clock: StageClock | None = None, deadline: float | None = None, reuse: int = 1) -> JobOutcome:
         """Send the job and supervise it to the end. Stage limits apply per stage; waiting for the device lock
         does not count against them, nor does the judge's comparison of an output the worker hands over
         (``on_output``: True lets the worker go on, False stops it). ``clock`` is charged per stage as the
         worker's messages arrive (``StageClock``). Past ``deadline`` (``time.monotonic``) the worker is killed and the
-        outcome is a ``deadline`` failure, the caller's limit rather than the candidate's."""
+        outcome is a ``deadline`` failure, the caller's limit rather than the candidate's.
+
+        ``reuse``: how many jobs this process may take in all. While it has not taken that many, a job that ends with
+        a result the worker itself calls fit for another (``worker.serve``) leaves the process alive and ``kept``;
+        anything else kills it."""
         clock = clock or StageClock()
+        self.jobs += 1
+        self.kept = False
+        keep = False
         stages = ["start"]
         clock.enter("worker_start")
         wait = READY_TIMEOUT_S if deadline is None else max(0.0, min(READY_TIMEOUT_S, deadline - time.monotonic()))
@@ -226,7 +239,8 @@ class WorkerProcess:
                         self.proc.stdin.flush()
                         stage_until = time.monotonic() + stage_limits.get(stage, 300.0)
                     elif ev == "result":
-                        return JobOutcome(msg, stage, None, "", self.log_tail(), stages)
+                        keep = bool(msg.get("ok") and msg.pop("reusable", False)) and self.jobs < reuse
+                        return JobOutcome(msg, stage, None, "", "" if keep else self.log_tail(), stages)
                 if deadline is not None and time.monotonic() > deadline:
                     return JobOutcome(None, stage, "deadline", "the caller's time limit ran out", self.log_tail(),
                                       stages)
@@ -243,7 +257,10 @@ class WorkerProcess:
             if device_lock is not None:
                 for mode in held:
                     device_lock.release(mode)
-            self.kill()
+            if keep and self.proc.poll() is None:
+                self.kept = True
+            else:
+                self.kill()
 
 
 def _describe_exit(code: int | None) -> str:
@@ -285,6 +302,9 @@ class WorkerPool:
         self.log_dir = log_dir
         self.spares_enabled = spares > 0
         self._spares: dict[int | None, list[WorkerProcess]] = {d: [] for d in devices}
+        # Workers that ended a search judgment cleanly and may take another (``JudgeConfig.jobs_per_worker``).
+        self._kept: dict[int | None, list[WorkerProcess]] = {d: [] for d in devices}
+        self.reused = 0  # jobs that went to a kept worker
         self._lock = threading.Lock()
         self.device_locks = {d: DeviceLock() for d in devices}
         # Whole jobs, not stages: shared by jobs that may overlap, exclusive for one that must run alone (admission).
@@ -322,7 +342,17 @@ class WorkerPool:
         forks.close()
         self.fork_servers[device] = _start_fork_server(self.backend, self.log_dir, device)
 
-    def take(self, device: int | None) -> WorkerProcess:
+    def take(self, device: int | None, reuse: bool = False) -> WorkerProcess:
+        """A worker for one job on ``device``: with ``reuse``, a kept one if there is one; otherwise a fresh spare
+        (started now if none is ready), replaced at once."""
+        if reuse:
+            with self._lock:
+                while self._kept[device]:
+                    w = self._kept[device].pop()
+                    if w.proc.poll() is None:
+                        self.reused += 1
+                        return w
+                    w.kill()
         with self._lock:
             self._revive_forks(device)
             forks = self.fork_servers[device]
@@ -341,11 +371,24 @@ class WorkerPool:
                     self._spares[device].append(spare)
         return w or WorkerProcess(self.backend, device, self.log_dir, forks)
 
+    def give_back(self, device: int | None, worker: WorkerProcess | None, fit: bool) -> None:
+        """A worker after its job: kept for the next search judgment on its device where it stayed alive for one
+        (``WorkerProcess.kept``) and the judge found its job ``fit`` to go on from; otherwise killed."""
+        if worker is None or not worker.kept:
+            return
+        worker.kept = False
+        if fit:
+            with self._lock:
+                if not self._closed:
+                    self._kept[device].append(worker)
+                    return
+        worker.kill()
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            spares = [w for ws in self._spares.values() for w in ws]
-            for ws in self._spares.values():
+            spares = [w for ws in (*self._spares.values(), *self._kept.values()) for w in ws]
+            for ws in (*self._spares.values(), *self._kept.values()):
                 ws.clear()
         for w in spares:
             w.kill()

@@ -7,6 +7,7 @@ import hashlib
 import logging
 import os
 import shutil
+import statistics
 import tempfile
 import threading
 import time
@@ -38,6 +39,8 @@ from ks_inductor.judge.verdict import (
 from ks_inductor.problem import Problem
 
 log = logging.getLogger(__name__)
+
+COST_SAMPLES = 50  # judgments per protocol that ``Judge.typical_cost`` takes its medians over
 
 # Runtime findings that make a candidate wrong or untrustworthy, whatever its outputs.
 _REJECTING_FLAGS = frozenset({
@@ -147,6 +150,9 @@ class Judge:
         self._lock = threading.Lock()
         self._fingerprint: EnvFingerprint | None = None
         self._l2 = self.backend.l2_bytes() if self.backend.device != "cpu" else 0
+        # What finished judgments cost, per protocol (final or not): (seconds of their own, seconds holding the
+        # device alone), the most recent COST_SAMPLES of each.
+        self._costs: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
 
     # ------------------------------------------------------------------ public API
     @property
@@ -154,6 +160,25 @@ class Judge:
         if self._fingerprint is None:
             self._fingerprint = self.backend.fingerprint(0)
         return self._fingerprint
+
+    def typical_cost(self, final: bool) -> tuple[float, float] | None:
+        """The median cost of this judge's recent timed judgments with the final protocol (``final``) or the search's:
+        seconds of their own (their wall time less waiting for the device and the problem's reference) and seconds
+        holding a device alone. None before any has finished."""
+        with self._lock:
+            seen = list(self._costs[final])
+        if not seen:
+            return None
+        return statistics.median(c[0] for c in seen), statistics.median(c[1] for c in seen)
+
+    def _record_cost(self, res: EvalResult, final: bool) -> None:
+        if not res.timings or res.verdict == ERROR:
+            return
+        own = res.duration_s - res.stage_s.get("device_wait", 0.0) - res.stage_s.get("reference", 0.0)
+        with self._lock:
+            costs = self._costs[final]
+            costs.append((max(0.0, own), res.device_held_s.get("exclusive", 0.0)))
+            del costs[:-COST_SAMPLES]
 
     @property
     def device_count(self) -> int:
@@ -267,6 +292,7 @@ class Judge:
         res.stage_s = clock.stop()
         res.device_held_s = clock.device_held()
         res.duration_s = time.monotonic() - t0
+        self._record_cost(res, final)
         return res
 
     @staticmethod
@@ -282,7 +308,8 @@ class Judge:
 
     def _run(self, job: dict[str, Any], on_output: Any = None, alone: bool = False,
              clock: StageClock | None = None, deadline: float | None = None) -> JobOutcome:
-        """Run a job on a fresh worker; ``alone``: with no other job on its device (``admission``)."""
+        """Run a job on a fresh worker, or a kept one where the job is ``reusable``; ``alone``: with no other job on
+        its device (``admission``)."""
         clock = clock or StageClock()
         device = self._pool.pick_device()
         gate = self._pool.job_gates[device]
@@ -292,10 +319,13 @@ class Judge:
         try:
             if deadline is not None and time.monotonic() >= deadline:
                 return JobOutcome(None, "start", "deadline", DEADLINE_ERROR)
+            reuse = self.config.jobs_per_worker if job.get("reusable") else 1
             with clock.section("worker_start"):
-                worker = self._pool.take(device)
-            return worker.run_job(job, self._stage_limits(), self.config.memory_limit_mb,
-                                  self._pool.device_locks.get(device), on_output, clock, deadline)
+                worker = self._pool.take(device, reuse=reuse > 1)
+            out = worker.run_job(job, self._stage_limits(), self.config.memory_limit_mb,
+                                 self._pool.device_locks.get(device), on_output, clock, deadline, reuse)
+            out.worker, out.device = worker, device
+            return out
         finally:
             gate.release(mode)
 
@@ -425,6 +455,20 @@ class Judge:
     def _evaluate(self, problem: Problem, source: str, timing: bool | None, final: bool = False,
                   rivals: list[str] | None = None, clock: StageClock | None = None,
                   deadline: float | None = None) -> EvalResult:
+        ran: list[JobOutcome] = []
+        res = None
+        try:
+            res = self._judge(problem, source, timing, final, rivals, clock, deadline, ran)
+            return res
+        finally:
+            for out in ran:
+                # A kept worker goes on only after a candidate the judge found correct and plausible.
+                self._pool.give_back(out.device, out.worker,
+                                     fit=res is not None and res.correct and res.verdict != QUARANTINED)
+
+    def _judge(self, problem: Problem, source: str, timing: bool | None, final: bool,
+               rivals: list[str] | None, clock: StageClock | None, deadline: float | None,
+               ran: list[JobOutcome]) -> EvalResult:
         cfg = self.config
         clock = clock or StageClock()
         clock.enter("static")
@@ -462,6 +506,9 @@ class Judge:
                 "timing_sets": [(t["seed"], t["dist"]) for t in ref.timing], "l2_bytes": self._l2,
                 "tolerances": cfg.tolerances, "rivals": rival_jobs,
                 "memory_limit_mb": cfg.memory_limit_mb, "device_memory_fraction": cfg.device_memory_fraction,
+                # Only a search child's worker may go on to another job: a final judgment runs in a fresh process,
+                # and its process ends with it.
+                "reusable": cfg.jobs_per_worker > 1 and not final,
             }
             if not want_timing and self.backend.timed:
                 job["timing"] = None  # on the interpreter the rotation re-check always runs; it costs little
@@ -470,6 +517,7 @@ class Judge:
             streamed = _Streamed(res, ref, work, trials, cfg.tolerance)
             out = self._run(job, streamed, alone=self._alone(problem, ref.out_bytes), clock=clock,
                             deadline=deadline)
+            ran.append(out)
             clock.enter("verdict")
             if res.verdict == ERROR or (res.verdict == REJECTED and res.reasons):
                 # An output was rejected (or could not be compared) and the worker stopped there; what its guards

@@ -1,8 +1,9 @@
-"""The judge's worker process: runs one job (a reference, a candidate, or test vectors) and exits.
+"""The judge's worker process: runs a job (a reference, a candidate, or test vectors) and exits, or, for a search's
+judgments, takes the judge's next job while each ends cleanly (``serve``).
 
 Started as ``python -m ks_inductor.judge.worker FD``, or forked from the judge's warm fork server
-(``forkserver.py``) on the interpreter backend. It imports torch and triton, installs the runtime guards, says
-``ready`` on FD, then reads one JSON job from stdin. Progress (stage changes, requests for the device's timing
+(``forkserver.py``). It imports torch and triton, says ``ready`` on FD, then reads a JSON job from stdin and installs
+the runtime guards for it. Progress (stage changes, requests for the device's timing
 lock, each output handed over for the judge to compare) and the result go out on FD as JSON lines; tensors go to
 safetensors files in the job's folder. Anything the candidate prints lands in the worker's log, never in the
 protocol.
@@ -49,12 +50,19 @@ def release(mode: str) -> None:
     send({"event": "release", "mode": mode})
 
 
+def _vm_bytes() -> int:
+    with open("/proc/self/status") as f:
+        return 1024 * next((int(ln.split()[1]) for ln in f if ln.startswith("VmSize:")), 0)
+
+
+_vm_at_ready = 0  # the address space before any job: every job's limit counts from it
+
+
 def _set_memory_limit(limit_mb: int) -> None:
     import resource
 
-    with open("/proc/self/status") as f:
-        vm = next((int(ln.split()[1]) for ln in f if ln.startswith("VmSize:")), 0)  # kB
-    limit = vm * 1024 + limit_mb * 2**20
+    # The same limit for every job of a worker (an unprivileged process cannot raise a hard limit it lowered).
+    limit = (_vm_at_ready or _vm_bytes()) + limit_mb * 2**20
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
@@ -305,6 +313,7 @@ class _Seen:
         self.torch_ops: set[str] = set()
         self.launches_per_call: list[int] = []
         self.counter: Any = None  # the Triton launch counter (guards.LaunchCounter), once installed
+        self.threads: Any = None  # the thread watch (guards.ThreadWatch), once installed
 
     def trial_flags(self) -> list[tuple[str, str]]:
         out = []
@@ -325,6 +334,11 @@ def run_candidate(job: dict[str, Any]) -> dict[str, Any]:
     except Stop:
         # The judge rejected an output; what the guards saw until then still goes into the verdict.
         return {"stopped": True, "flags": _first_of_each(seen.flags + seen.trial_flags())}
+    finally:
+        # A worker that takes another job installs its guards afresh.
+        for guard in (seen.counter, seen.threads):
+            if guard is not None:
+                guard.uninstall()
 
 
 def _run_candidate(job: dict[str, Any], seen: _Seen) -> dict[str, Any]:
@@ -340,7 +354,7 @@ def _run_candidate(job: dict[str, Any], seen: _Seen) -> dict[str, Any]:
     counter.install()
     ids_before = guards.identity_snapshot()
     numerics_before = guards.numerics_flags()
-    threads = guards.ThreadWatch("ks_candidate")
+    threads = seen.threads = guards.ThreadWatch("ks_candidate")
     threads.install()
     stream_before = guards.current_stream_id(device)
     rng = random.Random(job["order_seed"])
@@ -692,9 +706,71 @@ def main() -> None:
     serve(int(sys.argv[1]))
 
 
+# Namespaces a job could leave something in for the next: what they hold is compared before and after each job.
+_WATCHED = ("builtins", "math", "time", "random", "threading", "torch", "torch.cuda", "torch.nn", "torch.nn.functional",
+            "torch.library", "triton", "triton.language", "ks_inductor.judge.guards", "ks_inductor.judge.inputs",
+            "ks_inductor.judge.timing", "ks_inductor.judge.worker", "ks_inductor.problem")
+_WATCHED_CLASSES = ("torch.Tensor", "torch.nn.Module", "torch.cuda.Event", "threading.Thread")
+
+
+def namespace_state() -> dict[str, int]:
+    """Every name in the watched modules and classes, with the identity of what it holds where that is code or a
+    class (values such as counters may change; code must not). A submodule bound by a later import is not a change."""
+    import types
+
+    def entries(prefix: str, ns: Any) -> dict[str, int]:
+        return {f"{prefix}.{k}": (id(v) if callable(v) or isinstance(v, type) else 0)
+                for k, v in list(ns.items()) if not isinstance(v, types.ModuleType)}
+
+    state: dict[str, int] = {}
+    for name in _WATCHED:
+        mod = sys.modules.get(name)
+        if mod is not None:
+            state.update(entries(name, vars(mod)))
+    for dotted in _WATCHED_CLASSES:
+        mod_name, _, cls_name = dotted.rpartition(".")
+        cls = getattr(sys.modules.get(mod_name), cls_name, None)
+        if isinstance(cls, type):
+            state.update(entries(dotted, vars(cls)))
+    return state
+
+
+_state_before: dict[str, int] = {}
+
+
+def _fit_for_another(job: dict[str, Any], result: dict[str, Any]) -> bool:
+    """Whether this worker may take the judge's next job: the judge asked for reuse, the job ended cleanly (nothing
+    flagged, not stopped on a wrong output), left the watched namespaces as it found them, and its address space
+    has not grown by half the memory limit."""
+    if not job.get("reusable") or result.get("flags") or result.get("stopped"):
+        return False
+    after = namespace_state()
+    changed = sorted(k for k in set(after) | set(_state_before) if after.get(k) != _state_before.get(k))
+    if changed:
+        print(f"worker: not taking another job; the last one changed {', '.join(changed[:5])}", file=sys.stderr)
+        return False
+    return _vm_bytes() - _vm_at_ready < job["memory_limit_mb"] * 2**19
+
+
+def _between_jobs(home: str) -> None:
+    """Forget the last job: its candidate's module, its objects, its cached device memory."""
+    import gc
+
+    import torch
+
+    for name in [n for n in sys.modules if n.startswith("ks_candidate")]:
+        del sys.modules[name]
+    gc.collect()
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    os.chdir(home)  # the job's folder is the judge's to delete
+
+
 def serve(events_fd: int) -> None:
-    """Say ready on ``events_fd``, run the one job that comes on stdin, and exit."""
-    global _events
+    """Say ready on ``events_fd``, then run the jobs that come on stdin: one, or more while the judge asks for reuse
+    (``reusable`` in a job; search judgments only, see ``JudgeConfig.jobs_per_worker``) and each ends cleanly."""
+    global _events, _vm_at_ready, _state_before
     import torch
 
     _events = os.fdopen(events_fd, "w")
@@ -703,38 +779,50 @@ def serve(events_fd: int) -> None:
         # judgment's path, where contexts made by many workers at once queue in the driver.
         torch.cuda.init()
         torch.empty(1, device="cuda")
+    home = os.getcwd()
+    _vm_at_ready = _vm_bytes()
     send({"event": "ready", "pid": os.getpid()})
-    line = sys.stdin.readline()
-    if not line:
-        return
-    job = json.loads(line)
-    os.chdir(job["workdir"])
-    try:
-        if job["device"] == "cpu":
-            _set_memory_limit(job["memory_limit_mb"])
-        else:
-            torch.cuda.set_per_process_memory_fraction(job["device_memory_fraction"])
-        handler = {"reference": run_reference, "candidate": run_candidate, "vectors": run_vectors}[job["kind"]]
-        result = handler(job)
-        send({"event": "result", "ok": True, **result})
-    except BaseException as e:  # noqa: BLE001 - everything becomes a structured verdict
-        tb = traceback.format_exc(limit=8)
-        msg = f"{type(e).__name__}: {e}"
-        device_error = any(s in msg for s in ("CUDA error", "illegal memory access", "cudaError", "device-side",
-                                              "AcceleratorError", "unspecified launch failure"))
-        oom = isinstance(e, MemoryError) or any(
-            s in msg.lower() for s in ("out of memory", "can't allocate memory", "cannot allocate memory"))
-        # The trial outputs go to the judge's scratch folder; a full disk there is the judge's limit, not the code's.
-        no_space = (isinstance(e, OSError) and e.errno == errno.ENOSPC) or "no space left on device" in msg.lower()
+    while True:
+        line = sys.stdin.readline()
+        if not line:
+            return
+        job = json.loads(line)
+        os.chdir(job["workdir"])
+        if job.get("reusable"):
+            _state_before = namespace_state()
         try:
-            send({"event": "result", "ok": False, "error": msg, "traceback": tb, "device_error": device_error,
-                  "oom": oom, "no_space": no_space})
-        except Exception:  # noqa: BLE001
-            pass
-        # Whatever happened, this process is retired: a CUDA error poisons the context for good.
-        os._exit(3)
-    _events.flush()
-    os._exit(0)
+            if job["device"] == "cpu":
+                _set_memory_limit(job["memory_limit_mb"])
+            else:
+                torch.cuda.set_per_process_memory_fraction(job["device_memory_fraction"])
+            handler = {"reference": run_reference, "candidate": run_candidate, "vectors": run_vectors}[job["kind"]]
+            result = handler(job)
+            again = _fit_for_another(job, result)
+            send({"event": "result", "ok": True, "reusable": again, **result})
+        except BaseException as e:  # noqa: BLE001 - everything becomes a structured verdict
+            tb = traceback.format_exc(limit=8)
+            msg = f"{type(e).__name__}: {e}"
+            device_error = any(s in msg for s in ("CUDA error", "illegal memory access", "cudaError", "device-side",
+                                                  "AcceleratorError", "unspecified launch failure"))
+            oom = isinstance(e, MemoryError) or any(
+                s in msg.lower() for s in ("out of memory", "can't allocate memory", "cannot allocate memory"))
+            # The trial outputs go to the judge's scratch folder; a full disk there is the judge's limit, not the
+            # code's.
+            no_space = (isinstance(e, OSError) and e.errno == errno.ENOSPC) or "no space left on device" in msg.lower()
+            try:
+                send({"event": "result", "ok": False, "error": msg, "traceback": tb, "device_error": device_error,
+                      "oom": oom, "no_space": no_space})
+            except Exception:  # noqa: BLE001
+                pass
+            # Whatever happened, this process is retired: a CUDA error poisons the context for good.
+            os._exit(3)
+        _events.flush()
+        if not again:
+            os._exit(0)
+        try:
+            _between_jobs(home)
+        except BaseException:  # noqa: BLE001 - a worker that cannot forget its last job takes no other
+            os._exit(0)
 
 
 if __name__ == "__main__":

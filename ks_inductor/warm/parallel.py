@@ -13,18 +13,23 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
+# Regions in flight per local GPU when the config says nothing. A judgment holds its device alone for a small part
+# of its wall time (the timing; its worker's start, compile and checks overlap others), and a region's search keeps
+# only a few children in flight and pauses between generations, so one region per GPU leaves the GPU mostly idle.
+REGIONS_PER_GPU = 3
+
 
 def default_parallel_regions(fp: Any, judge: Any = None) -> int:
-    """Regions in flight when the config says nothing: one per local device, and at least two on the CPU (the
+    """Regions in flight when the config says nothing: ``REGIONS_PER_GPU`` per local device, and two on the CPU (the
     interpreter judge's workers are processes of their own, so a second region keeps the cores busy while the
     first one's loop waits on its verdicts)."""
-    if judge is not None and getattr(judge, "device_count", None) and fp.timed:
-        return max(1, int(judge.device_count))
     if not fp.timed:
         return 2
+    if judge is not None and getattr(judge, "device_count", None):
+        return REGIONS_PER_GPU * max(1, int(judge.device_count))
     import torch
 
-    return max(1, torch.cuda.device_count())
+    return REGIONS_PER_GPU * max(1, torch.cuda.device_count())
 
 
 class LockedStore:
