@@ -27,6 +27,7 @@ SLOW = ("import runpy, subprocess, sys, time\n"
 @pytest.fixture
 def slow_codegen(monkeypatch):
     monkeypatch.setattr(G, "CODEGEN_CMD", [sys.executable, "-c", SLOW])
+    monkeypatch.setattr(G, "_run_forked", lambda *a: None)  # generations start from CODEGEN_CMD
     monkeypatch.setattr(G, "_memo", {})
     monkeypatch.setattr(G, "_key_locks", {})
 

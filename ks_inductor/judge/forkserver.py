@@ -1,5 +1,6 @@
 """A warm parent for the judge's workers: it imports torch, triton and the worker's modules once, then forks a fresh
-child for every job.
+child for every job. Inductor's code generation for the seeds forks its throwaway processes the same way
+(``ks_inductor/evolve/inductor/generate.py``).
 
 A worker started from nothing spends about 3 s of CPU importing before it runs a job that takes well under one on the
 interpreter backend, so on a small CPU box the imports would be most of a judgment. A forked child starts from the
@@ -31,6 +32,10 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 120.0
 _MSG_MAX = 65536
+# What the parent imports ahead (a ``module:function`` it calls once) and what each child runs with its protocol pipe
+# (``module:function(fd)``): the judge's worker by default; Inductor's code generation uses the same machinery.
+WORKER_PRELOAD = "ks_inductor.judge.worker:preload_for_fork"
+WORKER_ENTRY = "ks_inductor.judge.worker:serve"
 
 
 class ForkServerError(RuntimeError):
@@ -65,16 +70,17 @@ class ForkServer:
     """The judge's side: starts the warm parent and asks it for children."""
 
     def __init__(self, env: dict[str, str], cwd: str, name: str = "forkserver", probe_device: bool = False,
-                 wait: bool = True) -> None:
+                 wait: bool = True, preload: str = WORKER_PRELOAD, entry: str = WORKER_ENTRY) -> None:
         """Start the parent. ``wait``: until it is ready (its imports and probe done), raising ForkServerError if it
         does not come up; otherwise the first :meth:`fork` waits, and the caller's own start-up overlaps the
-        parent's imports."""
+        parent's imports. ``preload`` and ``entry``: what the parent imports once and what each child runs
+        (``module:function``; the judge's worker by default)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock = ours
         self.log_path = os.path.join(cwd, f"{name}.log")
         with open(self.log_path, "wb") as log_file:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "ks_inductor.judge.forkserver", str(theirs.fileno())]
+                [sys.executable, "-m", "ks_inductor.judge.forkserver", str(theirs.fileno()), preload, entry]
                 + (["--probe-device"] if probe_device else []),
                 stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                 pass_fds=(theirs.fileno(),), env=env, cwd=cwd, start_new_session=True,
@@ -200,7 +206,14 @@ class ForkServer:
 
 # The warm parent's side.
 
-def _child(sock: socket.socket, fds: list[int], cwd: str) -> None:
+def _function(spec: str) -> Any:
+    import importlib
+
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _child(sock: socket.socket, fds: list[int], cwd: str, entry: Any) -> None:
     """Runs in the forked child and never returns."""
     code = 3
     try:
@@ -218,9 +231,7 @@ def _child(sock: socket.socket, fds: list[int], cwd: str) -> None:
         sys.stdout = os.fdopen(1, "w", closefd=False)
         sys.stderr = os.fdopen(2, "w", closefd=False)
         os.chdir(cwd)
-        from ks_inductor.judge import worker
-
-        worker.serve(ev_w)
+        entry(ev_w)
         code = 0
     except BaseException:  # noqa: BLE001 - the child must never return into the parent's loop
         import traceback
@@ -264,11 +275,10 @@ def _child_can_use_device() -> bool:
     return os.waitstatus_to_exitcode(status) == 0
 
 
-def serve(fd: int, probe: bool = False) -> None:
+def serve(fd: int, probe: bool = False, preload: str = WORKER_PRELOAD, entry: str = WORKER_ENTRY) -> None:
     sock = socket.socket(fileno=fd)
-    from ks_inductor.judge import worker
-
-    worker.preload(warm=True)
+    _function(preload)()
+    run = _function(entry)
     if probe and not _child_can_use_device():
         sock.sendall(b'{"event": "unusable", "error": "a child forked here cannot initialise the device"}\n')
         os._exit(0)
@@ -295,7 +305,7 @@ def serve(fd: int, probe: bool = False) -> None:
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
-                _child(sock, fds, req["cwd"])
+                _child(sock, fds, req["cwd"], run)
             reply: dict[str, Any] = {"event": "forked", "pid": pid}
         except Exception as e:  # noqa: BLE001 - a bad request is answered, never fatal to the server
             reply = {"event": "error", "error": f"{type(e).__name__}: {e}"}
@@ -306,4 +316,4 @@ def serve(fd: int, probe: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), probe="--probe-device" in sys.argv[2:])
+    serve(int(sys.argv[1]), probe="--probe-device" in sys.argv[4:], preload=sys.argv[2], entry=sys.argv[3])

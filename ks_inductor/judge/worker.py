@@ -701,6 +701,11 @@ def preload(warm: bool = False) -> None:
         import torch._dynamo  # noqa: F401
 
 
+def preload_for_fork() -> None:
+    """The fork server's imports (``forkserver.py``): everything a candidate's first call would import."""
+    preload(warm=True)
+
+
 def main() -> None:
     preload(warm=True)
     serve(int(sys.argv[1]))

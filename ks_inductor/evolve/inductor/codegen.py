@@ -601,8 +601,35 @@ def generate_in_process(problem_source: str, name: str, target: str, options: di
     return prog
 
 
+def preload() -> None:
+    """What a generation imports, done once by the warm parent that forks the generations (``generate.py``). Nothing
+    here may touch a device or Inductor's state: each generation starts from this parent's memory."""
+    import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401
+    import torch._inductor.codegen.triton  # noqa: F401
+    import torch._inductor.compile_fx  # noqa: F401
+    import torch._inductor.decomposition  # noqa: F401
+    import torch._inductor.graph  # noqa: F401
+    import torch._subclasses.fake_tensor  # noqa: F401
+    import torch.fx.experimental.proxy_tensor  # noqa: F401
+    import triton  # noqa: F401
+
+    import ks_inductor.evolve.inductor.fake_device  # noqa: F401
+    import ks_inductor.problem  # noqa: F401
+
+
+def serve_forked(fd: int) -> None:
+    """A forked generation: the job on stdin, the plans as JSON on ``fd``."""
+    with os.fdopen(fd, "w") as out:
+        out.write(json.dumps(_run(json.loads(sys.stdin.read()))))
+
+
 def main() -> int:
-    job = json.loads(sys.stdin.read())
+    sys.stdout.write(json.dumps(_run(json.loads(sys.stdin.read()))))
+    return 0
+
+
+def _run(job: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for variant, options in job["variants"].items():
         try:
@@ -612,8 +639,7 @@ def main() -> int:
             out[variant] = {"error": str(e)}
         except Exception as e:  # noqa: BLE001 - Inductor failing on a graph is a reason, not a crash
             out[variant] = {"error": f"Inductor could not generate code: {type(e).__name__}: {_short(str(e))}"}
-    sys.stdout.write(json.dumps(out))
-    return 0
+    return out
 
 
 if __name__ == "__main__":
