@@ -91,3 +91,24 @@ def test_search_children_skip_the_graph_timing_and_final_judgments_keep_it() -> 
     assert config.protocol(final=True)["steady"] is True
     assert JudgeConfig().protocol(final=False)["steady"] is True  # a plain judgment (eval) times it too
     assert JudgeConfig.for_search(steady_state=False).protocol(final=True)["steady"] is False
+
+
+def test_prepare_computes_the_reference_before_any_judgment() -> None:
+    """``Judge.prepare``: the reference's worker runs in the background (a search calls it before making its seeds),
+    so that the first judgment finds it made; a problem whose reference fails reports it in the judgment."""
+    problem = load_problem(str(PROBLEMS / "rmsnorm.py"))
+    source = (CANDIDATES / "rmsnorm_ok.py").read_text()
+    broken = problem.__class__(**{**problem.__dict__, "key": "broken-reference",
+                                  "source": problem.source.replace("def forward(self", "def forward(self, *_,")
+                                  .replace("return ", "raise RuntimeError('no reference'); return ", 1)})
+    with Judge(JudgeConfig(backend="triton-interpret", trials=2)) as judge:
+        done = judge.prepare(problem)
+        failed = judge.prepare(broken)
+        done.result(timeout=120)
+        failed.result(timeout=120)
+        assert problem.key in judge._refs and not isinstance(judge._refs[problem.key], Exception)
+        first = judge.evaluate(problem, source)
+        bad = judge.evaluate(broken, source)
+    assert first.accepted, first.feedback_text()
+    assert first.stage_s["reference"] < 0.05
+    assert bad.verdict == ERROR and "the reference failed" in (bad.error or ""), bad.error

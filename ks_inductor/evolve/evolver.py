@@ -208,6 +208,9 @@ class Evolver:
         run_id, archive, _ = self._start()
         if cfg.time_limit_s is not None:
             self.end = t0 + cfg.time_limit_s - self.wall_before
+        prepare = getattr(self.judge, "prepare", None)
+        if prepare is not None:
+            prepare(self.problem, self.end)  # the reference runs while the seeds are made
         ctx = MutationContext(self.problem, self.family, archive, hardware_facts(self.judge), self.results)
         seeds = [c for c in self.mutator.seeds(ctx) if not archive.is_seen(c.source_hash)]
         if not seeds and not archive.correct_programs() and not archive.programs:

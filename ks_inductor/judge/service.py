@@ -208,6 +208,16 @@ class Judge:
         (no verdict on the candidate)."""
         return self._executor.submit(self._guarded, problem, source, timing, final, rivals, deadline)
 
+    def prepare(self, problem: Problem, deadline: float | None = None) -> Future[None]:
+        """Compute ``problem``'s reference outputs in the background, once (the judgments of the problem reuse
+        them): a search calls this before it makes its seeds, so that the reference's worker runs beside the seeds'
+        code generation instead of before the first judgment. A failure is kept and reported by the judgments."""
+        return self._executor.submit(self._prepare, problem, deadline)
+
+    def _prepare(self, problem: Problem, deadline: float | None) -> None:
+        with contextlib.suppress(Exception):  # kept in self._refs (or retried, past a deadline) for the judgments
+            self._reference(problem, deadline)
+
     def evaluate(self, problem: Problem, source: str, timing: bool | None = None,
                  final: bool = False, rivals: list[str] | None = None,
                  deadline: float | None = None) -> EvalResult:
