@@ -4,12 +4,12 @@ with it, and a generation that kills its parent is followed by one from a new pa
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
 
 from ks_inductor.evolve.inductor import generate as G
-from ks_inductor.problem import problem_from_source
 from tests.test_evolve_families import small_problem
 
 
@@ -20,7 +20,9 @@ def fresh_memo(monkeypatch):
 
 
 def _with_prologue(problem, line: str, name: str):
-    return problem_from_source(f"{line}\n{problem.source}", name=name)
+    """``problem`` whose source runs ``line`` first. Built without running it here: the line is for the generation's
+    process (it sleeps, or kills its parent)."""
+    return dataclasses.replace(problem, source=f"{line}\n{problem.source}", name=name, key=f"{problem.key}-{name}")
 
 
 def _plans(programs):
