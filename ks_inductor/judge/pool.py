@@ -3,8 +3,9 @@
 Each job gets a fresh process (a crash, a hang or a CUDA error can never leak into the next candidate), except that a
 search's judgments may share one: a worker whose job ended cleanly takes the next, up to
 ``JudgeConfig.jobs_per_worker`` jobs, which spares the device context each fresh process makes (the host makes them
-one at a time). A spare per device is started ahead so that the torch import is off the critical path. The processes are forked from a warm
-parent per device that did the imports once and never touched the device (``forkserver.py``).
+one at a time). A spare per device is started ahead so that the torch import is off the critical path. The
+processes are forked from a warm parent per device that did the imports once and never touched the device
+(``forkserver.py``).
 """
 
 from __future__ import annotations
