@@ -219,8 +219,7 @@ class WorkerProcess:
                                 device_lock.acquire(mode)  # waiting for the device is not the candidate's time
                             held.append(mode)
                             clock.granted(mode)
-                        self.proc.stdin.write(b"grant\n")
-                        self.proc.stdin.flush()
+                        self._answer(b"grant\n")
                         stage_until = time.monotonic() + stage_limits.get("timing" if mode == "exclusive" else stage,
                                                                        300.0)
                     elif ev == "release":
@@ -236,8 +235,7 @@ class WorkerProcess:
                     elif ev == "output":
                         with clock.section("compare"):
                             go = on_output(msg) if on_output is not None else False
-                        self.proc.stdin.write(b"next\n" if go else b"stop\n")
-                        self.proc.stdin.flush()
+                        self._answer(b"next\n" if go else b"stop\n")
                         stage_until = time.monotonic() + stage_limits.get(stage, 300.0)
                     elif ev == "result":
                         keep = bool(msg.get("ok") and msg.pop("reusable", False)) and self.jobs < reuse
@@ -262,6 +260,17 @@ class WorkerProcess:
                 self.kept = True
             else:
                 self.kill()
+
+
+    def _answer(self, line: bytes) -> None:
+        """Answer a worker's request. A worker that exited meanwhile (one told to stop can be gone before its last
+        request is answered) is seen when its protocol pipe closes, not here."""
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(line)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            pass
 
 
 def _describe_exit(code: int | None) -> str:
