@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import math
 import os
 import random
@@ -752,7 +753,7 @@ def _fit_for_another(job: dict[str, Any], result: dict[str, Any]) -> bool:
     after = namespace_state()
     changed = sorted(k for k in set(after) | set(_state_before) if after.get(k) != _state_before.get(k))
     if changed:
-        print(f"worker: not taking another job; the last one changed {', '.join(changed[:5])}", file=sys.stderr)
+        logging.getLogger(__name__).warning("not taking another job; the last one changed %s", ", ".join(changed[:5]))
         return False
     return _vm_bytes() - _vm_at_ready < job["memory_limit_mb"] * 2**19
 
