@@ -69,3 +69,19 @@ def export_stack_pack(root: Path, stack: str, hidden: int, inter: int, eps: floa
         else:
             os.environ["KERNELSMITH_HOME"] = old
     return rc, json.loads(out.getvalue().strip().splitlines()[-1]), pack
+
+
+def layer_pack(root: Path, stack: str, hidden: int, inter: int, eps: float, tokens: int, dtype: str | None = None,
+               lead: tuple[int, ...] = (), weight_before_residual: bool = False) -> Path:
+    """:func:`export_stack_pack`, checked: it exits 0 with the stack's three layer problems (RMSNorm, RMSNorm with the
+    residual, SiLU·mul), each with a kernel and golden vectors, at ``(*lead, tokens, ...)`` float32 activations; the
+    residual RMSNorm's inputs in the stack's order (``weight_before_residual``: x, weight, residual). The pack's
+    path."""
+    rc, built, path = export_stack_pack(root, stack, hidden, inter, eps, tokens, dtype)
+    assert rc == 0 and built["missing"] == [] and built["kernels"] == 3 and built["with_vectors"] == 3, built
+    rows = ", ".join(str(d) for d in (*lead, tokens))
+    x, weight = f"float32[{rows}, {hidden}]", f"float32[{hidden}]"
+    add = f"{x}, {weight}, {x}" if weight_before_residual else f"{x}, {x}, {weight}"
+    assert sorted((p["name"], p["inputs"]) for p in built["problems"]) == [
+        ("add_rmsnorm", add), ("rmsnorm", f"{x}, {weight}"), ("silu_and_mul", f"float32[{rows}, {2 * inter}]")]
+    return path

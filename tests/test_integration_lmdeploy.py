@@ -16,7 +16,7 @@ import torch
 
 from integrations import guard as G
 from integrations import lmdeploy as L
-from tests.stacks import export_stack_pack, require_stack
+from tests.stacks import layer_pack, require_stack
 
 HIDDEN, INTER, TOKENS, EPS = 64, 96, 12, 1e-6
 
@@ -41,13 +41,8 @@ def _cpu_backend(monkeypatch):
 @pytest.fixture(scope="module")
 def pack(tmp_path_factory):
     """The pack a Llama-style deployment on LMDeploy needs at {TOKENS} tokens a forward, built by the command line."""
-    rc, built, path = export_stack_pack(tmp_path_factory.mktemp("lmdeploy"), "lmdeploy", HIDDEN, INTER, EPS, TOKENS, "float32")
-    assert rc == 0 and built["missing"] == [] and built["kernels"] == 3 and built["with_vectors"] == 3, built
-    assert sorted((p["name"], p["inputs"]) for p in built["problems"]) == [
-        ("add_rmsnorm", f"float32[1, {TOKENS}, {HIDDEN}], float32[{HIDDEN}], float32[1, {TOKENS}, {HIDDEN}]"),
-        ("rmsnorm", f"float32[1, {TOKENS}, {HIDDEN}], float32[{HIDDEN}]"),
-        ("silu_and_mul", f"float32[1, {TOKENS}, {2 * INTER}]")]
-    return path
+    return layer_pack(tmp_path_factory.mktemp("lmdeploy"), "lmdeploy", HIDDEN, INTER, EPS, TOKENS, "float32", lead=(1,),
+                      weight_before_residual=True)
 
 
 def layers():

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from integrations import guard as G
-from tests.stacks import export_stack_pack, plugin_module, require_stack
+from tests.stacks import layer_pack, plugin_module, require_stack
 
 # what SGLang's plugin loader imports: kernelsmith_integrations.sglang where kernelsmith is installed
 S = plugin_module("sglang.srt.plugins")
@@ -44,13 +44,7 @@ def _clean(monkeypatch):
 @pytest.fixture(scope="module")
 def pack(tmp_path_factory):
     """The pack a Llama-style deployment on SGLang needs at 12 tokens a forward, built by the command line."""
-    rc, built, path = export_stack_pack(tmp_path_factory.mktemp("sglang"), "sglang", HIDDEN, INTER, EPS, TOKENS)
-    assert rc == 0 and built["missing"] == [] and built["kernels"] == 3 and built["with_vectors"] == 3, built
-    assert sorted((p["name"], p["inputs"]) for p in built["problems"]) == [
-        ("add_rmsnorm", f"float32[{TOKENS}, {HIDDEN}], float32[{TOKENS}, {HIDDEN}], float32[{HIDDEN}]"),
-        ("rmsnorm", f"float32[{TOKENS}, {HIDDEN}], float32[{HIDDEN}]"),
-        ("silu_and_mul", f"float32[{TOKENS}, {2 * INTER}]")]
-    return path
+    return layer_pack(tmp_path_factory.mktemp("sglang"), "sglang", HIDDEN, INTER, EPS, TOKENS)
 
 
 def layers():

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from integrations import guard as G
-from tests.stacks import export_stack_pack, plugin_module, require_stack
+from tests.stacks import layer_pack, plugin_module, require_stack
 
 # what vLLM's plugin loader imports: kernelsmith_integrations.vllm where kernelsmith is installed
 V = plugin_module("vllm.general_plugins")
@@ -51,13 +51,7 @@ def _clean(monkeypatch):
 @pytest.fixture(scope="module")
 def pack(tmp_path_factory):
     """The pack a Llama-style deployment on vLLM needs at {TOKENS} tokens a forward, built by the command line."""
-    rc, built, path = export_stack_pack(tmp_path_factory.mktemp("vllm"), "vllm", HIDDEN, INTER, EPS, TOKENS, "float32")
-    assert rc == 0 and built["missing"] == [] and built["kernels"] == 3 and built["with_vectors"] == 3, built
-    assert sorted((p["name"], p["inputs"]) for p in built["problems"]) == [
-        ("add_rmsnorm", f"float32[{TOKENS}, {HIDDEN}], float32[{TOKENS}, {HIDDEN}], float32[{HIDDEN}]"),
-        ("rmsnorm", f"float32[{TOKENS}, {HIDDEN}], float32[{HIDDEN}]"),
-        ("silu_and_mul", f"float32[{TOKENS}, {2 * INTER}]")]
-    return path
+    return layer_pack(tmp_path_factory.mktemp("vllm"), "vllm", HIDDEN, INTER, EPS, TOKENS, "float32")
 
 
 def layers():

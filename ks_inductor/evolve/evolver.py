@@ -318,8 +318,7 @@ class Evolver:
                             **info, "retried": True}
                         continue
                     if info["kind"] != "retime" and res.duration_s:
-                        own = res.duration_s - res.stage_s.get("device_wait", 0.0) - res.stage_s.get("reference", 0.0)
-                        self.search_s.append((max(0.0, own), res.device_held_s.get("exclusive", 0.0)))
+                        self.search_s.append((res.own_s, res.device_held_s.get("exclusive", 0.0)))
                     self._absorb(run_id, archive, info["cand"], info, res, bar)
                     bar.done()
                 self._save(run_id, archive, self.wall_before + time.monotonic() - t0, saved_judged())

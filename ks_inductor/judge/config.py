@@ -16,11 +16,11 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
     "bfloat16": (1e-2, 1e-2),
 }
 
-# In the order trials take them; a problem too large for the scratch disk keeps the first few. "nan" is uniform_neg's
-# values with NaN among them (inputs.py), so it took uniform_neg's place rather than add a trial.
 # A search child's worker takes up to this many jobs (``JudgeConfig.jobs_per_worker``).
 SEARCH_JOBS_PER_WORKER = 8
 
+# In the order trials take them; a problem too large for the scratch disk keeps the first few. "nan" is uniform_neg's
+# values with NaN among them (inputs.py), so it took uniform_neg's place rather than add a trial.
 DISTRIBUTIONS = ("native", "normal", "nan", "large", "normal_shifted")
 
 
@@ -59,13 +59,13 @@ class JudgeConfig:
     max_plausible_speedup: float = 10.0
     # Plausibility against the roofline floor: faster than this fraction of the floor is quarantined.
     floor_slack: float = 0.9
-    # Static rules on by default; tests switch them off to prove the runtime guards stand on their own.
     # Jobs one worker process may take: 1 gives every judgment a fresh process. More lets a search's children share a
     # worker (a final judgment, a reference or an eval always gets a fresh one): each job that ends cleanly (nothing
     # flagged, no wrong output, no error) hands its process to the next, which spares the device context and the
     # fork a fresh process costs. Anything a candidate leaves behind could then touch the next child's search
     # figures, never a stored kernel's: every kernel that is stored passes a final judgment in a fresh process.
     jobs_per_worker: int = 1
+    # Static rules on by default; tests switch them off to prove the runtime guards stand on their own.
     static_rules: bool = True
     seed: int | None = None  # secret per-judge seed; None draws one from os.urandom
     keep_workdir: bool = False

@@ -16,6 +16,7 @@ not the child's parent and cannot wait for it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -60,10 +61,12 @@ class ForkedProcess:
         return code
 
     def kill(self) -> None:
+        """The child and whatever it started: it leads a session of its own (``_child``)."""
         try:
-            os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
 
 
 class ForkServer:

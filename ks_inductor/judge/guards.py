@@ -34,6 +34,7 @@ class LaunchCounter:
         self.device = device
         self.expected_stream: int | None = None
         self.off_stream = 0
+        self._originals: list[tuple[Any, Any]] = []  # (class, its launch entry point) while installed
 
     def install(self) -> None:
         from triton.runtime.jit import JITFunction
@@ -62,7 +63,7 @@ class LaunchCounter:
 
     def uninstall(self) -> None:
         """Put the launch entry points back, so that a worker that takes another job counts it afresh."""
-        for cls, original in reversed(getattr(self, "_originals", [])):
+        for cls, original in reversed(self._originals):
             cls.run = original
         self._originals = []
 
@@ -169,6 +170,7 @@ class ThreadWatch:
     def __init__(self, candidate_prefix: str) -> None:
         self.prefix = candidate_prefix
         self.started: list[str] = []
+        self._original: Any = None  # Thread.start while installed
 
     def install(self) -> None:
         watch = self
@@ -184,9 +186,8 @@ class ThreadWatch:
         threading.Thread.start = start  # type: ignore[method-assign]
 
     def uninstall(self) -> None:
-        original = getattr(self, "_original", None)
-        if original is not None:
-            threading.Thread.start = original  # type: ignore[method-assign]
+        if self._original is not None:
+            threading.Thread.start = self._original  # type: ignore[method-assign]
             self._original = None
 
     def candidate_threads(self) -> list[str]:

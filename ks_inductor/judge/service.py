@@ -174,10 +174,9 @@ class Judge:
     def _record_cost(self, res: EvalResult, final: bool) -> None:
         if not res.timings or res.verdict == ERROR:
             return
-        own = res.duration_s - res.stage_s.get("device_wait", 0.0) - res.stage_s.get("reference", 0.0)
         with self._lock:
             costs = self._costs[final]
-            costs.append((max(0.0, own), res.device_held_s.get("exclusive", 0.0)))
+            costs.append((res.own_s, res.device_held_s.get("exclusive", 0.0)))
             del costs[:-COST_SAMPLES]
 
     @property

@@ -100,6 +100,12 @@ class EvalResult:
     device_held_s: dict[str, float] = field(default_factory=dict)
 
     @property
+    def own_s(self) -> float:
+        """The judgment's own seconds: its wall time less its wait for the device and for the problem's reference
+        (computed once per problem, by whichever judgment came first)."""
+        return max(0.0, self.duration_s - self.stage_s.get("device_wait", 0.0) - self.stage_s.get("reference", 0.0))
+
+    @property
     def accepted(self) -> bool:
         return self.verdict == ACCEPTED
 

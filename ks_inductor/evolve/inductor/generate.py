@@ -156,7 +156,7 @@ def _run_fresh(job: dict[str, Any], timeout: float) -> tuple[str, str, int | Non
     return stdout, stderr, proc.returncode
 
 
-def _server(target: str) -> Any:
+def _server(target: str) -> tuple[Any, str] | None:
     """The warm parent that forks ``target``'s generations and its folder, started at the first; None where forking
     is off or the parent could not come up (then generations start from nothing)."""
     from kernel_cache.settings import Settings
