@@ -41,10 +41,14 @@ def test_forked_generations_make_the_plans_a_fresh_process_makes(fresh_memo):
     finally:
         G._run_forked = started
     assert _plans(forked) == _plans(fresh)
-    # A forked generation skips the imports: well under the 3-4 s one started from nothing takes here.
-    t0 = time.monotonic()
-    G._generate(problem, "cpu")
-    assert time.monotonic() - t0 < 2.5
+    # With a parent up, no generation starts a process from nothing.
+    fresh_run = G._run_fresh
+    try:
+        G._run_fresh = lambda *a: pytest.fail("a generation started from nothing while the parent was up")
+        again, _, _ = G._generate(problem, "cpu")
+    finally:
+        G._run_fresh = fresh_run
+    assert _plans(again) == _plans(forked)
 
 
 def test_a_forked_generation_past_its_limit_is_ended_and_the_parent_stays(fresh_memo):
