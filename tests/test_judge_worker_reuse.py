@@ -98,3 +98,22 @@ def test_the_runtime_exploits_are_caught_by_workers_that_judged_honest_children_
             flags = flag if isinstance(flag, tuple) else (flag,)
             assert r.verdict == "rejected" and set(flags) & set(r.flags), (name, r.flags, r.reasons)
             assert _kept_pids(j) == [], f"{name}'s worker was kept"
+
+
+def test_a_worker_that_dies_while_forgetting_its_job_is_not_handed_the_next_one(problem):
+    """A child whose leftover ends its process only when the worker clears the child's module away (a garbage
+    collector callback that exits once the module is gone, after the result went back): the worker never says ready
+    again, so the next child goes to a fresh process and is judged on its own code, not charged with the other's
+    exit."""
+    dies_later = HONEST + (
+        "\nimport gc as _gc\nimport os as _os\nimport sys as _sys\nimport time as _time\n\n\n"
+        "def _exit_once_forgotten(phase, info, _name=__name__):\n"
+        "    if _name not in _sys.modules:\n        _time.sleep(2.0)\n        _os._exit(7)\n\n\n"
+        "_gc.callbacks.append(_exit_once_forgotten)\n")
+    with _judge() as j:
+        first = j.evaluate(problem, dies_later)
+        assert first.accepted, first.feedback_text()
+        assert len(_kept_pids(j)) == 1  # nothing in its result or the watched namespaces told against it
+        r = j.evaluate(problem, _variant(1))
+        assert r.accepted, r.feedback_text()
+        assert j._pool.reused == 0

@@ -31,6 +31,9 @@ from ks_inductor.judge.forkserver import ForkedProcess, ForkServer, ForkServerEr
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 180.0
+# How long a kept worker may take to forget its last job (modules, garbage, the device cache) and say ready again
+# before the next job goes to a fresh process instead; it takes milliseconds when nothing is wrong.
+REUSE_READY_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -239,6 +242,8 @@ class WorkerProcess:
                         stage_until = time.monotonic() + stage_limits.get(stage, 300.0)
                     elif ev == "result":
                         keep = bool(msg.get("ok") and msg.pop("reusable", False)) and self.jobs < reuse
+                        # A kept worker takes its next job only after it says ready again (``worker.serve``).
+                        self.ready = False
                         return JobOutcome(msg, stage, None, "", "" if keep else self.log_tail(), stages)
                 if deadline is not None and time.monotonic() > deadline:
                     return JobOutcome(None, stage, "deadline", "the caller's time limit ran out", self.log_tail(),
@@ -353,16 +358,21 @@ class WorkerPool:
         self.fork_servers[device] = _start_fork_server(self.backend, self.log_dir, device)
 
     def take(self, device: int | None, reuse: bool = False) -> WorkerProcess:
-        """A worker for one job on ``device``: with ``reuse``, a kept one if there is one; otherwise a fresh spare
-        (started now if none is ready), replaced at once."""
-        if reuse:
+        """A worker for one job on ``device``: with ``reuse``, a kept one that said ready again after its last job, if
+        there is one; otherwise a fresh spare (started now if none is ready), replaced at once."""
+        while reuse:
             with self._lock:
-                while self._kept[device]:
-                    w = self._kept[device].pop()
-                    if w.proc.poll() is None:
-                        self.reused += 1
-                        return w
-                    w.kill()
+                w = self._kept[device].pop() if self._kept[device] else None
+            if w is None:
+                break
+            # Waited for outside the lock; a worker that exits or hangs while forgetting its last job is dropped
+            # here, before a job of another candidate reaches it.
+            if w.proc.poll() is None and w.wait_ready(REUSE_READY_TIMEOUT_S):
+                with self._lock:
+                    self.reused += 1
+                return w
+            log.info("a kept worker did not say ready after its last job; the next job gets a fresh one")
+            w.kill()
         with self._lock:
             self._revive_forks(device)
             forks = self.fork_servers[device]

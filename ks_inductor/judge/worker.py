@@ -775,7 +775,8 @@ def _between_jobs(home: str) -> None:
 
 def serve(events_fd: int) -> None:
     """Say ready on ``events_fd``, then run the jobs that come on stdin: one, or more while the judge asks for reuse
-    (``reusable`` in a job; search judgments only, see ``JudgeConfig.jobs_per_worker``) and each ends cleanly."""
+    (``reusable`` in a job; search judgments only, see ``JudgeConfig.jobs_per_worker``) and each ends cleanly. A
+    kept worker says ready again once it has forgotten its last job."""
     global _events, _vm_at_ready, _state_before
     import torch
 
@@ -829,6 +830,9 @@ def serve(events_fd: int) -> None:
             _between_jobs(home)
         except BaseException:  # noqa: BLE001 - a worker that cannot forget its last job takes no other
             os._exit(0)
+        # Only now may the judge hand this process the next job (``WorkerPool.take``): one that dies or hangs
+        # while forgetting the last job never says it, so no later candidate is charged with its end.
+        send({"event": "ready", "pid": os.getpid()})
 
 
 if __name__ == "__main__":
