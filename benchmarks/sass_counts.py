@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 from collections import Counter
@@ -144,24 +145,28 @@ def counts_for_source(source: str, pm: Any, inputs: list[Any], arch: int = 90) -
         # Under the interpreter, triton.language's own @jit functions were built as interpreted ones at import,
         # and a compile that reaches them fails: the process itself must start without it.
         raise RuntimeError("compiling for a GPU needs a process started without TRITON_INTERPRET=1")
-    mod = load_source_module(source, "ks_sass_counts", tempfile.mkdtemp(prefix="ks-sass-"))
-    # Launches are recorded, not run; the kernels' @triton.jit helpers stay what they are.
-    jit.run = record
+    folder = tempfile.mkdtemp(prefix="ks-sass-")
     try:
-        model = mod.ModelNew(*pm.get_init_inputs())
-        with torch.no_grad():
-            model(*inputs)
+        mod = load_source_module(source, "ks_sass_counts", folder)
+        # Launches are recorded, not run; the kernels' @triton.jit helpers stay what they are.
+        jit.run = record
+        try:
+            model = mod.ModelNew(*pm.get_init_inputs())
+            with torch.no_grad():
+                model(*inputs)
+        finally:
+            jit.run = launch
+        if not calls:
+            raise ValueError("the module launched no Triton kernel on these inputs")
+        out = []
+        for fn, args, kwargs in calls:
+            sig, constexprs, attrs, options = launch_signature(fn, args, dict(kwargs))
+            src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
+            kernel = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
+            out.append(_counts(fn.__name__, kernel))
+        return out
     finally:
-        jit.run = launch
-    if not calls:
-        raise ValueError("the module launched no Triton kernel on these inputs")
-    out = []
-    for fn, args, kwargs in calls:
-        sig, constexprs, attrs, options = launch_signature(fn, args, dict(kwargs))
-        src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
-        kernel = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
-        out.append(_counts(fn.__name__, kernel))
-    return out
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def render_config(op_file: str, variant: str, params: dict[str, Any]) -> tuple[str, Any]:

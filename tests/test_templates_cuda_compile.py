@@ -22,6 +22,7 @@ PROBLEMS = sorted((ROOT / "benchmarks" / "problems").glob("*.py"))
 def _compile_all(problem_path: str, which: str) -> list[dict]:
     """Runs in a child process without TRITON_INTERPRET."""
     import importlib.util
+    import shutil
     import tempfile
 
     import torch
@@ -110,6 +111,7 @@ def _compile_all(problem_path: str, which: str) -> list[dict]:
                                    "bf16_fma": "fma.rn.bf16" in ck.asm.get("ptx", "")})
     finally:
         JITFunction.run = original
+        shutil.rmtree(tmp, ignore_errors=True)
     return report
 
 
