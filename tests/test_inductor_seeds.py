@@ -23,6 +23,9 @@ PROBLEMS = Path(__file__).parent / "problems"
 UNCOVERED = ["gelu_tanh_gated", "masked_scaled_softmax", "lone_hardswish", "max_pool3d"]
 # Inductor would split this scan across blocks (a workspace and a spinning look-back); the seed is its one-split form.
 SPLIT_SCAN = ["long_cumsum"]
+# bfloat16 with cancelling products: Inductor's fp32 arithmetic differs from eager's rounding after each op by more
+# than the tolerance on an element, and is the closer of the two to the float64 result (``compare_outputs``' truth).
+LOW_PRECISION = ["rope_bf16_small"]
 
 
 def _match(problem):
@@ -31,7 +34,7 @@ def _match(problem):
     return fm
 
 
-@pytest.mark.parametrize("name", UNCOVERED + SPLIT_SCAN)
+@pytest.mark.parametrize("name", UNCOVERED + SPLIT_SCAN + LOW_PRECISION)
 def test_inductor_seed_is_judged_correct(name, judge):
     """Each variant Inductor makes renders as a module the judge accepts unchanged (static rules included)."""
     fm = _match(load_problem(PROBLEMS / f"{name}.py"))

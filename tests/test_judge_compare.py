@@ -124,3 +124,39 @@ def test_fast_pass_never_accepts_what_the_exact_pass_rejects_with_nan_and_inf():
         if kind == 0:
             assert fast, case  # a correct output with NaN and inf decides in the fast pass
     assert passed > 50
+
+
+
+def _rope_like(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q*c + r*s in bfloat16: eager's (rounding after each op), a fused kernel's (fp32, one rounding) and the
+    float64 result. Element 0's products cancel: eager is off by 0.029 there, two units in its last place."""
+    g = torch.Generator().manual_seed(seed)
+    q, r, c, s = (torch.randn(n, generator=g).to(torch.bfloat16) for _ in range(4))
+    for t, v in zip((q, c, r, s), (-1.6875, -2.453125, -0.76171875, 5.4375)):
+        t[0] = v
+    eager = q * c + r * s
+    fused = (q.float() * c.float() + r.float() * s.float()).to(torch.bfloat16)
+    truth = q.double() * c.double() + r.double() * s.double()
+    return eager, fused, truth.float()
+
+
+def test_a_fused_low_precision_kernel_closer_to_float64_than_eager_passes() -> None:
+    eager, fused, truth = _rope_like(1 << 15, 0)
+    assert abs(float(eager[0]) - float(truth[0])) > 0.025 and abs(float(fused[0]) - float(truth[0])) < 1e-3
+    # The bound on eager alone turns the more accurate kernel away ...
+    assert C.compare_outputs([eager], [fused], tol, 0, "t")[1] is not None
+    # ... where it is no further from the float64 result than eager's own rounding, it passes.
+    assert C.compare_outputs([eager], [fused], tol, 0, "t", truth=[truth])[1] is None
+
+
+def test_the_float64_result_relaxes_nothing_for_a_wrong_element_or_another_dtype() -> None:
+    eager, fused, truth = _rope_like(1 << 15, 0)
+    wrong = fused.clone()
+    wrong[1] += 0.25  # an element eager got right
+    assert C.compare_outputs([eager], [wrong], tol, 0, "t", truth=[truth])[1] is not None
+    nan = fused.clone()
+    nan[1] = float("nan")
+    assert C.compare_outputs([eager], [nan], tol, 0, "t", truth=[truth])[1] is not None
+    # fp32 outputs are held to eager's alone, whatever the float64 result says.
+    e32 = eager.float()
+    assert C.compare_outputs([e32], [truth + 0.05], tol, 0, "t", truth=[truth])[1] is not None

@@ -96,9 +96,12 @@ class _Streamed:
             self.stage = "correctness" if kind == "trial" else "timing"
             ref_t = load_file(expected["file"])
             got = load_file(path)
+            truth_t = load_file(expected["truth_file"]) if expected.get("truth_file") else None
             m, why = compare_outputs([ref_t[f"out{j}"] for j in range(len(ref_t))],
-                                     [got[f"out{j}"] for j in range(len(got))], self.tolerance, index, label)
-            del ref_t, got
+                                     [got[f"out{j}"] for j in range(len(got))], self.tolerance, index, label,
+                                     truth=None if truth_t is None else [truth_t[f"out{j}"]
+                                                                         for j in range(len(truth_t))])
+            del ref_t, got, truth_t
             if why:
                 self.res.mismatch = m
                 self.res.reject(flag, f"wrong after {when} (results cached or state kept across calls): {why}"

@@ -208,6 +208,8 @@ def run_reference(job: dict[str, Any]) -> dict[str, Any]:
         bad_types = [type(o).__name__ for o in outs if not isinstance(o, torch.Tensor)]
         if bad_types:
             raise TypeError(f"reference returned non-tensor outputs {bad_types}")
+        truth = _truth(model, outs, lambda: make_inputs(mod, job["specs"], seed, dist, device),
+                       os.path.join(job["workdir"], f"truth_{i}.safetensors"))
         if i == 0:
             def again() -> list[Any]:
                 inputs = make_inputs(mod, job["specs"], seed, dist, device)
@@ -219,7 +221,7 @@ def run_reference(job: dict[str, Any]) -> dict[str, Any]:
             _repeat_sample(outs, again, repeat_file)
         path = os.path.join(job["workdir"], f"ref_{i}.safetensors")
         _save(path, outs)
-        return ({"seed": seed, "dist": dist, "file": path, "finite": bool(finite),
+        return ({"seed": seed, "dist": dist, "file": path, "finite": bool(finite), "truth_file": truth,
                  "outputs": [{"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", "")} for o in outs]},
                 sum(o.numel() * o.element_size() for o in outs))
 
@@ -227,13 +229,69 @@ def run_reference(job: dict[str, Any]) -> dict[str, Any]:
     kept_trials, kept_sets = n_trials, n_sets
     if job.get("scratch"):
         # The first outputs say how large every trial's are; keep only as many as the scratch disk holds.
-        f = fit_trials(out_bytes, n_trials, n_sets, job["scratch"]["free"], job["scratch"]["in_flight"])
+        # A float64 rerun's outputs, kept in float32, take up to twice a low-precision run's bytes again.
+        disk = out_bytes * (3 if first["truth_file"] else 1)
+        f = fit_trials(disk, n_trials, n_sets, job["scratch"]["free"], job["scratch"]["in_flight"])
         kept_trials, kept_sets = f.trials, f.sets
     order = list(range(kept_trials)) + [n_trials + k for k in range(kept_sets)]  # starts with run 0, done above
     results = [first] + [run(i)[0] for i in order[1:]]
     release("shared")
     return {"trials": results[:kept_trials], "timing": results[kept_trials:], "out_bytes": out_bytes,
             "repeat_file": repeat_file}
+
+
+# Low-precision outputs get a float64 rerun of the reference (``_truth``) up to this many bytes of outputs a run.
+TRUTH_MAX_OUT_BYTES = 256 << 20
+
+
+def _truth(model: Any, outs: list[Any], inputs: Any, path: str) -> str | None:
+    """The reference's outputs computed once more in float64 (the model's floating parameters and inputs cast up),
+    saved in float32 to ``path``, where any output is float16 or bfloat16; None otherwise, or where the model does
+    not run in float64. The judge holds a low-precision output to the float64 result as well as to eager's: an
+    element that differs from eager's by more than the tolerance passes if it is no further from the float64 result
+    than eager's own, within the tolerance (eager rounds after every op, and a fused kernel that keeps fp32
+    intermediates, Inductor's own, differs from it by several units in the last place where terms cancel)."""
+    import copy
+
+    import torch
+
+    low = (torch.float16, torch.bfloat16)
+    if not any(isinstance(o, torch.Tensor) and o.dtype in low for o in outs):
+        return None
+    if sum(o.numel() * o.element_size() for o in outs if isinstance(o, torch.Tensor)) > TRUTH_MAX_OUT_BYTES:
+        return None
+    try:
+        wide = copy.deepcopy(model).to(torch.float64)
+        args = [a.to(torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                for a in inputs()]
+        with torch.no_grad():
+            got = _as_outputs(wide(*args))
+        del wide, args
+    except (RuntimeError, TypeError, ValueError, NotImplementedError, MemoryError):
+        return None  # an op without float64 support, or a model tied to its dtype: eager's outputs alone decide
+    if len(got) != len(outs) or any(not isinstance(g, torch.Tensor) or g.shape != o.shape
+                                    for g, o in zip(got, outs)):
+        return None
+    for g, o in zip(got, outs):
+        if o.dtype in low and not _rounding_apart(o, g):
+            return None  # not eager's rounding: randomness, or a model that is not the same function in float64
+    _save(path, [g.to(torch.float32) if g.is_floating_point() else g for g in got])
+    return path
+
+
+# Eager's low-precision outputs and the float64 rerun's differ by rounding alone where their relative L2 distance is
+# under this (bfloat16's own spacing is 2**-8 relative); anything further apart gets no float64 result.
+TRUTH_MAX_REL_L2 = 1e-2
+
+
+def _rounding_apart(low: Any, wide: Any) -> bool:
+    import torch
+
+    a, b = low.detach().to(torch.float32), wide.detach().to(torch.float32)
+    if not bool(torch.isfinite(a).all() and torch.isfinite(b).all()):
+        return True  # NaN and inf are held position for position by the comparison itself, never relaxed
+    den = float(torch.linalg.vector_norm(b))
+    return float(torch.linalg.vector_norm(a - b)) <= TRUTH_MAX_REL_L2 * max(den, 1e-30)
 
 
 def _repeat_sample(outs: list[Any], again: Any, path: str, per_output: int = 1 << 16) -> None:
