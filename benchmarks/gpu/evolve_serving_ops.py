@@ -109,8 +109,9 @@ def _cycled(calls: list[Any]) -> Any:
 
 
 def _search_spend(store: Any, run_id: str) -> dict[str, Any]:
-    """Where the search's judgments went: per structural variant, how many programs and the best score; and
-    after how many programs the search first held one within 2% of its best score."""
+    """Where the search's judgments went: per structural variant, how many programs, how many were timed correct
+    (``correct``) and judged correct at all (``passed``), the best score and the first rejected program's feedback;
+    and after how many programs the search first held one within 2% of its best score."""
     from ks_inductor.evolve.archive import Archive
 
     state = store.load_run_state(run_id) or {}
@@ -119,8 +120,11 @@ def _search_spend(store: Any, run_id: str) -> dict[str, Any]:
     per: dict[str, dict[str, Any]] = {}
     for p, ok in zip(programs, scored):
         d = per.setdefault(f"{p.candidate.get('template')}/{p.candidate.get('variant')}",
-                           {"programs": 0, "correct": 0, "best": None})
+                           {"programs": 0, "correct": 0, "passed": 0, "best": None, "first_rejection": None})
         d["programs"] += 1
+        d["passed"] += int(p.correct)
+        if not p.correct and d["first_rejection"] is None:
+            d["first_rejection"] = (p.feedback or "")[:600]
         if ok:
             d["correct"] += 1
             d["best"] = max(d["best"] or 0.0, p.score)
