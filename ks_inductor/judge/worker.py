@@ -186,6 +186,7 @@ def run_reference(job: dict[str, Any]) -> dict[str, Any]:
     n_trials, n_sets = len(job["trials"]), len(job["timing_sets"])
     runs = [tuple(t) for t in job["trials"]] + [tuple(t) for t in job["timing_sets"]]
     repeat_file = os.path.join(job["workdir"], "ref_repeat.safetensors")
+    wide: dict[str, Any] = {}  # the float64 copy of the model, made once for every run that needs it (``_truth``)
 
     def run(i: int) -> tuple[dict[str, Any], int]:
         seed, dist = runs[i]
@@ -209,7 +210,7 @@ def run_reference(job: dict[str, Any]) -> dict[str, Any]:
         if bad_types:
             raise TypeError(f"reference returned non-tensor outputs {bad_types}")
         truth = _truth(model, outs, lambda: make_inputs(mod, job["specs"], seed, dist, device),
-                       os.path.join(job["workdir"], f"truth_{i}.safetensors"))
+                       os.path.join(job["workdir"], f"truth_{i}.safetensors"), wide)
         if i == 0:
             def again() -> list[Any]:
                 inputs = make_inputs(mod, job["specs"], seed, dist, device)
@@ -244,13 +245,14 @@ def run_reference(job: dict[str, Any]) -> dict[str, Any]:
 TRUTH_MAX_OUT_BYTES = 256 << 20
 
 
-def _truth(model: Any, outs: list[Any], inputs: Any, path: str) -> str | None:
+def _truth(model: Any, outs: list[Any], inputs: Any, path: str, wide: dict[str, Any]) -> str | None:
     """The reference's outputs computed once more in float64 (the model's floating parameters and inputs cast up),
     saved in float32 to ``path``, where any output is float16 or bfloat16; None otherwise, or where the model does
     not run in float64. The judge holds a low-precision output to the float64 result as well as to eager's: an
     element that differs from eager's by more than the tolerance passes if it is no further from the float64 result
     than eager's own, within the tolerance (eager rounds after every op, and a fused kernel that keeps fp32
-    intermediates, Inductor's own, differs from it by several units in the last place where terms cancel)."""
+    intermediates, Inductor's own, differs from it by several units in the last place where terms cancel).
+    ``wide`` keeps the float64 copy of ``model`` across runs (None once it could not be made)."""
     import copy
 
     import torch
@@ -260,14 +262,21 @@ def _truth(model: Any, outs: list[Any], inputs: Any, path: str) -> str | None:
         return None
     if sum(o.numel() * o.element_size() for o in outs if isinstance(o, torch.Tensor)) > TRUTH_MAX_OUT_BYTES:
         return None
+    failures = (RuntimeError, TypeError, ValueError, NotImplementedError, MemoryError)
+    if "model" not in wide:
+        try:
+            wide["model"] = copy.deepcopy(model).to(torch.float64)
+        except failures:
+            wide["model"] = None
+    if wide["model"] is None:
+        return None
     try:
-        wide = copy.deepcopy(model).to(torch.float64)
         args = [a.to(torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
                 for a in inputs()]
         with torch.no_grad():
-            got = _as_outputs(wide(*args))
-        del wide, args
-    except (RuntimeError, TypeError, ValueError, NotImplementedError, MemoryError):
+            got = _as_outputs(wide["model"](*args))
+        del args
+    except failures:
         return None  # an op without float64 support, or a model tied to its dtype: eager's outputs alone decide
     if len(got) != len(outs) or any(not isinstance(g, torch.Tensor) or g.shape != o.shape
                                     for g, o in zip(got, outs)):
