@@ -266,7 +266,6 @@ class WorkerProcess:
             else:
                 self.kill()
 
-
     def _answer(self, line: bytes) -> None:
         """Answer a worker's request. A worker that exited meanwhile (one told to stop can be gone before its last
         request is answered) is seen when its protocol pipe closes, not here."""

@@ -58,6 +58,11 @@ class _Reference:
         self.out_bytes = out_bytes  # one trial's outputs
 
 
+def _outputs(saved: dict[str, Any]) -> list[Any]:
+    """A run's outputs in order, from the file ``worker._save`` wrote (``out0``, ``out1``, ...)."""
+    return [saved[f"out{j}"] for j in range(len(saved))]
+
+
 class _Streamed:
     """Compares each output a candidate's worker hands over (``worker.deliver``) with the reference's, as it comes,
     and deletes the file: the first mismatch stops the worker, and the disk holds one candidate output at a time.
@@ -97,10 +102,8 @@ class _Streamed:
             ref_t = load_file(expected["file"])
             got = load_file(path)
             truth_t = load_file(expected["truth_file"]) if expected.get("truth_file") else None
-            m, why = compare_outputs([ref_t[f"out{j}"] for j in range(len(ref_t))],
-                                     [got[f"out{j}"] for j in range(len(got))], self.tolerance, index, label,
-                                     truth=None if truth_t is None else [truth_t[f"out{j}"]
-                                                                         for j in range(len(truth_t))])
+            m, why = compare_outputs(_outputs(ref_t), _outputs(got), self.tolerance, index, label,
+                                     truth=None if truth_t is None else _outputs(truth_t))
             del ref_t, got, truth_t
             if why:
                 self.res.mismatch = m
@@ -253,7 +256,7 @@ class Judge:
             res.stage = "correctness"
             for i, path in enumerate(out.result["cand_files"]):  # type: ignore[index]
                 got = load_file(path)
-                got_list = [got[f"out{j}"] for j in range(len(got))]
+                got_list = _outputs(got)
                 m, why = compare_outputs(list(vectors[i][1]), got_list, self.config.tolerance, i, "golden")
                 if why:
                     res.mismatch = m

@@ -11,6 +11,7 @@ protocol.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -209,6 +210,7 @@ def run_reference(job: dict[str, Any]) -> dict[str, Any]:
         bad_types = [type(o).__name__ for o in outs if not isinstance(o, torch.Tensor)]
         if bad_types:
             raise TypeError(f"reference returned non-tensor outputs {bad_types}")
+        # Inputs drawn afresh, not the ones just used: a reference may have changed its own in place.
         truth = _truth(model, outs, lambda: make_inputs(mod, job["specs"], seed, dist, device),
                        os.path.join(job["workdir"], f"truth_{i}.safetensors"), wide)
         if i == 0:
@@ -840,6 +842,19 @@ def _between_jobs(home: str) -> None:
     os.chdir(home)  # the job's folder is the judge's to delete
 
 
+def _failure(e: BaseException) -> dict[str, Any]:
+    """The result message of a job that raised ``e``."""
+    msg = f"{type(e).__name__}: {e}"
+    device_error = any(s in msg for s in ("CUDA error", "illegal memory access", "cudaError", "device-side",
+                                          "AcceleratorError", "unspecified launch failure"))
+    oom = isinstance(e, MemoryError) or any(
+        s in msg.lower() for s in ("out of memory", "can't allocate memory", "cannot allocate memory"))
+    # The trial outputs go to the judge's scratch folder; a full disk there is the judge's limit, not the code's.
+    no_space = (isinstance(e, OSError) and e.errno == errno.ENOSPC) or "no space left on device" in msg.lower()
+    return {"event": "result", "ok": False, "error": msg, "traceback": traceback.format_exc(limit=8),
+            "device_error": device_error, "oom": oom, "no_space": no_space}
+
+
 def serve(events_fd: int) -> None:
     """Say ready on ``events_fd``, then run the jobs that come on stdin: one, or more while the judge asks for reuse
     (``reusable`` in a job; search judgments only, see ``JudgeConfig.jobs_per_worker``) and each ends cleanly. A
@@ -874,23 +889,10 @@ def serve(events_fd: int) -> None:
             again = _fit_for_another(job, result)
             send({"event": "result", "ok": True, "reusable": again, **result})
         except BaseException as e:  # noqa: BLE001 - everything becomes a structured verdict
-            tb = traceback.format_exc(limit=8)
-            msg = f"{type(e).__name__}: {e}"
-            device_error = any(s in msg for s in ("CUDA error", "illegal memory access", "cudaError", "device-side",
-                                                  "AcceleratorError", "unspecified launch failure"))
-            oom = isinstance(e, MemoryError) or any(
-                s in msg.lower() for s in ("out of memory", "can't allocate memory", "cannot allocate memory"))
-            # The trial outputs go to the judge's scratch folder; a full disk there is the judge's limit, not the
-            # code's.
-            no_space = (isinstance(e, OSError) and e.errno == errno.ENOSPC) or "no space left on device" in msg.lower()
-            try:
-                send({"event": "result", "ok": False, "error": msg, "traceback": tb, "device_error": device_error,
-                      "oom": oom, "no_space": no_space})
-            except Exception:  # noqa: BLE001
-                pass
+            with contextlib.suppress(Exception):
+                send(_failure(e))
             # Whatever happened, this process is retired: a CUDA error poisons the context for good.
             os._exit(3)
-        _events.flush()
         if not again:
             os._exit(0)
         try:

@@ -1,11 +1,11 @@
 """Inductor's code generation for every region of a warm, started as soon as the regions are known.
 
 A region's search seeds from Inductor's kernels, and their code generation (a throwaway process, forked from a warm
-parent, that lowers the region: about a second per region, more for the first of a process) runs before the
-region's first judgment. The regions of a warm are all known before the first search starts, so their generations run here in the
-background, in the order the searches start: a search that starts later finds its plans made (they are memoized per
-process, :func:`ks_inductor.evolve.inductor.generate.inductor_programs`) and a search that starts while its plans
-are being made waits for that generation instead of starting a second one.
+parent, that lowers the region: about a second per region, more for the first of a process) runs before the region's
+first judgment. The regions of a warm are all known before the first search starts, so their generations run here in
+the background, in the order the searches start: a search that starts later finds its plans made (they are memoized
+per process, :func:`ks_inductor.evolve.inductor.generate.inductor_programs`) and a search that starts while its
+plans are being made waits for that generation instead of starting a second one.
 """
 
 from __future__ import annotations
