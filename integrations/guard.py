@@ -29,6 +29,7 @@ serves a layer only where the two compute the same aten graph.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -322,9 +323,14 @@ def race(ours: Callable[..., Any], theirs: Callable[..., Any], inputs: Sequence[
     alternating so that neither side always follows the other, each side a batch of calls with the device
     synchronized around it; caches stay warm between calls, as in serving. A batch holds fewer calls (down to one)
     where calls are slow, so that a race takes about ``budget_s``."""
+    from ks_inductor.judge import device_lock
+
     sync = _synchronizer(device)
     sides = (ours, theirs)
-    with torch.no_grad():
+    # On a GPU the race holds the device alone against every kernelsmith process (a judge's timing, a warm), as
+    # the judge does to time.
+    alone = device_lock.exclusive(device.index) if device.type == "cuda" else contextlib.nullcontext()
+    with alone, torch.no_grad():
         for fn in sides:
             _time_batch(fn, inputs, 2, sync)
         once = sum(_time_batch(fn, inputs, 1, sync) for fn in sides)

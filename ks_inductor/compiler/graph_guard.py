@@ -18,6 +18,7 @@ restored after the runs.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import operator
 import random
@@ -29,6 +30,8 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+
+from ks_inductor.judge import device_lock
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +104,14 @@ def _device_of(inputs: Sequence[Any]) -> str:
     return "cpu"
 
 
+def _cuda_index(inputs: Sequence[Any]) -> int | None:
+    """The CUDA device the inputs are on (None: the current one)."""
+    for v in inputs:
+        if isinstance(v, torch.Tensor) and v.device.type == "cuda":
+            return v.device.index
+    return None
+
+
 def _batch_ms(fn: Callable[[], Any], n: int, device: str) -> float:
     """Milliseconds per call over ``n`` back-to-back calls."""
     if device == "cpu":
@@ -152,8 +163,12 @@ def compare(swapped: Callable[..., Any], inductor: Callable[..., Any], inputs: S
     cpu_rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if device == "cuda" else None
     fns = {"swapped": lambda: swapped(*args), "inductor": lambda: inductor(*args)}
+    # The device alone against every kernelsmith process (a judge's jobs, another compile's guard), warm-up
+    # included: a first call may autotune, and anything else on the device would be timed with the graphs. CPU
+    # graphs share the host's cores with everything, which no lock of kernelsmith's can keep apart.
+    alone = device_lock.exclusive(_cuda_index(args)) if device == "cuda" else contextlib.nullcontext()
     try:
-        with torch.no_grad():
+        with alone, torch.no_grad():
             samples = interleaved_batches(fns, device, cfg, seed)
     except TimeoutError as e:
         return GuardResult(kept=True, note=f"not timed: {e}", seconds=time.perf_counter() - t_start)

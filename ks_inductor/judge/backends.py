@@ -167,6 +167,16 @@ class JudgeBackend:
 
         return device_l2_bytes(index)
 
+    def device_id(self, index: int | None = None) -> str:
+        """The name under which every kernelsmith process on the host locks device ``index`` of this process
+        (``device_lock``): ``cpu`` for the interpreter, else the GPU's UUID, the same whatever each process's
+        ``CUDA_VISIBLE_DEVICES``."""
+        if self.device == "cpu":
+            return "cpu"
+        from ks_inductor.judge.device_lock import physical_device_name
+
+        return physical_device_name(index)
+
     def nominal_peaks(self, device_name: str) -> dict[str, float]:
         for k, v in _PEAKS.items():
             if k.lower() in device_name.lower():
@@ -205,15 +215,25 @@ def current_fingerprint(name: str | None = None) -> EnvFingerprint:
     return detect_backend(name).fingerprint()
 
 
+def visible_device(index: int, visible: str | None) -> str:
+    """What a worker's ``CUDA_VISIBLE_DEVICES`` says for device ``index`` of a judge whose own is ``visible``: the
+    judge's entry for it (an index or a UUID), so that the worker runs on the device the judge numbers ``index``,
+    and the two name it alike (``JudgeBackend.device_id``). Without a list, or past its end, the index itself."""
+    entries = [e.strip() for e in (visible or "").split(",") if e.strip()]
+    return entries[index] if 0 <= index < len(entries) else str(index)
+
+
 def worker_environment(backend: JudgeBackend, device_index: int | None) -> dict[str, str]:
     env = dict(os.environ)
     env.update(backend.worker_env)
     if backend.device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     elif device_index is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(device_index)
+        device = visible_device(device_index, os.environ.get("CUDA_VISIBLE_DEVICES") or (
+            os.environ.get("MACA_VISIBLE_DEVICES") if backend.name == TRITON_MACA else None))
+        env["CUDA_VISIBLE_DEVICES"] = device
         if backend.name == TRITON_MACA:
-            env["MACA_VISIBLE_DEVICES"] = str(device_index)
+            env["MACA_VISIBLE_DEVICES"] = device
     # Correctness is judged with synchronous launches' error reporting available; the worker retires on any
     # device error anyway.
     env.setdefault("TORCH_USE_CUDA_DSA", "1")

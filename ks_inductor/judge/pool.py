@@ -26,6 +26,7 @@ from typing import Any
 from kernel_cache.settings import Settings
 from ks_inductor.judge.backends import JudgeBackend, worker_environment
 from ks_inductor.judge.clock import STAGE_NAMES, StageClock
+from ks_inductor.judge.device_lock import DeviceLock
 from ks_inductor.judge.forkserver import ForkedProcess, ForkServer, ForkServerError
 
 log = logging.getLogger(__name__)
@@ -48,38 +49,6 @@ class JobOutcome:
     stages: list[str] = field(default_factory=list)
     worker: Any = None  # the process that ran it, and its device (``WorkerPool.give_back``)
     device: int | None = None
-
-
-class DeviceLock:
-    """Many jobs may use a device at once to compile and check; timing takes it alone. Writers (timing) are
-    preferred so that a stream of new jobs cannot starve a measurement."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._shared = 0
-        self._exclusive = False
-        self._waiting = 0
-
-    def acquire(self, mode: str) -> None:
-        with self._cond:
-            if mode == "exclusive":
-                self._waiting += 1
-                while self._exclusive or self._shared:
-                    self._cond.wait()
-                self._waiting -= 1
-                self._exclusive = True
-            else:
-                while self._exclusive or self._waiting:
-                    self._cond.wait()
-                self._shared += 1
-
-    def release(self, mode: str) -> None:
-        with self._cond:
-            if mode == "exclusive":
-                self._exclusive = False
-            else:
-                self._shared -= 1
-            self._cond.notify_all()
 
 
 def _rss_mb(pid: int) -> float:
@@ -320,7 +289,8 @@ class WorkerPool:
         self._kept: dict[int | None, list[WorkerProcess]] = {d: [] for d in devices}
         self.reused = 0  # jobs that went to a kept worker
         self._lock = threading.Lock()
-        self.device_locks = {d: DeviceLock() for d in devices}
+        # Held across processes too: every kernelsmith process on the host times on a device one at a time.
+        self.device_locks = {d: DeviceLock(backend.device_id(d)) for d in devices}
         # Whole jobs, not stages: shared by jobs that may overlap, exclusive for one that must run alone (admission).
         self.job_gates = {d: DeviceLock() for d in devices}
         self._next = 0
