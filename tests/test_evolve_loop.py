@@ -112,42 +112,30 @@ def test_gpu_loop_stores_a_timed_winner(tmp_path) -> None:
     store.close()
 
 
-def _leader(i: int, faster: bool, score: float, rivals: dict[str, tuple[float, float]] | None = None):
-    """Leader ``i``'s final judgment: its speedups over the baselines, and for leader 0 the head-to-head ratios
-    (per call, in a graph) against the others."""
+def _leader(i: int, faster: bool, score: float):
+    """Leader ``i``'s final judgment: its speedups over the baselines, per call and in a graph."""
     from ks_inductor.evolve.archive import Program
     from ks_inductor.judge.verdict import EvalResult
 
     prog = Program(id=f"p{i}", source_hash=f"h{i}", candidate={}, descriptor={}, island=0, correct=True, timed=True)
     res = EvalResult(correct=True, verdict="accepted", timing_meaningful=True, faster=faster,
                      speedup_eager=score, speedup_inductor=score, steady_speedups={"inductor": score})
-    for name, (per_call, steady) in (rivals or {}).items():
-        res.rival_speedups[name], res.rival_steady_speedups[name] = per_call, steady
     return i, prog, res
 
 
-def test_final_choice_among_leaders_is_made_head_to_head() -> None:
+def test_final_choice_among_leaders_is_made_on_their_final_scores() -> None:
     from ks_inductor.evolve.evolver import head_to_head, pick_final
 
-    # Leader 1 ran faster than leader 0 in leader 0's own rounds (0.95 and 0.97: leader 0 the slower), although its
-    # separate judgment scored lower: the head-to-head decides.
-    finals = [_leader(0, True, 1.30, {"rival0": (0.95, 0.97), "rival1": (1.02, 1.01)}), _leader(1, True, 1.25),
-              _leader(2, True, 1.28)]
-    assert head_to_head(finals) == {"p1": pytest.approx((0.95 * 0.97) ** 0.5), "p2": pytest.approx((1.02 * 1.01) ** 0.5)}
+    # Leader 1 scored higher than leader 0 against the same baselines, by more than the band: it wins.
+    finals = [_leader(0, True, 1.25), _leader(1, True, 1.30), _leader(2, True, 1.28)]
+    assert head_to_head(finals) == {"p1": pytest.approx(1.25 / 1.30), "p2": pytest.approx(1.25 / 1.28)}
     assert pick_final(finals)[0].id == "p1"
-    # Leader 0 faster than both head to head: it stays, whatever the others' own scores say.
-    finals = [_leader(0, True, 1.10, {"rival0": (1.04, 1.01), "rival1": (1.01, 1.00)}), _leader(1, True, 1.30),
-              _leader(2, True, 1.20)]
+    # Within the band (noise between equals) the first leader stays.
+    finals = [_leader(0, True, 1.30), _leader(1, True, 1.305)]
     assert pick_final(finals)[0].id == "p0"
-    # Within the band (0.995: noise between equals) the first leader stays.
-    finals = [_leader(0, True, 1.10, {"rival0": (0.995, 0.995)}), _leader(1, True, 1.30)]
+    # A leader that does not qualify to be served never wins on speed.
+    finals = [_leader(0, True, 1.10), _leader(1, False, 1.50)]
     assert pick_final(finals)[0].id == "p0"
-    # A leader that does not qualify to be served never wins on head-to-head speed.
-    finals = [_leader(0, True, 1.30, {"rival0": (0.90, 0.90)}), _leader(1, False, 1.01)]
-    assert pick_final(finals)[0].id == "p0"
-    # Leader 0 not qualifying: the others' own judgments decide, by score.
-    finals = [_leader(0, False, 1.00, {"rival0": (0.5, 0.5)}), _leader(1, True, 1.10), _leader(2, True, 1.20)]
+    # Leader 0 not qualifying: the others' judgments decide, by score.
+    finals = [_leader(0, False, 1.00), _leader(1, True, 1.10), _leader(2, True, 1.20)]
     assert pick_final(finals)[0].id == "p2"
-    # Rivals that could not be timed (no ratios): by score as before.
-    finals = [_leader(0, True, 1.10), _leader(1, True, 1.20)]
-    assert pick_final(finals)[0].id == "p1" and head_to_head(finals) == {}

@@ -88,7 +88,9 @@ def test_graphed_timing_is_per_call_and_reports_what_cannot_be_captured():
     assert torch.equal(outs[0], sets[0])
 
 
-def test_rivals_are_timed_head_to_head_and_stay_out_of_the_baselines(problem):
+def test_candidates_judged_apart_share_one_timing_of_the_baselines(problem):
+    """Each candidate runs in a process of its own; the baselines are timed once by a trusted worker and serve every
+    judgment of the problem, so two candidates' figures compare directly."""
     from ks_inductor.judge import Judge, JudgeConfig
 
     honest = (CANDIDATES / "rmsnorm_ok.py").read_text()
@@ -96,12 +98,12 @@ def test_rivals_are_timed_head_to_head_and_stay_out_of_the_baselines(problem):
     assert launch in honest
     twice = honest.replace(launch, launch + launch)  # the same kernel launched twice per call
     with Judge(JudgeConfig(rounds=5, rep_ms=100)) as judge:
-        r = judge.evaluate(problem, honest, final=True, rivals=[honest, twice])
-    assert r.correct and r.timing_meaningful, r.feedback_text()
-    assert set(r.timings) == {"candidate", "eager", "inductor"} and set(r.steady_speedups) == {"eager", "inductor"}
-    assert not r.rival_errors and set(r.rival_speedups) == set(r.rival_steady_speedups) == {"rival0", "rival1"}
-    # The same kernel runs level with the candidate; launched twice it takes about twice as long, per call and in
-    # a graph (less where the second pass finds its input in L2), so the candidate is well ahead of it.
-    assert 0.85 < r.rival_score("rival0") < 1.18
-    assert r.rival_speedups["rival1"] > 1.4 and r.rival_steady_speedups["rival1"] > 1.4
-    assert r.rival_speedup_lcbs["rival1"] <= r.rival_speedups["rival1"]
+        once, double = (judge.evaluate(problem, src, final=True) for src in (honest, twice))
+    for r in (once, double):
+        assert r.correct and r.timing_meaningful, r.feedback_text()
+        assert set(r.timings) == {"candidate", "eager", "inductor"} and set(r.steady_speedups) == {"eager", "inductor"}
+    assert once.timings["eager"] == double.timings["eager"] and once.timings["inductor"] == double.timings["inductor"]
+    # Launched twice it takes about twice as long, per call and in a graph (less where the second pass finds its
+    # input in L2).
+    assert double.candidate_ms / once.candidate_ms > 1.4
+    assert double.steady_timings["candidate"].median_ms / once.steady_timings["candidate"].median_ms > 1.4

@@ -1,4 +1,4 @@
-"""The reference's float64 rerun (``worker._truth``) that fp16 and bf16 outputs are also held to: made where the
+"""The reference's float64 rerun (``reference_job._truth``) that fp16 and bf16 outputs are also held to: made where the
 model computes the same function in float64, and withheld where it cannot or where eager's outputs differ from it by
 more than rounding."""
 
@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 from safetensors.torch import load_file
 
-from ks_inductor.judge.worker import _truth
+from ks_inductor.judge.reference_job import _truth
 
 
 class _Rotate(nn.Module):

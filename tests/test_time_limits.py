@@ -66,7 +66,7 @@ class _TimedJudge:
         time.sleep(max(0.0, deadline - time.monotonic()))
         return EvalResult(verdict="error", error=DEADLINE_ERROR)
 
-    def submit(self, problem, source, timing=None, final=False, rivals=None, deadline=None):
+    def submit(self, problem, source, timing=None, final=False, deadline=None):
         if final:
             self.finals += 1
             return self._pool.submit(self._final, deadline)

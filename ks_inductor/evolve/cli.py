@@ -126,7 +126,7 @@ def _print_summary(console: Console, problem: Any, s: Any) -> None:
         t.add_row("seed score", f"{s.seed_speedup:.3f}x" if s.seed_speedup else "-")
         t.add_row("best score", f"{s.best_speedup:.3f}x" if s.best_speedup else "-")
         if s.head_to_head:
-            # The final choice among the leaders, timed in one process's rounds: the first leader's speed over each.
+            # The final choice among the leaders: the first leader's final score over each other's.
             t.add_row("head to head", ", ".join(f"first leader {v:.3f}x of {k}" for k, v in s.head_to_head.items()))
     if s.best is not None:
         b = s.best

@@ -21,7 +21,7 @@ from ks_inductor.evolve.config import EvolveConfig
 from ks_inductor.evolve.families import FamilyMatch, classify, generic_match
 from ks_inductor.evolve.mutators.base import Mutation
 from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
-from ks_inductor.judge.verdict import ACCEPTED, DEADLINE_ERROR, EvalResult, rival_name
+from ks_inductor.judge.verdict import ACCEPTED, DEADLINE_ERROR, EvalResult
 from ks_inductor.problem import Problem
 
 log = logging.getLogger(__name__)
@@ -446,26 +446,24 @@ class Evolver:
                         leaders_n: int | None = None) -> tuple[Program | None, EvalResult | None, int]:
         """Judge the leading elites again with the judge's final protocol (full timing, Inductor among the
         baselines) and return the winner by that judgment: what gets served must have beaten every baseline
-        under the protocol the benchmarks use, not just the search's short one against eager. The first leader's
-        judgment also times the others head to head (``rivals``), so that the choice among leaders that all
-        qualify is made in one process's interleaved rounds rather than across separate ones. The third value
+        under the protocol the benchmarks use, not just the search's short one against eager. The leaders'
+        judgments share one timing of the baselines (``Judge`` times them once for judgments close together), so
+        their scores compare with one another; each leader runs in a process of its own. The third value
         counts the leaders whose final judgment the run's time limit cut off. ``leaders_n``: how many leaders
         (default ``final_candidates``)."""
         n = self.config.final_candidates if leaders_n is None else leaders_n
         leaders = [archive.programs[e] for e in archive.elites[:n]]
         sources = [Candidate.from_json(p.candidate).source for p in leaders]
         futs = []
-        for i, (prog, src) in enumerate(zip(leaders, sources)):
-            rivals = sources[1:] if i == 0 else None
-            futs.append((prog, src, rivals, self.judge.submit(self.problem, src, final=True, rivals=rivals,
-                                                              deadline=self.end)))
+        for prog, src in zip(leaders, sources):
+            futs.append((prog, src, self.judge.submit(self.problem, src, final=True, deadline=self.end)))
             self.judged += 1
         finals: list[tuple[int, Program, EvalResult]] = []
         cut = 0
-        for i, (prog, src, rivals, fut) in enumerate(futs):
+        for i, (prog, src, fut) in enumerate(futs):
             res = fut.result()
             if _transient(res):
-                res = self.judge.evaluate(self.problem, src, final=True, rivals=rivals, deadline=self.end)
+                res = self.judge.evaluate(self.problem, src, final=True, deadline=self.end)
             if _abandoned(res):
                 cut += 1
                 self.judged -= 1
@@ -553,32 +551,25 @@ class Evolver:
 
 
 def head_to_head(finals: list[tuple[int, Program, EvalResult]]) -> dict[str, float]:
-    """Per leader after the first (by program id): the first leader's speed over it, timed head to head in the
-    first leader's final judgment (``EvalResult.rival_score``; above 1: the first leader is faster)."""
+    """Per leader after the first (by program id): the first leader's final score over that leader's (above 1: the
+    first leader is faster), both against the same timing of the baselines."""
     first = next((r for i, _, r in finals if i == 0), None)
-    if first is None:
+    if first is None or not first.score:
         return {}
-    out = {}
-    for i, prog, _ in finals:
-        s = first.rival_score(rival_name(i - 1)) if i > 0 else None
-        if s is not None:
-            out[prog.id] = s
-    return out
+    return {prog.id: first.score / r.score for i, prog, r in finals if i > 0 and r.score}
 
 
-# Head to head, another leader replaces the first only when the first runs at most this much below it: among leaders
-# within a percent of one another (on the H200 the norms' three leaders stood 0.01-1.4% apart) the archive's order
-# stands, rather than whichever one a round's noise favoured.
+# Another leader replaces the first only when the first runs at most this much below it: among leaders within a
+# percent of one another (on the H200 the norms' three leaders stood 0.01-1.4% apart) the archive's order stands,
+# rather than whichever one a judgment's noise favoured.
 HEAD_TO_HEAD_BAND = 0.01
 
 
 def pick_final(finals: list[tuple[int, Program, EvalResult]]) -> tuple[Program, EvalResult]:
-    """The winner among leaders' final judgments (``(leader index, program, result)``; leader 0's result timed the
-    others as ``rival_name(index - 1)``). Only leaders that qualify to be served (accepted and faster than every
-    baseline) compete when any does. Among those, the head-to-head times decide where leader 0's judgment has
-    them: the leader it ran slowest against wins if leader 0's speed over it is below 1 - ``HEAD_TO_HEAD_BAND``,
-    else leader 0. Without them (leader 0 did not qualify, or its rivals could not be timed) the larger score of
-    each one's own judgment wins."""
+    """The winner among leaders' final judgments (``(leader index, program, result)``). Only leaders that qualify
+    to be served (accepted and faster than every baseline) compete when any does. Among those, the leader whose
+    score leader 0's is furthest below wins if leader 0's is below 1 - ``HEAD_TO_HEAD_BAND`` of it, else leader 0.
+    Where leader 0 does not qualify, the larger score wins."""
     served = [f for f in finals if f[2].verdict == ACCEPTED and f[2].faster]
     pool = served or finals
     first = next((f for f in pool if f[0] == 0), None)
@@ -588,6 +579,7 @@ def pick_final(finals: list[tuple[int, Program, EvalResult]]) -> tuple[Program, 
         if contenders:
             best = min(contenders, key=lambda f: ratios[f[1].id])
             return (best[1], best[2]) if ratios[best[1].id] < 1.0 - HEAD_TO_HEAD_BAND else (first[1], first[2])
+        return first[1], first[2]
     _, prog, res = max(pool, key=lambda f: (f[2].verdict == ACCEPTED and f[2].faster, f[2].score or 0.0))
     return prog, res
 

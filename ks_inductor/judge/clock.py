@@ -22,7 +22,7 @@ STAGE_NAMES = {
     "checks": "the worker's checks after each trial (tampering, inputs changed in place, output objects)",
     "stash": "trial outputs copied to host memory while the device is held",
     "compare": "the judge comparing outputs the worker hands over",
-    "timing_setup": "timing inputs and rivals set up",
+    "timing_setup": "timing inputs set up",
     "inductor": "compiling the Inductor baseline (torch.compile and its first call)",
     "timing": "interleaved timing of candidate and baselines, re-checks of rotated inputs",
     "timing_checks": "re-checks of rotated inputs, work hidden on other streams, the copy bandwidth",

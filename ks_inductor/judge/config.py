@@ -16,9 +16,6 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
     "bfloat16": (1e-2, 1e-2),
 }
 
-# A search child's worker takes up to this many jobs (``JudgeConfig.jobs_per_worker``).
-SEARCH_JOBS_PER_WORKER = 8
-
 # In the order trials take them; a problem too large for the scratch disk keeps the first few. "nan" is uniform_neg's
 # values with NaN among them (inputs.py), so it took uniform_neg's place rather than add a trial.
 DISTRIBUTIONS = ("native", "normal", "nan", "large", "normal_shifted")
@@ -59,12 +56,6 @@ class JudgeConfig:
     max_plausible_speedup: float = 10.0
     # Plausibility against the roofline floor: faster than this fraction of the floor is quarantined.
     floor_slack: float = 0.9
-    # Jobs one worker process may take: 1 gives every judgment a fresh process. More lets a search's children share a
-    # worker (a final judgment, a reference or an eval always gets a fresh one): each job that ends cleanly (nothing
-    # flagged, no wrong output, no error) hands its process to the next, which spares the device context and the
-    # fork a fresh process costs. Anything a candidate leaves behind could then touch the next child's search
-    # figures, never a stored kernel's: every kernel that is stored passes a final judgment in a fresh process.
-    jobs_per_worker: int = 1
     # Static rules on by default; tests switch them off to prove the runtime guards stand on their own.
     static_rules: bool = True
     seed: int | None = None  # secret per-judge seed; None draws one from os.urandom
@@ -75,8 +66,7 @@ class JudgeConfig:
         """Short timing against eager for an optimizer's many children; final judgments keep the full protocol
         (Inductor included)."""
         base: dict[str, Any] = {"rounds": SEARCH.rounds, "rep_ms": SEARCH.rep_ms, "warmup_ms": SEARCH.warmup_ms,
-                                "max_reps": SEARCH.max_reps, "baselines": ("eager",), "search_steady_state": False,
-                                "jobs_per_worker": SEARCH_JOBS_PER_WORKER}
+                                "max_reps": SEARCH.max_reps, "baselines": ("eager",), "search_steady_state": False}
         base.update(overrides)
         return cls(**base)
 

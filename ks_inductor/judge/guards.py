@@ -110,7 +110,13 @@ class TorchOpRecorder:
         self._mode.__exit__(*exc)
 
     def compute_ops(self) -> list[str]:
-        return sorted(op for op in self.ops if op.rstrip("_") not in ALLOWED_ATEN and op not in ALLOWED_ATEN)
+        return compute_ops(self.ops)
+
+
+def compute_ops(names: Any) -> list[str]:
+    """The aten ops among ``names`` that compute (not in ``ALLOWED_ATEN``). The judge applies it in its own process
+    to the names a candidate's worker reports, so rebinding the allow-list inside that worker changes nothing."""
+    return sorted({op for op in names if op.rstrip("_") not in ALLOWED_ATEN and op not in ALLOWED_ATEN})
 
 
 def identity_snapshot() -> dict[str, int]:
@@ -163,16 +169,29 @@ def numerics_flags() -> dict[str, Any]:
     }
 
 
+# Where the interpreter starts an OS thread: the low-level module's entry points, and the references ``threading``
+# keeps to them. A thread started through any of these but not through ``threading.Thread.start`` runs code outside
+# every thread-local guard (the op recorder's dispatch mode is per thread).
+_RAW_STARTS = (("_thread", "start_new_thread"), ("_thread", "start_joinable_thread"), ("_thread", "start_new"),
+               ("threading", "_start_new_thread"), ("threading", "_start_joinable_thread"))
+
+
 class ThreadWatch:
     """Records every thread started after install, with the module its code comes from. Framework threads
-    (Triton's and Inductor's compile pools, CUDA's) are expected; threads whose code is the candidate's are not."""
+    (Triton's and Inductor's compile pools, CUDA's) are expected; threads whose code is the candidate's are not,
+    nor is any thread started through ``_thread`` directly rather than through ``threading.Thread``."""
 
     def __init__(self, candidate_prefix: str) -> None:
         self.prefix = candidate_prefix
         self.started: list[str] = []
+        self.raw = 0  # threads started through _thread's entry points, not through threading.Thread.start
         self._original: Any = None  # Thread.start while installed
+        self._raw_originals: list[tuple[Any, str, Any]] = []
+        self._in_start = threading.local()
 
     def install(self) -> None:
+        import importlib
+
         watch = self
         original = threading.Thread.start
 
@@ -180,18 +199,38 @@ class ThreadWatch:
             target = getattr(thread, "_target", None)
             mods = {type(thread).__module__, getattr(target, "__module__", None) or ""}
             watch.started.extend(m for m in mods if m)
-            return original(thread)
+            watch._in_start.on = True
+            try:
+                return original(thread)
+            finally:
+                watch._in_start.on = False
 
         self._original = original
         threading.Thread.start = start  # type: ignore[method-assign]
+        for mod_name, attr in _RAW_STARTS:
+            mod = importlib.import_module(mod_name)
+            fn = getattr(mod, attr, None)
+            if fn is None:
+                continue
+
+            def raw(*args: Any, _fn: Any = fn, **kwargs: Any) -> Any:
+                if not getattr(watch._in_start, "on", False):
+                    watch.raw += 1
+                return _fn(*args, **kwargs)
+
+            self._raw_originals.append((mod, attr, fn))
+            setattr(mod, attr, raw)
 
     def uninstall(self) -> None:
         if self._original is not None:
             threading.Thread.start = self._original  # type: ignore[method-assign]
             self._original = None
+        for mod, attr, fn in reversed(self._raw_originals):
+            setattr(mod, attr, fn)
+        self._raw_originals = []
 
     def candidate_threads(self) -> list[str]:
-        return [m for m in self.started if m.startswith(self.prefix)]
+        return [m for m in self.started if m.startswith(self.prefix)] + ["_thread"] * self.raw
 
 
 def current_stream_id(device: str) -> int | None:

@@ -1,9 +1,8 @@
 """Worker processes and their supervision: time limits per stage, a memory limit, the per-device timing lock.
 
-Each job gets a fresh process (a crash, a hang or a CUDA error can never leak into the next candidate), except that a
-search's judgments may share one: a worker whose job ended cleanly takes the next, up to
-``JudgeConfig.jobs_per_worker`` jobs, which spares the device context each fresh process makes (the host makes them
-one at a time). A spare per device is started ahead so that the torch import is off the critical path. The
+Each job gets a fresh process that ends with it: a crash, a hang, a CUDA error or anything a candidate leaves behind
+can never reach the next candidate. Spares per device are started ahead, each with its device context made, so
+that the torch import and the context (the host makes them one at a time) are off the critical path. The
 processes are forked from a warm parent per device that did the imports once and never touched the device
 (``forkserver.py``).
 """
@@ -32,9 +31,6 @@ from ks_inductor.judge.forkserver import ForkedProcess, ForkServer, ForkServerEr
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 180.0
-# How long a kept worker may take to forget its last job (modules, garbage, the device cache) and say ready again
-# before the next job goes to a fresh process instead; it takes milliseconds when nothing is wrong.
-REUSE_READY_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -47,7 +43,7 @@ class JobOutcome:
     detail: str = ""
     log_tail: str = ""
     stages: list[str] = field(default_factory=list)
-    worker: Any = None  # the process that ran it, and its device (``WorkerPool.give_back``)
+    worker: Any = None  # the process that ran it, and its device
     device: int | None = None
 
 
@@ -88,8 +84,6 @@ class WorkerProcess:
         self._reader = threading.Thread(target=self._read, args=(r,), daemon=True)
         self._reader.start()
         self.ready = False
-        self.jobs = 0  # jobs this process has taken
-        self.kept = False  # after its last job: alive and fit for another (``run_job``'s ``reuse``)
 
     def _read(self, fd: int) -> None:
         with os.fdopen(fd, "r") as f:
@@ -134,20 +128,14 @@ class WorkerProcess:
     def run_job(self, job: dict[str, Any], stage_limits: dict[str, float], memory_limit_mb: int,
                 device_lock: DeviceLock | None,
                 on_output: Callable[[dict[str, Any]], bool] | None = None,
-                clock: StageClock | None = None, deadline: float | None = None, reuse: int = 1) -> JobOutcome:
+                clock: StageClock | None = None, deadline: float | None = None) -> JobOutcome:
         """Send the job and supervise it to the end. Stage limits apply per stage; waiting for the device lock
         does not count against them, nor does the judge's comparison of an output the worker hands over
         (``on_output``: True lets the worker go on, False stops it). ``clock`` is charged per stage as the
         worker's messages arrive (``StageClock``). Past ``deadline`` (``time.monotonic``) the worker is killed and the
-        outcome is a ``deadline`` failure, the caller's limit rather than the candidate's.
-
-        ``reuse``: how many jobs this process may take in all. While it has not taken that many, a job that ends with
-        a result the worker itself calls fit for another (``worker.serve``) leaves the process alive and ``kept``;
-        anything else kills it."""
+        outcome is a ``deadline`` failure, the caller's limit rather than the candidate's. The process ends with
+        its job, however it went."""
         clock = clock or StageClock()
-        self.jobs += 1
-        self.kept = False
-        keep = False
         stages = ["start"]
         clock.enter("worker_start")
         wait = READY_TIMEOUT_S if deadline is None else max(0.0, min(READY_TIMEOUT_S, deadline - time.monotonic()))
@@ -210,10 +198,7 @@ class WorkerProcess:
                         self._answer(b"next\n" if go else b"stop\n")
                         stage_until = time.monotonic() + stage_limits.get(stage, 300.0)
                     elif ev == "result":
-                        keep = bool(msg.get("ok") and msg.pop("reusable", False)) and self.jobs < reuse
-                        # A kept worker takes its next job only after it says ready again (``worker.serve``).
-                        self.ready = False
-                        return JobOutcome(msg, stage, None, "", "" if keep else self.log_tail(), stages)
+                        return JobOutcome(msg, stage, None, "", self.log_tail(), stages)
                 if deadline is not None and time.monotonic() > deadline:
                     return JobOutcome(None, stage, "deadline", "the caller's time limit ran out", self.log_tail(),
                                       stages)
@@ -230,10 +215,7 @@ class WorkerProcess:
             if device_lock is not None:
                 for mode in held:
                     device_lock.release(mode)
-            if keep and self.proc.poll() is None:
-                self.kept = True
-            else:
-                self.kill()
+            self.kill()
 
     def _answer(self, line: bytes) -> None:
         """Answer a worker's request. A worker that exited meanwhile (one told to stop can be gone before its last
@@ -285,9 +267,6 @@ class WorkerPool:
         self.log_dir = log_dir
         self.spares_enabled = spares > 0
         self._spares: dict[int | None, list[WorkerProcess]] = {d: [] for d in devices}
-        # Workers that ended a search judgment cleanly and may take another (``JudgeConfig.jobs_per_worker``).
-        self._kept: dict[int | None, list[WorkerProcess]] = {d: [] for d in devices}
-        self.reused = 0  # jobs that went to a kept worker
         self._lock = threading.Lock()
         # Held across processes too: every kernelsmith process on the host times on a device one at a time.
         self.device_locks = {d: DeviceLock(backend.device_id(d)) for d in devices}
@@ -326,22 +305,8 @@ class WorkerPool:
         forks.close()
         self.fork_servers[device] = _start_fork_server(self.backend, self.log_dir, device)
 
-    def take(self, device: int | None, reuse: bool = False) -> WorkerProcess:
-        """A worker for one job on ``device``: with ``reuse``, a kept one that said ready again after its last job, if
-        there is one; otherwise a fresh spare (started now if none is ready), replaced at once."""
-        while reuse:
-            with self._lock:
-                w = self._kept[device].pop() if self._kept[device] else None
-            if w is None:
-                break
-            # Waited for outside the lock; a worker that exits or hangs while forgetting its last job is dropped
-            # here, before a job of another candidate reaches it.
-            if w.proc.poll() is None and w.wait_ready(REUSE_READY_TIMEOUT_S):
-                with self._lock:
-                    self.reused += 1
-                return w
-            log.info("a kept worker did not say ready after its last job; the next job gets a fresh one")
-            w.kill()
+    def take(self, device: int | None) -> WorkerProcess:
+        """A fresh worker for one job on ``device``: a spare (started now if none is ready), replaced at once."""
         with self._lock:
             self._revive_forks(device)
             forks = self.fork_servers[device]
@@ -360,24 +325,11 @@ class WorkerPool:
                     self._spares[device].append(spare)
         return w or WorkerProcess(self.backend, device, self.log_dir, forks)
 
-    def give_back(self, device: int | None, worker: WorkerProcess | None, fit: bool) -> None:
-        """A worker after its job: kept for the next search judgment on its device where it stayed alive for one
-        (``WorkerProcess.kept``) and the judge found its job ``fit`` to go on from; otherwise killed."""
-        if worker is None or not worker.kept:
-            return
-        worker.kept = False
-        if fit:
-            with self._lock:
-                if not self._closed:
-                    self._kept[device].append(worker)
-                    return
-        worker.kill()
-
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            spares = [w for ws in (*self._spares.values(), *self._kept.values()) for w in ws]
-            for ws in (*self._spares.values(), *self._kept.values()):
+            spares = [w for ws in self._spares.values() for w in ws]
+            for ws in self._spares.values():
                 ws.clear()
         for w in spares:
             w.kill()

@@ -1,4 +1,7 @@
-"""The Judge: static checks, then the reference and the candidate in separate workers, then the verdict here."""
+"""The Judge: static checks, then the reference, the baselines and the candidate each in a worker of its own, then
+the verdict here. The reference's outputs and the baselines' timings are made once per problem (the baselines once
+more for final judgments when they are older than ``FINAL_BASELINES_FRESH_S``) and serve every candidate; a candidate's
+worker holds only the candidate."""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import random
 import shutil
 import statistics
 import tempfile
@@ -22,6 +26,7 @@ from ks_inductor.judge.backends import JudgeBackend, detect_backend
 from ks_inductor.judge.clock import StageClock
 from ks_inductor.judge.compare import compare_outputs
 from ks_inductor.judge.config import JudgeConfig
+from ks_inductor.judge.guards import compute_ops
 from ks_inductor.judge.inputs import trial_plan
 from ks_inductor.judge.pool import JobOutcome, WorkerPool
 from ks_inductor.judge.scratch import shortfall_note
@@ -32,15 +37,18 @@ from ks_inductor.judge.verdict import (
     ERROR,
     QUARANTINED,
     REJECTED,
-    RIVAL_PREFIX,
     EvalResult,
-    rival_name,
 )
 from ks_inductor.problem import Problem
 
 log = logging.getLogger(__name__)
 
 COST_SAMPLES = 50  # judgments per protocol that ``Judge.typical_cost`` takes its medians over
+# A final judgment's baselines are timed again when older than this: what gets stored is compared with baselines
+# timed close to it, while the leaders judged together share one timing of them.
+FINAL_BASELINES_FRESH_S = 120.0
+# Distributions of the timing sets, in turn: the re-check after timing sees NaN, large and shifted inputs too.
+TIMING_DISTRIBUTIONS = ("normal", "nan", "large", "normal_shifted")
 
 # Runtime findings that make a candidate wrong or untrustworthy, whatever its outputs.
 _REJECTING_FLAGS = frozenset({
@@ -51,26 +59,48 @@ _REJECTING_FLAGS = frozenset({
 
 class _Reference:
     def __init__(self, trials: list[dict[str, Any]], timing: list[dict[str, Any]], note: str = "",
-                 out_bytes: int = 0) -> None:
+                 out_bytes: int = 0, state_file: str | None = None, per_draw: int = 0) -> None:
+        # Two draws of every configured trial, the second draws after all the first, as many as the disk holds.
         self.trials = trials
         self.timing = timing
         self.note = note  # why fewer trials or timing sets than configured, if so
         self.out_bytes = out_bytes  # one trial's outputs
+        self.state_file = state_file  # the reference's weights, for a candidate's ModelNew to start from
+        self.per_draw = per_draw or len(trials)  # trials in one draw
+
+    def pick_trials(self, rng: random.Random) -> list[int]:
+        """The trials one candidate gets, as indices into ``trials``: for each configured trial, one of its draws at
+        random, so that no candidate knows which inputs it is checked on while the reference ran once for all."""
+        n, kept = self.per_draw, len(self.trials)
+        return [rng.choice([j for j in (i, i + n) if j < kept]) for i in range(min(n, kept))]
+
+
+class _Baselines:
+    """The baselines' samples for one problem and protocol, timed by a trusted worker (``reference_job``)."""
+
+    def __init__(self, result: dict[str, Any], at: float) -> None:
+        self.samples: dict[str, list[list[float]]] = result.get("samples") or {}
+        self.steady: dict[str, list[list[float]]] = result.get("steady_samples") or {}
+        self.steady_skipped: str | None = result.get("steady_skipped")
+        self.errors: dict[str, str] = {**(result.get("errors") or {}), **(result.get("steady_errors") or {})}
+        self.bandwidth: float | None = result.get("bandwidth")
+        self.at = at
 
 
 def _outputs(saved: dict[str, Any]) -> list[Any]:
-    """A run's outputs in order, from the file ``worker._save`` wrote (``out0``, ``out1``, ...)."""
+    """A run's outputs in order, from the file ``protocol.save`` wrote (``out0``, ``out1``, ...)."""
     return [saved[f"out{j}"] for j in range(len(saved))]
 
 
 class _Streamed:
-    """Compares each output a candidate's worker hands over (``worker.deliver``) with the reference's, as it comes,
+    """Compares each output a candidate's worker hands over (``protocol.deliver``) with the reference's, as it comes,
     and deletes the file: the first mismatch stops the worker, and the disk holds one candidate output at a time.
     Paths are built here from the kind and index, never taken from the worker, and each output is taken once."""
 
     def __init__(self, res: EvalResult, ref: _Reference, work: str, trials: list[tuple[int, str]],
-                 tolerance: Any) -> None:
+                 picked: list[int], tolerance: Any) -> None:
         self.res, self.ref, self.work, self.trials, self.tolerance = res, ref, work, trials, tolerance
+        self.picked = picked  # the reference's trial behind each of the candidate's (``_Reference.pick_trials``)
         self.taken: dict[str, set[int]] = {"trial": set(), "post": set(), "graph": set()}
         self.stage = "correctness"  # where the first rejected output came from
 
@@ -88,7 +118,8 @@ class _Streamed:
                 if not 0 <= index < len(self.trials):
                     self.res.reject("protocol", f"the worker handed over trial {index} of {len(self.trials)}")
                     return False
-                expected, label, flag, when = self.ref.trials[index], self.trials[index][1], "mismatch", ""
+                expected, label, flag, when = (self.ref.trials[self.picked[index]], self.trials[index][1],
+                                               "mismatch", "")
             else:
                 at = msg.get("set") if kind == "graph" else index
                 if not isinstance(at, int) or not 0 <= at < len(self.ref.timing):
@@ -149,9 +180,14 @@ class Judge:
         per_device = max(1, n // len(dev_list)) if spares else 0
         self._pool = WorkerPool(self.backend, dev_list, os.path.join(self._root, "logs"), spares=per_device)
         self._executor = ThreadPoolExecutor(max_workers=n, thread_name_prefix="ks-judge")
+        # The baselines' jobs, started beside the candidates they serve (never on the judgments' own executor, whose
+        # threads would wait on them).
+        self._side = ThreadPoolExecutor(max_workers=2 * len(dev_list), thread_name_prefix="ks-judge-baselines")
         self._in_flight = n  # judgments that may each hold one candidate output on the scratch disk
         self._refs: dict[str, _Reference | Exception] = {}
+        self._baselines_got: dict[tuple[str, bool], _Baselines] = {}
         self._alone_said: set[str] = set()
+        self._sandbox_said = False
         self._ref_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self._fingerprint: EnvFingerprint | None = None
@@ -198,20 +234,17 @@ class Judge:
 
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
+        self._side.shutdown(wait=True, cancel_futures=True)
         self._pool.close()
         if not self.config.keep_workdir:
             shutil.rmtree(self._root, ignore_errors=True)
 
     def submit(self, problem: Problem, source: str, timing: bool | None = None,
-               final: bool = False, rivals: list[str] | None = None,
-               deadline: float | None = None) -> Future[EvalResult]:
-        """Judge asynchronously. ``final`` times with the final protocol (``JudgeConfig.final_*``). ``rivals``:
-        other kernels for the problem, timed head to head with this one (``EvalResult.rival_speedups``). They are not
-        judged here: one that fails to load or run is reported and left out, while anything one changes globally
-        (or a worker crash it causes) counts against this judgment, never for it. ``deadline`` (``time.monotonic``):
-        a judgment not finished by then is abandoned, its worker killed, with an ``error`` verdict that says so
-        (no verdict on the candidate)."""
-        return self._executor.submit(self._guarded, problem, source, timing, final, rivals, deadline)
+               final: bool = False, deadline: float | None = None) -> Future[EvalResult]:
+        """Judge asynchronously. ``final`` times with the final protocol (``JudgeConfig.final_*``). ``deadline``
+        (``time.monotonic``): a judgment not finished by then is abandoned, its worker killed, with an ``error``
+        verdict that says so (no verdict on the candidate)."""
+        return self._executor.submit(self._guarded, problem, source, timing, final, deadline)
 
     def prepare(self, problem: Problem, deadline: float | None = None) -> Future[None]:
         """Compute ``problem``'s reference outputs in the background, once (the judgments of the problem reuse
@@ -221,12 +254,13 @@ class Judge:
 
     def _prepare(self, problem: Problem, deadline: float | None) -> None:
         with contextlib.suppress(Exception):  # kept in self._refs (or retried, past a deadline) for the judgments
-            self._reference(problem, deadline)
+            ref = self._reference(problem, deadline)
+            if self.backend.timed:
+                self._baselines(problem, ref, False, deadline)
 
     def evaluate(self, problem: Problem, source: str, timing: bool | None = None,
-                 final: bool = False, rivals: list[str] | None = None,
-                 deadline: float | None = None) -> EvalResult:
-        return self._guarded(problem, source, timing, final, rivals, deadline)
+                 final: bool = False, deadline: float | None = None) -> EvalResult:
+        return self._guarded(problem, source, timing, final, deadline)
 
     def run_vectors(self, source: str, init_inputs: list[Any],
                     vectors: list[tuple[list[Any], list[Any]]], state: dict[str, Any] | None = None) -> EvalResult:
@@ -291,7 +325,7 @@ class Judge:
         return bool(findings)
 
     def _guarded(self, problem: Problem, source: str, timing: bool | None, final: bool = False,
-                 rivals: list[str] | None = None, deadline: float | None = None) -> EvalResult:
+                 deadline: float | None = None) -> EvalResult:
         t0 = time.monotonic()
         clock = StageClock()
         try:
@@ -299,7 +333,7 @@ class Judge:
                 res = self._new_result(source, problem.key)
                 self._past_deadline(res)
             else:
-                res = self._evaluate(problem, source, timing, final, rivals, clock, deadline)
+                res = self._judge(problem, source, timing, final, clock, deadline)
         except Exception as e:  # noqa: BLE001 - the judge answers with a verdict, never a traceback
             log.exception("judge failure")
             res = self._new_result(source, problem.key)
@@ -323,8 +357,8 @@ class Judge:
 
     def _run(self, job: dict[str, Any], on_output: Any = None, alone: bool = False,
              clock: StageClock | None = None, deadline: float | None = None) -> JobOutcome:
-        """Run a job on a fresh worker, or a kept one where the job is ``reusable``; ``alone``: with no other job on
-        its device (``admission``)."""
+        """Run a job on a fresh worker, which ends with it; ``alone``: with no other job on its device
+        (``admission``)."""
         clock = clock or StageClock()
         device = self._pool.pick_device()
         gate = self._pool.job_gates[device]
@@ -334,11 +368,10 @@ class Judge:
         try:
             if deadline is not None and time.monotonic() >= deadline:
                 return JobOutcome(None, "start", "deadline", DEADLINE_ERROR)
-            reuse = self.config.jobs_per_worker if job.get("reusable") else 1
             with clock.section("worker_start"):
-                worker = self._pool.take(device, reuse=reuse > 1)
+                worker = self._pool.take(device)
             out = worker.run_job(job, self._stage_limits(), self.config.memory_limit_mb,
-                                 self._pool.device_locks.get(device), on_output, clock, deadline, reuse)
+                                 self._pool.device_locks.get(device), on_output, clock, deadline)
             out.worker, out.device = worker, device
             return out
         finally:
@@ -367,8 +400,11 @@ class Judge:
             if cached is not None:
                 return cached
             base = self._problem_seed(problem)
-            trials = trial_plan(self.config.trials, self.config.distributions, base)
-            timing_sets = [(base + 50_000 + k, "normal") for k in range(self.config.rotating_sets)]
+            n = self.config.trials
+            trials = (trial_plan(n, self.config.distributions, base)
+                      + trial_plan(n, self.config.distributions, base + 500))
+            timing_sets = [(base + 50_000 + k, TIMING_DISTRIBUTIONS[k % len(TIMING_DISTRIBUTIONS)])
+                           for k in range(self.config.rotating_sets)]
             work = tempfile.mkdtemp(dir=self._root, prefix="ref-")
             free = shutil.disk_usage(self._root).free
             job = {"kind": "reference", "device": self.backend.device, "workdir": work,
@@ -398,11 +434,12 @@ class Judge:
                 self._refs[problem.key] = err
                 raise err
             got_trials, got_sets = out.result["trials"], out.result["timing"]
-            note = shortfall_note(len(got_trials), len(trials), len(got_sets), len(timing_sets),
+            note = shortfall_note(min(len(got_trials), n), n, len(got_sets), len(timing_sets),
                                   int(out.result.get("out_bytes") or 0), free)
             if note:
                 log.warning("%s: %s", problem.name, note)
-            ref = _Reference(got_trials, got_sets, note, int(out.result.get("out_bytes") or 0))
+            ref = _Reference(got_trials, got_sets, note, int(out.result.get("out_bytes") or 0),
+                             out.result.get("state_file"), per_draw=n)
             nonfinite = [i for i, t in enumerate(ref.trials) if not t["finite"]]
             if len(nonfinite) == len(ref.trials):
                 err = RuntimeError("the reference produces NaN or inf on every trial; the problem cannot be judged")
@@ -410,6 +447,44 @@ class Judge:
                 raise err
             self._refs[problem.key] = ref
             return ref
+
+    def _baselines(self, problem: Problem, ref: _Reference, final: bool,
+                   deadline: float | None = None) -> _Baselines:
+        """The baselines timed for ``problem`` with the search's protocol or the final one: once per problem for the
+        search's, and for a final judgment again where the last timing is older than ``FINAL_BASELINES_FRESH_S``.
+        Timed by a worker that never loads candidate code, on the timing sets every candidate is timed on."""
+        key = (problem.key, final)
+        with self._lock:
+            lock = self._ref_locks.setdefault(f"baselines:{final}:{problem.key}", threading.Lock())
+        with lock:
+            got = self._baselines_got.get(key)
+            if got is not None and (not final or time.monotonic() - got.at < FINAL_BASELINES_FRESH_S):
+                return got
+            cfg = self.config
+            work = tempfile.mkdtemp(dir=self._root, prefix="base-")
+            try:
+                job = {"kind": "baselines", "device": self.backend.device, "workdir": work,
+                       "problem_source": problem.source, "init_seed": self._problem_seed(problem),
+                       "specs": [s.__dict__ for s in problem.input_specs],
+                       "timing_sets": [(t["seed"], t["dist"]) for t in ref.timing],
+                       "output_specs": ref.trials[0]["outputs"], "l2_bytes": self._l2,
+                       "order_seed": int.from_bytes(os.urandom(4), "little"),
+                       "timing": {"min_reps": cfg.min_reps, **cfg.protocol(final)},
+                       "memory_limit_mb": cfg.memory_limit_mb, "device_memory_fraction": cfg.device_memory_fraction}
+                out = self._run(job, alone=self._alone(problem, ref.out_bytes), deadline=deadline)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+            if out.failure == "deadline":
+                raise RuntimeError(DEADLINE_ERROR)
+            if out.result is None or not out.result.get("ok"):
+                detail = out.detail or (out.result or {}).get("error", "")
+                raise RuntimeError(f"the baselines could not be timed ({out.failure or 'error'} in stage "
+                                   f"{out.stage}): {detail}")
+            got = _Baselines(out.result, time.monotonic())
+            for name, why in got.errors.items():
+                log.warning("%s: the %s baseline was left out: %s", problem.name, name, why)
+            self._baselines_got[key] = got
+            return got
 
     def _unstable_reference(self, path: str | None) -> str | None:
         """Why the reference's second run on trial 0's inputs disagrees with its first, by the judge's own
@@ -460,6 +535,10 @@ class Judge:
             res.reject(flag, f"{res.error} (stage {out.stage})")
             res.log_tail = (msg.get("traceback", "") + "\n" + res.log_tail)[-2000:]
             return False
+        # The worker's own torch_compute flag could be silenced from inside it; the ops it saw are judged here.
+        computed = compute_ops(msg.get("ops_seen") or [])
+        if computed and not any(f[0] == "torch_compute" for f in msg.get("flags", [])):
+            res.reject("torch_compute", "torch computed during forward: " + ", ".join(computed))
         for flag, reason in msg.get("flags", []):
             if flag in _REJECTING_FLAGS:
                 res.reject(flag, reason)
@@ -467,23 +546,8 @@ class Judge:
                 res.flags.append(flag)
         return True
 
-    def _evaluate(self, problem: Problem, source: str, timing: bool | None, final: bool = False,
-                  rivals: list[str] | None = None, clock: StageClock | None = None,
-                  deadline: float | None = None) -> EvalResult:
-        ran: list[JobOutcome] = []
-        res = None
-        try:
-            res = self._judge(problem, source, timing, final, rivals, clock, deadline, ran)
-            return res
-        finally:
-            for out in ran:
-                # A kept worker goes on only after a candidate the judge found correct and plausible.
-                self._pool.give_back(out.device, out.worker,
-                                     fit=res is not None and res.correct and res.verdict != QUARANTINED)
-
     def _judge(self, problem: Problem, source: str, timing: bool | None, final: bool,
-               rivals: list[str] | None, clock: StageClock | None, deadline: float | None,
-               ran: list[JobOutcome]) -> EvalResult:
+               clock: StageClock | None, deadline: float | None) -> EvalResult:
         cfg = self.config
         clock = clock or StageClock()
         clock.enter("static")
@@ -491,48 +555,44 @@ class Judge:
         if self._static(res, source):
             return res
         res.stage = "load"
+        want_timing = self.backend.timed if timing is None else timing
+        timed = self.backend.timed and want_timing
         try:
-            # The reference's own stages are not this candidate's: its whole job (once per problem) is one stage.
+            # The reference's and the baselines' jobs (once per problem) are not this candidate's stages.
             clock.enter("reference")
             ref = self._reference(problem, deadline)
         except RuntimeError as e:
             res.verdict, res.error = ERROR, str(e)
             res.reasons.append(str(e))
             return res
-        want_timing = self.backend.timed if timing is None else timing
+        # Timed (or found timed) while the candidate loads, compiles and is checked: the device lock orders the two.
+        pending = self._side.submit(self._baselines, problem, ref, final, deadline) if timed else None
         base = self._problem_seed(problem)
-        # Rivals go through the same static rules as any candidate; one they stop is reported, not loaded.
-        clock.enter("static")
-        rival_jobs, rival_errors = [], {}
-        for i, src in enumerate(rivals or []):
-            scratch = self._new_result(src, problem.key)
-            if self._static(scratch, src):
-                rival_errors[rival_name(i)] = "static rules: " + "; ".join(scratch.reasons[:2])
-            else:
-                rival_jobs.append({"name": rival_name(i), "source": src})
+        rng = random.Random(int.from_bytes(os.urandom(4), "little"))
+        picked = ref.pick_trials(rng)
         with self._workdir("cand-") as work:
-            trials = [(t["seed"], t["dist"]) for t in ref.trials]
+            state_file = None
+            if ref.state_file:
+                # A copy of its own: the candidate's folder is the only one its process may write to.
+                state_file = os.path.join(work, "state.safetensors")
+                shutil.copyfile(ref.state_file, state_file)
+            trials = [(ref.trials[k]["seed"], ref.trials[k]["dist"]) for k in picked]
             job = {
                 "kind": "candidate", "device": self.backend.device, "workdir": work, "problem_source": problem.source,
-                "candidate_source": source, "init_seed": base, "trials": trials,
+                "candidate_source": source, "init_seed": base, "trials": trials, "state_file": state_file,
                 "specs": [s.__dict__ for s in problem.input_specs], "output_specs": ref.trials[0]["outputs"],
-                "order_seed": int.from_bytes(os.urandom(4), "little"), "timed": self.backend.timed and want_timing,
+                "order_seed": rng.getrandbits(32), "timed": timed,
                 "timing": {"min_reps": cfg.min_reps, **cfg.protocol(final)},
                 "timing_sets": [(t["seed"], t["dist"]) for t in ref.timing], "l2_bytes": self._l2,
-                "tolerances": cfg.tolerances, "rivals": rival_jobs,
                 "memory_limit_mb": cfg.memory_limit_mb, "device_memory_fraction": cfg.device_memory_fraction,
-                # Only a search child's worker may go on to another job: a final judgment runs in a fresh process,
-                # and its process ends with it.
-                "reusable": cfg.jobs_per_worker > 1 and not final,
             }
             if not want_timing and self.backend.timed:
                 job["timing"] = None  # on the interpreter the rotation re-check always runs; it costs little
             if ref.note:
                 res.notes.append(ref.note)
-            streamed = _Streamed(res, ref, work, trials, cfg.tolerance)
+            streamed = _Streamed(res, ref, work, trials, picked, cfg.tolerance)
             out = self._run(job, streamed, alone=self._alone(problem, ref.out_bytes), clock=clock,
                             deadline=deadline)
-            ran.append(out)
             clock.enter("verdict")
             if res.verdict == ERROR or (res.verdict == REJECTED and res.reasons):
                 # An output was rejected (or could not be compared) and the worker stopped there; what its guards
@@ -544,8 +604,8 @@ class Judge:
             if not ok:
                 return res
             msg = out.result or {}
+            self._note_sandbox(msg.get("sandbox"))
             res.launches = msg.get("launches", {})
-            res.rival_errors = {**rival_errors, **(msg.get("rival_errors") or {})}
             res.stage = "correctness"
             missing = sorted(set(range(len(trials))) - streamed.taken["trial"])
             if missing or msg.get("stopped"):
@@ -555,33 +615,47 @@ class Judge:
             if res.verdict == REJECTED and res.reasons:
                 return res
             if job["timing"] is not None:
-                # The timing stage re-checks every timing set after the timed calls, and each graph set it replayed.
+                # The timing stage re-checks every timing set after the timed calls, and the graph sets it handed.
                 if (len(streamed.taken["post"]) != len(ref.timing) or
                         len(streamed.taken["graph"]) != int(msg.get("graphs") or 0)):
                     res.reject("protocol", "the worker's timing stage did not hand over every output it checks")
                     return res
                 res.stage = "timing"
             res.correct, res.verdict = True, ACCEPTED
-            if msg.get("samples") and self.backend.timed:
+            if msg.get("samples") and pending is not None:
+                clock.enter("reference")
+                try:
+                    baselines = pending.result()
+                except RuntimeError as e:
+                    res.verdict, res.correct, res.error = ERROR, False, str(e)
+                    res.reasons.append(str(e))
+                    return res
+                clock.enter("verdict")
                 res.final = final
-                self._judge_speed(res, problem, msg)
+                self._judge_speed(res, problem, msg, baselines)
             res.stage = "done"
             return res
 
-    def _judge_speed(self, res: EvalResult, problem: Problem, msg: dict[str, Any]) -> None:
+    def _note_sandbox(self, summary: str | None) -> None:
+        """Say once per judge what the candidates' sandbox holds where it could not be put in place."""
+        if summary and not summary.startswith("sandbox enforced") and not self._sandbox_said:
+            self._sandbox_said = True
+            log.warning("candidate workers run without the Landlock sandbox (%s): the static rules and the process "
+                        "boundary remain", summary)
+
+    def _judge_speed(self, res: EvalResult, problem: Problem, msg: dict[str, Any], base: _Baselines) -> None:
         from ks_inductor.judge import timing as T
 
         cfg = self.config
-        # Rivals are timed beside the candidate but are no baselines: their ratios go apart, and nothing else
-        # below (best baseline, served or not, plausibility) sees them.
-        steady_all = msg.get("steady_samples") or {}
-        samples = {k: v for k, v in msg["samples"].items() if not k.startswith(RIVAL_PREFIX)}
-        steady = {k: v for k, v in steady_all.items() if not k.startswith(RIVAL_PREFIX)}
-        cand = samples["candidate"]
-        for name in msg["samples"].keys() - samples.keys():
-            res.rival_speedups[name], res.rival_speedup_lcbs[name] = T.ratio_with_lcb(msg["samples"][name], cand)
-            if name in steady_all and "candidate" in steady:
-                res.rival_steady_speedups[name], _ = T.ratio_with_lcb(steady_all[name], steady["candidate"])
+        # The candidate's samples come from its own process, the baselines' from a trusted one, timed on the same
+        # sets with the same loops (flush, refresh and poison before every call).
+        cand = msg["samples"]["candidate"]
+        samples = {"candidate": cand, **base.samples}
+        steady: dict[str, Any] = {}
+        if "candidate" in (msg.get("steady_samples") or {}) and base.steady:
+            steady = {"candidate": msg["steady_samples"]["candidate"], **base.steady}
+        for name, why in base.errors.items():
+            res.notes.append(f"the {name} baseline was not timed: {why[:200]}")
         res.timing_meaningful = True
         res.timings = {name: T.summarize(rounds) for name, rounds in samples.items()}
         lcbs = []
@@ -591,8 +665,9 @@ class Judge:
         if "inductor" in samples:
             res.speedup_inductor, res.speedup_inductor_lcb = T.ratio_with_lcb(samples["inductor"], cand)
             lcbs.append(res.speedup_inductor_lcb)
-        if msg.get("steady_skipped"):
-            res.notes.append(f"steady state not timed: {msg['steady_skipped']}; served on the per-call timing alone")
+        skipped = msg.get("steady_skipped") or base.steady_skipped
+        if skipped:
+            res.notes.append(f"steady state not timed: {skipped}; served on the per-call timing alone")
         if "candidate" in steady:
             res.steady_timings = {name: T.summarize(rounds) for name, rounds in steady.items()}
             for name in samples:
@@ -612,11 +687,11 @@ class Judge:
                 return
         # Reported against the bandwidth measured here (as the anchors are); the plausibility gate uses the
         # larger of measured and datasheet peaks so that it never quarantines an honest kernel.
-        measured = self._floor_ms(problem, msg.get("bandwidth"), nominal=False)
+        measured = self._floor_ms(problem, base.bandwidth, nominal=False)
         if measured:
             res.roofline_floor_ms = measured
             res.roofline_fraction = measured / cand_ms
-        floor = self._floor_ms(problem, msg.get("bandwidth"), nominal=True)
+        floor = self._floor_ms(problem, base.bandwidth, nominal=True)
         # Where the problem has a roofline floor, physics is the gate: a time above the floor is possible, however
         # far a slow baseline is behind it (a fused RMSNorm is 11x faster than the eager reference of seven ops
         # on the H200, and still at 74% of the floor). Without a floor, a speedup beyond

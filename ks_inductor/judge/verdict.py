@@ -15,12 +15,6 @@ QUARANTINED = "quarantined"  # correct but its speed is implausible: held for re
 ERROR = "error"  # the judge could not judge it (problem broken, infrastructure failure)
 # The error of a judgment its caller's time limit cut off (``Judge.submit(deadline=...)``): no verdict either way.
 DEADLINE_ERROR = "deadline: the caller's time limit ran out before this judgment finished; no verdict on the candidate"
-RIVAL_PREFIX = "rival"  # timed tools named so are rivals (``Judge.submit(rivals=...)``), never baselines
-
-
-def rival_name(i: int) -> str:
-    """The name under which the judge times and reports rival ``i`` of a judgment."""
-    return f"{RIVAL_PREFIX}{i}"
 
 
 @dataclass
@@ -78,13 +72,6 @@ class EvalResult:
     # Served: the per-call lower confidence bound clears 1 + margin against every baseline, and inside a CUDA
     # graph the candidate is not slower than any.
     faster: bool = False
-    # Rivals timed head to head with the candidate (``Judge.submit(rivals=...)``), ``rival0`` ...: each one's time
-    # over the candidate's per call (above 1: the candidate is faster), that ratio's lower confidence bound, and the
-    # same ratio inside a CUDA graph; and the rivals that could not be timed, with why.
-    rival_speedups: dict[str, float] = field(default_factory=dict)
-    rival_speedup_lcbs: dict[str, float] = field(default_factory=dict)
-    rival_steady_speedups: dict[str, float] = field(default_factory=dict)
-    rival_errors: dict[str, str] = field(default_factory=dict)
     final: bool = False  # timed with the final protocol (what serving requires), not a search's short one
     roofline_floor_ms: float | None = None
     roofline_fraction: float | None = None
@@ -135,13 +122,6 @@ class EvalResult:
     @property
     def score_lcb(self) -> float | None:
         return _combined(self.speedup_best_lcb, min(self.steady_speedup_lcbs.values(), default=None))
-
-    def rival_score(self, name: str) -> float | None:
-        """The candidate's speed over rival ``name``'s, measured head to head: per call, and where both were timed
-        in a CUDA graph, the geometric mean with that (as ``score``). Above 1: the candidate is the faster."""
-        if name not in self.rival_speedups:
-            return None
-        return _combined(self.rival_speedups[name], self.rival_steady_speedups.get(name))
 
     @property
     def candidate_ms(self) -> float | None:
