@@ -30,7 +30,7 @@ HONEST = ROOT / "tests" / "candidates" / "rmsnorm_ok.py"
 EXPLOITS = ROOT / "tests" / "candidates" / "exploits"
 ISOLATION = ROOT / "tests" / "candidates" / "isolation"
 # Candidates of the isolation set that are honest kernels (they rig the worker for the next candidate only).
-ISOLATION_HONEST = {"polluter_hook_and_allow_list.py"}
+ISOLATION_HONEST = {"polluter_allow_list.py", "polluter_forward_hook.py"}
 # Exploits made for other problems than the RMSNorm one: (problem, honest candidate) per file.
 OTHER_PROBLEMS = {"overflow_zeros.py": ("huge_outputs.py", "huge_outputs_ok.py")}
 
@@ -108,7 +108,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backend", default=None, help="judge backend (default: detect)")
     p.add_argument("--eval-parallel", type=int, default=4)
     p.add_argument("--limit", type=int, default=None, help="candidates per folder (a quick check of the script)")
-    p.add_argument("--eval", default="isolation,new", help="which candidates go through eval: isolation, new, all")
     p.add_argument("--one-static-off", nargs=2, metavar=("PROBLEM", "CANDIDATE"),
                    help="judge one candidate with a one-shot judge, static rules off; print the verdict's JSON")
     args = p.parse_args(argv)
@@ -128,16 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     report["search"] = search_part(args.backend, args.limit)
     report["search_s"] = round(time.monotonic() - t0, 1)
-    chosen: list[Path] = []
-    kinds = set(args.eval.split(","))
-    if "all" in kinds:
-        chosen = sorted(EXPLOITS.glob("*.py")) + sorted(ISOLATION.glob("*.py"))
-    else:
-        if "isolation" in kinds:
-            chosen += [q for q in sorted(ISOLATION.glob("*.py")) if q.name not in ISOLATION_HONEST]
-        if "new" in kinds:
-            listed = json.loads((ROOT / "benchmarks" / "gpu" / "redteam_classes.json").read_text())
-            chosen += [EXPLOITS / n for n in listed if (EXPLOITS / n).exists()]
+    chosen = sorted(EXPLOITS.glob("*.py")) + [q for q in sorted(ISOLATION.glob("*.py"))
+                                              if q.name not in ISOLATION_HONEST]
     t0 = time.monotonic()
     report["eval"] = eval_part(args.backend, args.eval_parallel, chosen[:args.limit])
     report["eval_s"] = round(time.monotonic() - t0, 1)

@@ -178,8 +178,13 @@ def _triton_cache_dir() -> str:
 
 def confine_job(workdir: str) -> SandboxReport:
     """``confine`` as the judge's worker uses it: the job's folder open, the judge's scratch root (the folder that
-    holds it) hidden, Triton's and CUDA's caches writable."""
+    holds it) hidden, CUDA's JIT cache writable. Triton's cache moves into the job's folder first: a cache shared
+    with other processes is one a candidate could plant compiled kernels in, for a later candidate, or for the
+    Triton kernels of the baselines."""
     work = os.path.realpath(workdir)
+    cache = os.path.join(work, "triton-cache")
+    os.makedirs(cache, exist_ok=True)
+    os.environ["TRITON_CACHE_DIR"] = cache
     return confine(work, [os.path.dirname(work)], candidate_writable())
 
 
