@@ -160,3 +160,131 @@ def test_the_float64_result_relaxes_nothing_for_a_wrong_element_or_another_dtype
     # fp32 outputs are held to eager's alone, whatever the float64 result says.
     e32 = eager.float()
     assert C.compare_outputs([e32], [truth + 0.05], tol, 0, "t", truth=[truth])[1] is not None
+
+
+def fp32_tol(_dtype: str) -> tuple[float, float]:
+    return (1e-4, 1e-4)
+
+
+def fast_and_exact(r: torch.Tensor, o: torch.Tensor, atol: float = 1e-4, rtol: float = 1e-4) -> tuple[bool, bool]:
+    return C._fast_pass(r, o, atol, rtol), C._exact(r, o, atol, rtol, 0, 0, "t")[1] is None
+
+
+@pytest.mark.parametrize("dtype,size", [(torch.float32, 1e30), (torch.bfloat16, 1e30), (torch.float64, 1e200)])
+def test_huge_outputs_cannot_hide_zeros_in_an_overflowed_norm(dtype: torch.dtype, size: float) -> None:
+    """Squares of 1e30 overflow fp32 and of 1e200 float64: an answer with 90% of its elements zero is rejected
+    element by element, with a finite relative L2 error, by eager's bound and by the float64 result's (bf16)."""
+    g = torch.Generator().manual_seed(1)
+    exact = torch.randn(100_000, generator=g, dtype=torch.float64) * size
+    r = exact.to(dtype)
+    truth = [exact.float()] if dtype == torch.bfloat16 else None
+    zeros = torch.zeros_like(r)
+    zeros[:10_000] = r[:10_000]
+    m, why = C.compare_outputs([r], [zeros], tol, 0, "large", truth=truth)
+    assert why is not None and "elements outside tolerance" in why, why
+    assert m.fraction_mismatched > 0.89 and m.rel_l2_error == pytest.approx(0.9 ** 0.5, rel=0.02), m
+    assert fast_and_exact(r, zeros, 1e-2, 1e-2) == (False, False)
+    close = (exact * (1 + 1e-3 * torch.randn(100_000, generator=g, dtype=torch.float64))).to(dtype)
+    assert C.compare_outputs([r], [close], tol, 0, "large", truth=truth)[1] is None
+    assert fast_and_exact(r, close, 1e-2, 1e-2) == (True, True)
+
+
+def test_tiny_outputs_cannot_hide_zeros_in_an_underflowed_norm() -> None:
+    """Squares of 1e-25 underflow fp32 to 0: the relative L2 error of an all-zero answer is still 1."""
+    r = torch.randn(100_000, generator=torch.Generator().manual_seed(2)) * 1e-25
+    m, why = C.compare_outputs([r], [torch.zeros_like(r)], fp32_tol, 0, "t")
+    assert why is not None and "relative L2" in why and m.rel_l2_error == pytest.approx(1.0)
+    assert fast_and_exact(r, torch.zeros_like(r)) == (False, False)
+    assert fast_and_exact(r, r * (1 + 1e-6)) == (True, True)
+
+
+@pytest.mark.parametrize("tolerance", [fp32_tol, tol])
+def test_one_huge_element_does_not_loosen_the_others(tolerance) -> None:
+    """One element of 1e6 among values of order 1 lifts the RMS to 1e4: a bound scaled by it lets an answer 0.5 off
+    everywhere else pass. The bound of the ordinary elements is set by them."""
+    r = torch.randn(10_000, generator=torch.Generator().manual_seed(3))
+    r[7] = 1e6
+    off = r + 0.5
+    off[7] = r[7]
+    m, why = C.compare_outputs([r], [off], tolerance, 0, "t")
+    assert why is not None and m.fraction_mismatched > 0.99 and m.first_bad_index == [0], why
+    atol = tolerance("float32")[0]
+    assert m.atol < 2 * atol, m
+    assert fast_and_exact(r, off, *tolerance("float32")) == (False, False)
+    one = r.clone()
+    one[100] += 0.5  # a single wrong ordinary element
+    assert C.compare_outputs([r], [one], tolerance, 0, "t")[1] is not None
+    assert C.compare_outputs([r], [r * (1 + 1e-5)], tolerance, 0, "t")[1] is None
+
+
+def test_a_few_overflowing_elements_cannot_hide_zeros_elsewhere() -> None:
+    """0.1% of the elements at 1e25 (their squares overflow fp32, the norm of the reference is inf) and the rest at
+    1e15, written as zeros: the L2 error is 1e-8 of the norm, so the elementwise bound alone can catch it."""
+    g = torch.Generator().manual_seed(4)
+    r = torch.randn(100_000, generator=g) * 1e15
+    r[:100] = torch.randn(100, generator=g) * 1e25
+    zeros = torch.zeros_like(r)
+    zeros[:100] = r[:100]
+    m, why = C.compare_outputs([r], [zeros], fp32_tol, 0, "t")
+    assert why is not None and "elements outside tolerance" in why and m.fraction_mismatched > 0.99, why
+    assert m.rel_l2_error < 1e-4
+    assert fast_and_exact(r, zeros) == (False, False)
+
+
+def _blocked_matmul(a: torch.Tensor, b: torch.Tensor, block: int = 64) -> torch.Tensor:
+    """a @ b summed over K in blocks: another order of the same fp32 sums, as a tiled kernel computes it."""
+    acc = torch.zeros(a.shape[0], b.shape[1])
+    for k in range(0, a.shape[1], block):
+        acc += a[:, k:k + block] @ b[k:k + block]
+    return acc
+
+
+@pytest.mark.parametrize("outlier_row", [1.0, 1000.0])
+def test_a_gemm_summed_in_another_order_passes_at_the_scale_of_its_terms(outlier_row: float) -> None:
+    """A GEMM of 100x inputs (outputs of order 6e5): elements near 0 differ from torch's by up to about 1, far over
+    atol, and are correct. Also with one row of 1000x outliers, and after a relu zeroes half the elements."""
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(128, 4096, generator=g) * 100
+    b = torch.randn(4096, 128, generator=g) * 100
+    a[3] *= outlier_row
+    ref, out = a @ b, _blocked_matmul(a, b)
+    assert bool(((out - ref).abs() > 1e-4 + 1e-4 * ref.abs()).any())  # the unscaled bound would turn it away
+    assert C.compare_outputs([ref], [out], fp32_tol, 3, "large")[1] is None
+    assert fast_and_exact(ref, out) == (True, True)
+    assert C.compare_outputs([ref.relu()], [out.relu()], fp32_tol, 3, "large")[1] is None
+    wrong = out.clone()
+    wrong[5, 5] += 1e3  # a thousandth of the output's scale
+    assert C.compare_outputs([ref], [wrong], fp32_tol, 3, "large")[1] is not None
+
+
+def test_the_scale_is_estimated_from_a_fixed_sample() -> None:
+    g = torch.Generator().manual_seed(6)
+    r = torch.randn(1000, 1000, generator=g) * 1e4
+    r.view(-1)[::10_000] = 1e12  # 100 outliers, outside the sample's quantile
+    s = C._output_scale(r)
+    assert s == C._output_scale(r.clone()) and s == pytest.approx(1e4, rel=0.05)
+    assert C._output_scale(r.t()) == pytest.approx(s, rel=0.05)  # strided: indexed in place, not copied
+    assert C._output_scale(torch.zeros(10)) == 1.0 and C._output_scale(torch.full((10,), 0.5)) == 1.0
+    # A sparse output: the RMS caps what the few nonzero values would give.
+    sparse = torch.zeros(10_000)
+    sparse[:100] = 1e4
+    assert C._output_scale(sparse) == pytest.approx(1e3)
+
+
+def test_signed_zeros_special_values_and_integers_are_compared_exactly() -> None:
+    inf, nan = float("inf"), float("nan")
+    r = torch.tensor([0.0, -0.0, 1e30, inf, -inf, nan, 3e38, -1.0] * 100)
+    assert verdict(r, torch.tensor([-0.0, 0.0, 1e30, inf, -inf, nan, 3e38, -1.0] * 100))  # zero's sign is free
+    for k, v in [(3, -inf), (4, nan), (5, 0.0), (6, -3e38), (7, inf)]:
+        o = r.clone()
+        o[k] = v  # 3e38 against -3e38 differs past fp32's range
+        assert not verdict(r, o), (k, v)
+        assert C._fast_pass(r, o, 1e-2, 1e-2) is False
+    m, _ = C.compare_outputs([r], [torch.where(torch.isnan(r), 0.0, r)], tol, 0, "nan")
+    assert m.nan_dropped == 100 and m.nan_added == 0
+    mask = torch.rand(1000, generator=torch.Generator().manual_seed(7)) > 0.5
+    flipped = mask.clone()
+    flipped[9] = ~flipped[9]
+    assert verdict(mask, mask.clone()) and not verdict(mask, flipped)
+    big = torch.tensor([2 ** 62, 5], dtype=torch.int64)
+    assert not verdict(big, big + torch.tensor([1, 0]))  # float64 cannot tell these apart; integers are exact
