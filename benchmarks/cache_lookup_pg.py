@@ -78,7 +78,7 @@ def _stats(samples_s: list[float]) -> dict[str, float]:
 _FIRST = r"""
 import sys, time
 t0 = time.perf_counter()
-from kernel_cache.reader import LazyKernelStore
+from kernel_cache.lazy_store import LazyKernelStore
 from kernel_cache.testing import h200
 store = LazyKernelStore(sys.argv[1])
 rec = store.lookup(sys.argv[2], h200())
@@ -87,7 +87,7 @@ print(time.perf_counter() - t0, store.fast, rec is not None, "sqlalchemy" in sys
 
 
 def measure(url: str, keys: list[str], rounds: int) -> dict[str, Any]:
-    from kernel_cache.postgres import PgReader
+    from kernel_cache.reader import PgReader
     from kernel_cache.testing import h200
 
     fp = h200()

@@ -1,4 +1,4 @@
-"""Engine creation: where the database lives, and how SQLite is set up for many concurrent writers.
+"""Engine creation: how SQLAlchemy reaches a cache database, and how SQLite is set up for many concurrent writers.
 
 SQLite runs in WAL mode with a busy timeout, and every write transaction starts with ``BEGIN IMMEDIATE``: a
 deferred transaction that reads first and writes later can fail at once with "database is locked" (the busy
@@ -7,62 +7,21 @@ handler cannot help a reader that must upgrade), while an immediate one simply w
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from kernel_cache.errors import CorruptDatabaseError, DatabaseUnavailableError
-from kernel_cache.settings import Settings
-
-if TYPE_CHECKING:
-    from sqlalchemy import Engine
-
-# SQLAlchemy is imported where it is used: the backend reads a cache through the driver alone
-# (kernel_cache.reader) and needs only the paths from here.
-
-log = logging.getLogger(__name__)
+from kernel_cache.postgres import json_dumps, session_defaults
+from kernel_cache.schema import SQLITE_MAGIC
+from kernel_cache.urls import sqlite_path
 
 BUSY_TIMEOUT_MS = 30_000
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 # Execution option marking an engine whose transactions write (BEGIN IMMEDIATE on SQLite).
 WRITE_OPTION = "ks_write"
-
-
-def kernelsmith_home() -> Path:
-    """``$KERNELSMITH_HOME``, else ``$XDG_CACHE_HOME/kernelsmith``, else ``~/.cache/kernelsmith``."""
-    return Settings.from_env().cache_home()
-
-
-def default_db_url() -> str:
-    """``$KERNELSMITH_DB`` if set, else SQLite at ``kernelsmith_home()/kernels.db``."""
-    env = Settings.read("db")
-    if env:
-        return env
-    return f"sqlite:///{kernelsmith_home() / 'kernels.db'}"
-
-
-def resolve_url(url: str | None) -> str:
-    """Accept a SQLAlchemy URL or a plain file path (taken as SQLite); ``None`` means the default. A bare
-    ``postgresql://`` URL names psycopg 3, the driver the ``postgres`` extra installs."""
-    from kernel_cache.postgres import normalize_url
-
-    if not url:
-        url = default_db_url()
-    if "://" not in url:
-        return f"sqlite:///{Path(url).expanduser().resolve()}"
-    return normalize_url(url)
-
-
-def sqlite_path(url: str) -> Path | None:
-    """The file behind a SQLite URL; None for in-memory databases and other dialects."""
-    from sqlalchemy.engine import make_url
-
-    u = make_url(url)
-    if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
-        return None
-    if u.database.startswith("file:"):
-        return None
-    return Path(u.database)
 
 
 def check_sqlite_file(path: Path) -> None:
@@ -73,10 +32,10 @@ def check_sqlite_file(path: Path) -> None:
         raise DatabaseUnavailableError(f"{path} is a directory; pass a database file path with --db")
     try:
         with open(path, "rb") as f:
-            head = f.read(len(_SQLITE_MAGIC))
+            head = f.read(len(SQLITE_MAGIC))
     except OSError as e:
         raise DatabaseUnavailableError(f"cannot read database {path}: {e.strerror}") from None
-    if head and head != _SQLITE_MAGIC:
+    if head and head != SQLITE_MAGIC:
         raise CorruptDatabaseError(
             f"{path} is not a SQLite database (bad header); it was left untouched. "
             "Move it aside or pass another file with --db / KERNELSMITH_DB."
@@ -85,10 +44,6 @@ def check_sqlite_file(path: Path) -> None:
 
 def create_db_engine(url: str) -> tuple[Engine, Engine]:
     """Return (engine for reads, engine for writes); both share one connection pool."""
-    from sqlalchemy import create_engine
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
-
     try:
         u = make_url(url)
     except ArgumentError as e:
@@ -105,8 +60,6 @@ def create_db_engine(url: str) -> tuple[Engine, Engine]:
         # The driver's own transaction handling is switched off below; the timeout covers connect-time locks.
         kwargs["connect_args"] = {"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}
     elif u.get_backend_name() == "postgresql":
-        from kernel_cache.postgres import json_dumps, session_defaults
-
         kwargs["pool_pre_ping"] = True
         kwargs["json_serializer"] = json_dumps
         if u.get_driver_name() in ("psycopg", "psycopg2"):
@@ -125,8 +78,6 @@ def create_db_engine(url: str) -> tuple[Engine, Engine]:
 
 
 def _setup_sqlite(engine: Engine, in_memory: bool) -> None:
-    from sqlalchemy import event
-
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (see the module docstring)

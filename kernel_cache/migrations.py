@@ -8,6 +8,7 @@ change from its own version, not from whatever the models say today.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -15,13 +16,16 @@ from collections.abc import Callable
 from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError, ProgrammingError
 
+from kernel_cache import postgres as pg
 from kernel_cache.errors import CacheError, CorruptDatabaseError, NoDatabaseError, SchemaTooNewError
+from kernel_cache.fingerprint import EnvFingerprint, minor_version
 from kernel_cache.models import Base
-from kernel_cache.reader import SCHEMA_VERSION
+from kernel_cache.schema import SCHEMA_VERSION
+from kernel_cache.version import __version__
 
 log = logging.getLogger(__name__)
 
-CURRENT_VERSION = SCHEMA_VERSION  # defined beside the driver-only reader, which must refuse other versions
+CURRENT_VERSION = SCHEMA_VERSION  # kept in kernel_cache.schema, which the driver-only readers also read
 
 # The first schema, as it shipped (SQLite). Kept verbatim: it is what a v1 database looks like on disk.
 SCHEMA_V1 = [
@@ -65,10 +69,6 @@ SCHEMA_V1 = [
 def _v1_to_v2(conn: Connection) -> None:
     """v2: fingerprint parts in indexed columns (hardware id, torch/triton minors) and a stored rank, so that
     lookup is one index range scan; and the misses table."""
-    import json
-
-    from kernel_cache.fingerprint import EnvFingerprint, minor_version
-
     for ddl in (
         "ALTER TABLE kernels ADD COLUMN hardware_id VARCHAR(32) NOT NULL DEFAULT ''",
         "ALTER TABLE kernels ADD COLUMN torch_minor VARCHAR(16) NOT NULL DEFAULT ''",
@@ -125,8 +125,6 @@ def _read_version(conn: Connection) -> int | None:
 
 
 def _stamp(conn: Connection, version: int) -> None:
-    from kernel_cache.version import __version__
-
     now = time.time()
     updated = conn.execute(
         text("UPDATE schema_version SET version=:v, written_by=:w, updated_at=:t WHERE id=1"),
@@ -163,20 +161,16 @@ def ensure_schema(read_engine: Engine, write_engine: Engine, where: str = "the d
             try:
                 return _ensure_schema(read_engine, write_engine, where, postgres, create)
             except (ProgrammingError, IntegrityError) as e:
-                from kernel_cache.postgres import ALREADY_EXISTS_SQLSTATES, sqlstate
-
-                if not postgres or sqlstate(e) not in ALREADY_EXISTS_SQLSTATES or attempt == 2:
+                if not postgres or pg.sqlstate(e) not in pg.ALREADY_EXISTS_SQLSTATES or attempt == 2:
                     raise
                 log.info("%s: another process created the schema first (%s); reading it again", where,
-                         sqlstate(e))
+                         pg.sqlstate(e))
                 time.sleep(0.05 * (attempt + 1))
         raise AssertionError("unreachable")
     except OperationalError as e:
         msg = str(e.orig) if e.orig is not None else str(e)
         if postgres:
-            from kernel_cache.postgres import connect_error
-
-            raise connect_error(where, e.orig if e.orig is not None else e) from None
+            raise pg.connect_error(where, e.orig if e.orig is not None else e) from None
         if "unable to open" in msg or "readonly" in msg:
             raise CacheError(f"cannot open {where}: {msg}") from None
         if "not a database" in msg or "malformed" in msg:
@@ -195,17 +189,11 @@ def ensure_schema(read_engine: Engine, write_engine: Engine, where: str = "the d
 
 def _lock_schema(conn: Connection, postgres: bool) -> None:
     if postgres:
-        from kernel_cache.postgres import SCHEMA_LOCK
-
-        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": SCHEMA_LOCK})
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": pg.SCHEMA_LOCK})
 
 
 def _has_extras(conn: Connection, postgres: bool) -> bool:
-    if not postgres:
-        return True
-    from kernel_cache.postgres import has_extras
-
-    return has_extras(conn)
+    return not postgres or pg.has_extras(conn)
 
 
 def _ensure_schema(read_engine: Engine, write_engine: Engine, where: str, postgres: bool, create: bool) -> int:
@@ -225,16 +213,12 @@ def _ensure_schema(read_engine: Engine, write_engine: Engine, where: str, postgr
             Base.metadata.create_all(conn)
             _stamp(conn, CURRENT_VERSION)
             if postgres:
-                from kernel_cache.postgres import ensure_extras
-
-                ensure_extras(conn)
+                pg.ensure_extras(conn)
             log.info("created kernel cache schema v%d in %s", CURRENT_VERSION, where)
             return CURRENT_VERSION
         _refuse_newer(version, where)
         if not _has_extras(conn, postgres):
-            from kernel_cache.postgres import ensure_extras
-
-            ensure_extras(conn)
+            pg.ensure_extras(conn)
     while version < CURRENT_VERSION:
         step = MIGRATIONS.get(version)
         if step is None:

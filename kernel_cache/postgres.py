@@ -1,4 +1,4 @@
-"""PostgreSQL: the objects a shared cache needs beside the versioned schema, and the compile-time reader.
+"""PostgreSQL: the objects a shared cache needs beside the versioned schema, and how kernelsmith connects.
 
 Many hosts write one PostgreSQL cache at once, so three things that SQLite gets from its single write lock are
 made explicit here:
@@ -16,26 +16,21 @@ made explicit here:
   reads the counter before the kernels, so a memo entry is never older than the counter it is filed under; a
   changed counter (or epoch, for a database dropped and made again under the same URL) drops the memo.
 
-:class:`PgReader` does the lookups a compile makes with ``psycopg`` alone (no SQLAlchemy import, which costs
-more than the compile's own work on a cache hit), like :class:`kernel_cache.reader.SqliteReader` for SQLite.
+The compile-time reader of a PostgreSQL cache (psycopg alone, no SQLAlchemy) is
+:class:`kernel_cache.reader.PgReader`; it connects with :func:`conninfo` and reads the counter kept here.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import math
-import threading
 import uuid
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from kernel_cache.errors import CacheError, DatabaseUnavailableError
-from kernel_cache.fingerprint import MATCH_EXACT, EnvFingerprint
-from kernel_cache.reader import GUARD_TABLE, KERNEL_FIELDS, SCHEMA_VERSION, decode_guard_result, servable
-from kernel_cache.record import VERIFIED, KernelRecord
-
-log = logging.getLogger(__name__)
+from kernel_cache.errors import DatabaseUnavailableError
+from kernel_cache.schema import GUARD_DDL, GUARD_TABLE
+from kernel_cache.urls import display_url, normalize_url
 
 GENERATION_TABLE = "kernel_cache_generation"
 # pg_advisory_xact_lock key for schema creation and migrations: b"kslocksc" as a signed 64-bit integer.
@@ -62,38 +57,10 @@ _GEN_DDL = [
     "DROP TRIGGER IF EXISTS kernels_generation ON kernels",
     f"CREATE TRIGGER kernels_generation AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON kernels "
     f"FOR EACH STATEMENT EXECUTE FUNCTION {GENERATION_TABLE}_bump()",
-    f"CREATE TABLE IF NOT EXISTS {GUARD_TABLE} (key VARCHAR(64) NOT NULL PRIMARY KEY, "
-    "fingerprint_id VARCHAR(32) NOT NULL, kept BOOLEAN NOT NULL, result TEXT NOT NULL, created_at FLOAT NOT NULL)",
+    GUARD_DDL,
 ]
 BUMP_SQL = f"UPDATE {GENERATION_TABLE} SET gen = gen + 1 WHERE id = 1"
-_STAMP_SQL = f"SELECT epoch, gen FROM {GENERATION_TABLE} WHERE id = 1"
-LOOKUP_SQL = (
-    f"SELECT {', '.join(KERNEL_FIELDS)} FROM kernels WHERE problem_key = %s AND status = %s AND hardware_id = %s "
-    "ORDER BY rank_speedup DESC NULLS LAST, median_ms ASC NULLS LAST, id"
-)
-
-
-def is_postgres_url(url: str) -> bool:
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    return scheme.split("+", 1)[0] in ("postgresql", "postgres")
-
-
-def normalize_url(url: str) -> str:
-    """``postgresql://`` and ``postgres://`` name psycopg 3 (the driver kernelsmith installs); SQLAlchemy would
-    otherwise look for psycopg2. An explicit ``+driver`` is kept."""
-    scheme, sep, rest = url.partition("://")
-    if sep and scheme.lower() in ("postgresql", "postgres"):
-        return f"postgresql+psycopg://{rest}"
-    return url
-
-
-def display_url(url: str) -> str:
-    """The URL without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user, _, host = parts.netloc.rpartition("@")
-    return url.replace(parts.netloc, f"{user.partition(':')[0]}:***@{host}", 1)
+STAMP_SQL = f"SELECT epoch, gen FROM {GENERATION_TABLE} WHERE id = 1"
 
 
 def conninfo(url: str) -> dict[str, Any]:
@@ -195,129 +162,3 @@ def has_extras(conn: Any) -> bool:
         f"AND to_regclass('{GENERATION_TABLE}') IS NOT NULL AND to_regclass('{GUARD_TABLE}') IS NOT NULL"
     ).scalar()
     return bool(row)
-
-
-class PgReader:
-    """Kernel lookups and guard decisions on a PostgreSQL cache through psycopg, with a per-process memo in
-    front of lookups. Each lookup costs one round trip for the generation counter; a memo miss one more."""
-
-    def __init__(self, url: str, where: str | None = None) -> None:
-        self.url = url
-        self.where = where or display_url(url)
-        self._kw = conninfo(url)
-        self._local = threading.local()
-        self._conns: list[Any] = []
-        self._lock = threading.Lock()
-        self._memo: dict[tuple[str, EnvFingerprint], KernelRecord | None] = {}
-        self._stamp: tuple[str, int] | None = None
-
-    def close(self) -> None:
-        with self._lock:
-            for conn in self._conns:
-                try:
-                    conn.close()
-                except Exception:  # noqa: BLE001 - a dead connection has nothing left to close
-                    pass
-            self._conns.clear()
-            self._memo.clear()
-            self._stamp = None
-        self._local = threading.local()
-
-    def invalidate(self) -> None:
-        with self._lock:
-            self._memo.clear()
-
-    def connection(self) -> Any:
-        """This thread's autocommit connection: each statement sees everything committed before it."""
-        conn = getattr(self._local, "conn", None)
-        if conn is None or conn.closed:
-            import psycopg
-
-            try:
-                conn = psycopg.connect(autocommit=True, **self._kw)
-            except psycopg.OperationalError as e:
-                raise connect_error(self.where, e) from None
-            self._local.conn = conn
-            with self._lock:
-                self._conns.append(conn)
-        return conn
-
-    def _run(self, fn: Any) -> Any:
-        """``fn(conn)``, once more on a fresh connection if the server dropped this one (a restart, a failover)."""
-        import psycopg
-
-        for attempt in (0, 1):
-            conn = self.connection()
-            try:
-                return fn(conn)
-            except psycopg.OperationalError as e:
-                if not conn.closed and conn.info.status == psycopg.pq.ConnStatus.OK:
-                    raise CacheError(f"{self.where}: {e}") from None
-                self._local.conn = None
-                if attempt:
-                    raise connect_error(self.where, e) from None
-            except psycopg.Error as e:
-                raise CacheError(f"{self.where}: {str(e).strip().splitlines()[0]}") from None
-        raise AssertionError("unreachable")
-
-    def schema_version(self) -> int | None:
-        row = self._run(lambda c: c.execute("SELECT version FROM schema_version WHERE id = 1").fetchone())
-        return int(row[0]) if row and row[0] is not None else None
-
-    def generation(self) -> tuple[str, int] | None:
-        row = self._run(lambda c: c.execute(_STAMP_SQL, prepare=True).fetchone())
-        return (str(row[0]), int(row[1])) if row else None
-
-    def lookup(self, problem_key: str, fingerprint: EnvFingerprint, memo: bool = True) -> KernelRecord | None:
-        """The best verified kernel for ``problem_key`` that may serve on ``fingerprint`` unverified again."""
-        if not memo:
-            return self._lookup_db(problem_key, fingerprint)
-        memo_key = (problem_key, fingerprint)
-        # The counter first, then the kernels: what the query returns is at least as new as the counter.
-        stamp = self.generation()
-        with self._lock:
-            if stamp != self._stamp:
-                self._memo.clear()
-                self._stamp = stamp
-            elif memo_key in self._memo:
-                return self._memo[memo_key]
-        rec = self._lookup_db(problem_key, fingerprint)
-        with self._lock:
-            if self._stamp == stamp and stamp is not None:
-                self._memo[memo_key] = rec
-        return rec
-
-    def _lookup_db(self, problem_key: str, fingerprint: EnvFingerprint) -> KernelRecord | None:
-        def query(conn: Any) -> list[Any]:
-            return conn.execute(LOOKUP_SQL, (problem_key, VERIFIED, fingerprint.hardware_id), prepare=True).fetchall()
-
-        for row in self._run(query):
-            data = dict(zip(KERNEL_FIELDS, row))
-            data["launch_params"] = data["launch_params"] or {}
-            data["timed"] = bool(data["timed"])
-            rec = KernelRecord(**data)
-            if servable(rec, EnvFingerprint.from_json(rec.fingerprint), fingerprint) == MATCH_EXACT:
-                return rec
-        return None
-
-    def guard_decision(self, key: str) -> dict[str, Any] | None:
-        """A stored graph guard result for ``key``; None when there is none."""
-        row = self._run(lambda c: c.execute(f"SELECT result FROM {GUARD_TABLE} WHERE key = %s", (key,)).fetchone())
-        return decode_guard_result(row[0]) if row is not None else None
-
-
-def open_fast(url: str) -> PgReader | None:
-    """A reader for a psycopg URL whose database is at :data:`SCHEMA_VERSION` with the generation counter in
-    place; None otherwise (the caller then opens a ``KernelStore``, which creates, migrates, refuses or says
-    why it cannot connect)."""
-    try:
-        reader = PgReader(url)
-    except CacheError:
-        return None
-    try:
-        if reader.schema_version() == SCHEMA_VERSION and reader.generation() is not None:
-            return reader
-    except CacheError as e:
-        log.debug("no fast reader for %s: %s", reader.where, e)
-    reader.close()
-    return None

@@ -8,7 +8,7 @@ the judge's pool and several warm-up jobs can write at once without losing anyth
 SQLite it runs on the driver alone, behind a per-process memo that is dropped whenever ``PRAGMA data_version``
 says any connection (this process or another) committed, so it never serves a stale answer; that reader is
 :class:`kernel_cache.reader.SqliteReader`, which the backend also uses without this class when it only reads.
-On PostgreSQL (with psycopg) the same is done by :class:`kernel_cache.postgres.PgReader`, whose memo is dropped
+On PostgreSQL (with psycopg) the same is done by :class:`kernel_cache.reader.PgReader`, whose memo is dropped
 when the database's generation counter moves.
 
 Merge rules, the same on both databases, for one key (problem key, source sha256, fingerprint) written by
@@ -41,31 +41,29 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from sqlalchemy import and_, delete, func, select, update
+from sqlalchemy import and_, bindparam, delete, func, inspect, select, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError
 
 from kernel_cache import postgres as pg
-from kernel_cache.db import create_db_engine, default_db_url, resolve_url, sqlite_path
+from kernel_cache.db import create_db_engine
 from kernel_cache.errors import CacheError, CorruptDatabaseError, NoDatabaseError, NotFoundError
 from kernel_cache.fingerprint import MATCH_EXACT, MATCH_NONE, EnvFingerprint, minor_version
 from kernel_cache.migrations import ensure_schema, rank_of
 from kernel_cache.models import EvaluationRow, KernelRow, MissRow, ProblemRow, RunRow, StepRow
-from kernel_cache.reader import GUARD_TABLE as _GUARD_TABLE
-from kernel_cache.reader import KERNEL_FIELDS as _KERNEL_FIELDS
-from kernel_cache.reader import SqliteReader, decode_guard_result
-from kernel_cache.reader import servable as _servable
+from kernel_cache.problem import Problem
+from kernel_cache.reader import KernelReader, PgReader, SqliteReader, decode_guard_result, servable
 from kernel_cache.record import QUARANTINED, REJECTED, VERIFIED, KernelRecord, StepRecord, source_sha256
+from kernel_cache.schema import GUARD_DDL, GUARD_TABLE, KERNEL_FIELDS
+from kernel_cache.urls import display_url, resolve_url, sqlite_path
 
-__all__ = ["KernelStore", "MergeOutcome", "StoreStats", "default_db_url"]
+__all__ = ["KernelStore", "MergeOutcome", "StoreStats"]
 
 log = logging.getLogger(__name__)
 
 STATUSES = (VERIFIED, QUARANTINED, REJECTED)
 _T = TypeVar("_T")
 _K = KernelRow.__table__
-_GUARD_DDL = (f"CREATE TABLE IF NOT EXISTS {_GUARD_TABLE} (key VARCHAR(64) NOT NULL PRIMARY KEY, "
-              "fingerprint_id VARCHAR(32) NOT NULL, kept BOOLEAN NOT NULL, result TEXT NOT NULL, "
-              "created_at FLOAT NOT NULL)")
 _STEP_COLUMNS = ("run_id", "problem_key", "parent_id", "child_id", "mutation", "diff", "prompt", "response",
                  "verdict", "correct", "speedup_delta", "feedback", "id", "created_at")
 
@@ -182,7 +180,7 @@ def _fingerprint_ids(fp: EnvFingerprint) -> tuple[str, str]:
 
 def _record_from_row(row: Any) -> KernelRecord:
     m = row._mapping
-    return KernelRecord(**{f: m[f] for f in _KERNEL_FIELDS})
+    return KernelRecord(**{f: m[f] for f in KERNEL_FIELDS})
 
 
 class KernelStore:
@@ -193,7 +191,7 @@ class KernelStore:
     def __init__(self, url: str | None = None, memo: bool = True, create: bool = True) -> None:
         self.url = resolve_url(url)
         self._path = sqlite_path(self.url)
-        self.where = str(self._path) if self._path else pg.display_url(self.url)
+        self.where = str(self._path) if self._path else display_url(self.url)
         if not create and self._path is not None and not self._path.exists():
             raise NoDatabaseError(self.where)
         self._engine, self._wengine = create_db_engine(self.url)
@@ -205,22 +203,24 @@ class KernelStore:
         except BaseException:
             self._engine.dispose()
             raise
-        self._sqlite = SqliteReader(self._path, self.where) if self._path is not None else None
-        self._pg = (pg.PgReader(self.url, self.where)
-                    if self._postgres and self._engine.dialect.driver == "psycopg" else None)
-        self._memo_enabled = memo and (self._sqlite is not None or self._pg is not None)
+        # Lookups and guard decisions go through the driver-only reader where the driver is there to read with.
+        self._reader: KernelReader | None = None
+        if self._path is not None:
+            self._reader = SqliteReader(self._path, self.where)
+        elif self._postgres and self._engine.dialect.driver == "psycopg":
+            self._reader = PgReader(self.url, self.where)
+        self._memo_enabled = memo and self._reader is not None
         self._lookup_stmt = (
             select(_K)
-            .where(and_(_K.c.problem_key == _bind("key"), _K.c.status == VERIFIED, _K.c.hardware_id == _bind("hw")))
+            .where(and_(_K.c.problem_key == bindparam("key"), _K.c.status == VERIFIED,
+                        _K.c.hardware_id == bindparam("hw")))
             .order_by(_K.c.rank_speedup.desc().nulls_last(), _K.c.median_ms.asc().nulls_last(), _K.c.id.asc())
         )
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
-        if self._sqlite is not None:
-            self._sqlite.close()
-        if self._pg is not None:
-            self._pg.close()
+        if self._reader is not None:
+            self._reader.close()
         self._engine.dispose()
 
     def __enter__(self) -> KernelStore:
@@ -230,10 +230,8 @@ class KernelStore:
         self.close()
 
     def _invalidate(self) -> None:
-        if self._sqlite is not None:
-            self._sqlite.invalidate()
-        if self._pg is not None:
-            self._pg.invalidate()
+        if self._reader is not None:
+            self._reader.invalidate()
 
     def _lock_kernels(self, conn: Any) -> None:
         """On PostgreSQL, order this kernel-writing transaction after the others (see the module docstring).
@@ -254,9 +252,7 @@ class KernelStore:
     def _upsert_problem(self, conn: Any, key: str, values: dict[str, Any]) -> None:
         t = ProblemRow.__table__
         if self._postgres:
-            from sqlalchemy.dialects.postgresql import insert
-
-            conn.execute(insert(t).values(key=key, created_at=values["updated_at"], **values)
+            conn.execute(pg_insert(t).values(key=key, created_at=values["updated_at"], **values)
                          .on_conflict_do_update(index_elements=[t.c.key], set_=values))
             return
         if conn.execute(update(t).where(t.c.key == key).values(**values)).rowcount == 0:
@@ -264,8 +260,6 @@ class KernelStore:
 
     @_db_errors
     def get_problem(self, key: str) -> Any:
-        from kernel_cache.problem import Problem
-
         t = ProblemRow.__table__
         with self._engine.connect() as conn:
             data = conn.execute(select(t.c.problem_json).where(t.c.key == key)).scalar()
@@ -273,8 +267,6 @@ class KernelStore:
 
     @_db_errors
     def problems(self, keys: Iterable[str] | None = None) -> list[Any]:
-        from kernel_cache.problem import Problem
-
         t = ProblemRow.__table__
         stmt = select(t.c.problem_json).order_by(t.c.key)
         if keys is not None:
@@ -290,7 +282,7 @@ class KernelStore:
         fp = _fingerprint_of(rec.fingerprint, f"kernel for {rec.problem_key}")
         fp_id, hw_id = _fingerprint_ids(fp)
         now = _now()
-        values = {f: getattr(rec, f) for f in _KERNEL_FIELDS if f not in ("id", "created_at")}
+        values = {f: getattr(rec, f) for f in KERNEL_FIELDS if f not in ("id", "created_at")}
         values.update(
             fingerprint=fp.to_json(), fingerprint_id=fp_id, hardware_id=hw_id,
             torch_minor=minor_version(fp.torch_version), triton_minor=minor_version(fp.triton_version),
@@ -313,12 +305,10 @@ class KernelStore:
         judge's newest verdict on it stands). Returns the kernel id."""
         v = self._kernel_values(record)
         if self._postgres:
-            from sqlalchemy.dialects.postgresql import insert
-
             with self._wengine.begin() as conn:
                 self._lock_kernels(conn)
                 newest = {k: x for k, x in v.items() if k != "created_at"}
-                kid = int(conn.execute(insert(_K).values(**v).on_conflict_do_update(
+                kid = int(conn.execute(pg_insert(_K).values(**v).on_conflict_do_update(
                     constraint="uq_kernels_identity", set_=newest).returning(_K.c.id)).scalar_one())
             self._invalidate()
             return kid
@@ -353,24 +343,21 @@ class KernelStore:
     @_db_errors
     def lookup(self, problem_key: str, fingerprint: EnvFingerprint) -> KernelRecord | None:
         """The best verified kernel for ``problem_key`` that may serve on ``fingerprint`` unverified again."""
-        if self._memo_enabled and self._sqlite is not None:
-            return self._sqlite.lookup(problem_key, fingerprint)
-        if self._memo_enabled and self._pg is not None:
-            return self._pg.lookup(problem_key, fingerprint)
+        if self._memo_enabled:
+            assert self._reader is not None
+            return self._reader.lookup(problem_key, fingerprint)
         return self._lookup_db(problem_key, fingerprint)
 
     @_db_errors
     def _lookup_db(self, problem_key: str, fingerprint: EnvFingerprint) -> KernelRecord | None:
-        if self._sqlite is not None:
+        if self._reader is not None:
             # The same query as ``_lookup_stmt``, without the layers of SQLAlchemy's execution machinery, which
             # cost more than the index scan itself.
-            return self._sqlite.lookup(problem_key, fingerprint, memo=False)
-        if self._pg is not None:
-            return self._pg.lookup(problem_key, fingerprint, memo=False)
+            return self._reader.lookup(problem_key, fingerprint, memo=False)
         with self._engine.connect() as conn:
             for row in conn.execute(self._lookup_stmt, {"key": problem_key, "hw": fingerprint.hardware_id}):
                 rec = _record_from_row(row)
-                if _servable(rec, EnvFingerprint.from_json(rec.fingerprint), fingerprint) == MATCH_EXACT:
+                if servable(rec, EnvFingerprint.from_json(rec.fingerprint), fingerprint) == MATCH_EXACT:
                     return rec
         return None
 
@@ -383,7 +370,7 @@ class KernelStore:
         out = []
         for row in rows:
             rec = _record_from_row(row)
-            m = _servable(rec, EnvFingerprint.from_json(rec.fingerprint), fingerprint)
+            m = servable(rec, EnvFingerprint.from_json(rec.fingerprint), fingerprint)
             if m != MATCH_NONE:
                 out.append((rec, m))
         return out
@@ -449,8 +436,6 @@ class KernelStore:
         """
         staged = [(r, self._kernel_values(r)) for r in records]
         outcomes: list[MergeOutcome] = []
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
-
         with self._wengine.begin() as conn:
             self._lock_kernels(conn)
             t = ProblemRow.__table__
@@ -604,46 +589,38 @@ class KernelStore:
     @_db_errors
     def guard_decision(self, key: str) -> dict[str, Any] | None:
         """The stored result (``GuardResult.to_json()``) for ``key``, or None."""
-        if self._sqlite is not None:
-            return self._sqlite.guard_decision(key)
-        if self._pg is not None:
-            return self._pg.guard_decision(key)
-        from sqlalchemy import inspect, text
-
+        if self._reader is not None:
+            return self._reader.guard_decision(key)
         with self._engine.connect() as conn:
-            if not inspect(conn).has_table(_GUARD_TABLE):
+            if not inspect(conn).has_table(GUARD_TABLE):
                 return None
-            row = conn.execute(text(f"SELECT result FROM {_GUARD_TABLE} WHERE key = :k"), {"k": key}).first()
+            row = conn.execute(text(f"SELECT result FROM {GUARD_TABLE} WHERE key = :k"), {"k": key}).first()
         return decode_guard_result(row[0]) if row is not None else None
 
     @_db_errors
     def put_guard_decision(self, key: str, fingerprint_id: str, result: dict[str, Any]) -> None:
         """Store (or replace) the graph guard's result for ``key``."""
-        from sqlalchemy import text
-
         values = {"k": key, "f": fingerprint_id, "kept": bool(result.get("kept")),
                   "r": json.dumps(result, sort_keys=True), "t": _now()}
         with self._wengine.begin() as conn:
             if self._postgres:  # the table is made with the schema (kernel_cache.postgres.ensure_extras)
-                conn.execute(text(f"INSERT INTO {_GUARD_TABLE} (key, fingerprint_id, kept, result, created_at) "
+                conn.execute(text(f"INSERT INTO {GUARD_TABLE} (key, fingerprint_id, kept, result, created_at) "
                                   "VALUES (:k, :f, :kept, :r, :t) ON CONFLICT (key) DO UPDATE SET "
                                   "fingerprint_id = EXCLUDED.fingerprint_id, kept = EXCLUDED.kept, "
                                   "result = EXCLUDED.result, created_at = EXCLUDED.created_at"), values)
                 return
-            conn.execute(text(_GUARD_DDL))
-            conn.execute(text(f"DELETE FROM {_GUARD_TABLE} WHERE key = :k"), {"k": key})
-            conn.execute(text(f"INSERT INTO {_GUARD_TABLE} (key, fingerprint_id, kept, result, created_at) "
+            conn.execute(text(GUARD_DDL))
+            conn.execute(text(f"DELETE FROM {GUARD_TABLE} WHERE key = :k"), {"k": key})
+            conn.execute(text(f"INSERT INTO {GUARD_TABLE} (key, fingerprint_id, kept, result, created_at) "
                               "VALUES (:k, :f, :kept, :r, :t)"), values)
 
     @_db_errors
     def clear_guard_decisions(self) -> int:
         """Forget every stored graph guard decision (the next compile of each graph measures again)."""
-        from sqlalchemy import inspect, text
-
         with self._wengine.begin() as conn:
-            if not inspect(conn).has_table(_GUARD_TABLE):
+            if not inspect(conn).has_table(GUARD_TABLE):
                 return 0
-            return int(conn.execute(text(f"DELETE FROM {_GUARD_TABLE}")).rowcount or 0)
+            return int(conn.execute(text(f"DELETE FROM {GUARD_TABLE}")).rowcount or 0)
 
     # ------------------------------------------------------------------ misses
     @_db_errors
@@ -652,10 +629,8 @@ class KernelStore:
         now = _now()
         shapes = [s.shape for s in problem.input_specs if s.kind == "tensor"]
         if self._postgres:
-            from sqlalchemy.dialects.postgresql import insert
-
             with self._wengine.begin() as conn:
-                conn.execute(insert(t).values(
+                conn.execute(pg_insert(t).values(
                     problem_key=problem.key, count=1, signature=problem.signature(), shapes=shapes,
                     problem_json=problem.to_json(), fingerprint=fingerprint.to_json(), first_seen=now, last_seen=now,
                 ).on_conflict_do_update(index_elements=[t.c.problem_key], set_={
@@ -735,10 +710,4 @@ class KernelStore:
             conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
             conn.rollback()
             conn.connection.driver_connection.execute("VACUUM")
-
-
-def _bind(name: str) -> Any:
-    from sqlalchemy import bindparam
-
-    return bindparam(name)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from kernel_cache.errors import CacheError, CorruptDatabaseError, DatabaseUnavailableError
+from kernel_cache.reader import PgReader
 from kernel_cache.record import QUARANTINED, REJECTED, StepRecord
 from kernel_cache.store import KernelStore
 from kernel_cache.testing import h200, make_record
@@ -172,10 +173,10 @@ def _connect_kwargs(url: str) -> dict:
 def test_lookup_memo_is_dropped_by_any_write(postgres_url):
     fp = h200()
     with KernelStore(postgres_url) as reader, KernelStore(postgres_url) as writer:
-        assert reader._pg is not None and reader._memo_enabled
+        assert isinstance(reader._reader, PgReader) and reader._memo_enabled
         calls = []
-        real = reader._pg._lookup_db
-        reader._pg._lookup_db = lambda *a: calls.append(a) or real(*a)
+        real = reader._reader._lookup_db
+        reader._reader._lookup_db = lambda *a: calls.append(a) or real(*a)
         assert reader.lookup("p", fp) is None
         assert reader.lookup("p", fp) is None and len(calls) == 1  # served from the memo
         a = writer.add_kernel(make_record("p", "a", fp, speedup_lcb=1.2))
@@ -293,7 +294,8 @@ def test_fast_reader_connects_where_sqlalchemy_does():
     from sqlalchemy import create_engine
     from sqlalchemy.engine import make_url
 
-    from kernel_cache.postgres import conninfo, display_url, normalize_url
+    from kernel_cache.postgres import conninfo
+    from kernel_cache.urls import display_url, normalize_url
 
     for url in ("postgresql+psycopg://u:p%40ss@/db?host=/tmp/Sock", "postgresql://u:pw@Db.example:6543/kern%20els",
                 "postgres://u@[::1]:5433/d?sslmode=require", "postgresql://%2Ftmp%2Fpg/db"):

@@ -426,7 +426,8 @@ def test_a_new_process_reuses_the_analysis_the_guard_decision_and_inductors_cach
 
 def test_lazy_store_reads_with_the_driver_and_opens_the_full_store_when_needed(tmp_path):
     from kernel_cache.errors import CorruptDatabaseError
-    from kernel_cache.reader import LazyKernelStore, sqlite_file
+    from kernel_cache.lazy_store import LazyKernelStore
+    from kernel_cache.urls import sqlite_file
 
     fp = B.current_fingerprint()
     url = str(tmp_path / "k.db")

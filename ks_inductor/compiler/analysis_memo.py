@@ -12,14 +12,13 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import Any
 
 import torch
 
 from kernel_cache.settings import VARIABLES, Settings
-
-if TYPE_CHECKING:
-    from ks_inductor.compiler.regions import Partition
+from ks_inductor import keys
 
 log = logging.getLogger(__name__)
 
@@ -27,15 +26,13 @@ ANALYSIS_CACHE_ENV = VARIABLES["analysis_cache"].env  # "0" turns the on-disk me
 _MEMO_FORMAT = 2  # raised whenever the partition classifies some op differently: memos made before are stale
 
 
-@functools.lru_cache(maxsize=1)
-def _analysis_salt() -> str:
-    """What the analysis of a graph depends on besides the graph: torch (decompositions, tracing) and the code that
-    classifies nodes and builds keys. Any change to either starts a new memo."""
-    from ks_inductor import canonical_ops, keys, problem
-    from ks_inductor.compiler import regions
-
+@functools.lru_cache(maxsize=4)
+def analysis_salt(code: tuple[ModuleType, ...]) -> str:
+    """What the analysis of a graph depends on besides the graph: torch (decompositions, tracing), this memo's
+    format and ``code``, the modules that classify nodes and build keys (the caller names them). Any change to
+    either starts a new memo."""
     h = hashlib.sha256(f"{_MEMO_FORMAT}|{torch.__version__}|{keys.KEY_VERSION}".encode())
-    for mod in (sys.modules[__name__], regions, problem, keys, canonical_ops):
+    for mod in (sys.modules[__name__], keys, *code):
         h.update(Path(str(mod.__file__)).read_bytes())
     return h.hexdigest()
 
@@ -51,13 +48,14 @@ class AnalysisMemo:
 
     A second process compiling the same graph reads its regions' problems (keys) from here instead of tracing
     every node and region to aten again. Only graphs whose every node has a stable signature get one (functions
-    of torch and ``operator``, aten/prims ops, tensor methods); the file name hashes those signatures with
-    :func:`_analysis_salt`. The entries are keyed by the same signatures as the in-process memos, so an entry can
+    of torch and ``operator``, aten/prims ops, tensor methods); the file name hashes those signatures with the
+    salt (:func:`analysis_salt`). The entries are keyed by the same signatures as the in-process memos, so an entry can
     only answer for the computation it was made from. A file that cannot be read or parsed is ignored.
     """
 
-    def __init__(self, path: Path | None, data: dict[str, Any] | None) -> None:
+    def __init__(self, path: Path | None, data: dict[str, Any] | None, salt: str = "") -> None:
         self.path = path
+        self.salt = salt
         data = data or {}
         nodes, problems = data.get("nodes"), data.get("problems")
         self._nodes: dict[str, Any] = nodes if isinstance(nodes, dict) else {}
@@ -65,12 +63,13 @@ class AnalysisMemo:
         self.dirty = False
 
     @classmethod
-    def load(cls, graph_text: str) -> AnalysisMemo | None:
+    def load(cls, graph_text: str, salt: str) -> AnalysisMemo | None:
+        """The memo of the graph ``graph_text`` (its nodes' signatures) under ``salt``; None when memos are off
+        or unavailable."""
         try:
             directory = analysis_cache_dir()
             if directory is None:
                 return None
-            salt = _analysis_salt()
             name = hashlib.sha256(f"{salt}\n{graph_text}".encode()).hexdigest()[:40]
             path = directory / f"{name}.json"
             data = None
@@ -79,7 +78,7 @@ class AnalysisMemo:
                     data = json.load(f)
                 if not isinstance(data, dict) or data.get("salt") != salt:
                     data = None
-            return cls(path, data)
+            return cls(path, data, salt)
         except Exception as e:  # noqa: BLE001 - no memo is only slower
             log.debug("analysis memo unavailable: %s", e)
             return None
@@ -113,7 +112,7 @@ class AnalysisMemo:
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
         try:
             with os.fdopen(fd, "w") as f:
-                json.dump({"salt": _analysis_salt(), "nodes": self._nodes, "problems": self._problems}, f)
+                json.dump({"salt": self.salt, "nodes": self._nodes, "problems": self._problems}, f)
             os.replace(tmp, self.path)  # readers see the old file or the new one, never a torn one
         except BaseException:
             with contextlib.suppress(OSError):
@@ -121,12 +120,3 @@ class AnalysisMemo:
             raise
         self.dirty = False
 
-
-def save_analysis(part: Partition) -> None:
-    """Keep what this graph's analysis computed for the next process; failures only cost the next one time."""
-    if part.memo is None:
-        return
-    try:
-        part.memo.save()
-    except Exception as e:  # noqa: BLE001
-        log.debug("could not keep the analysis memo at %s: %s", part.memo.path, e)

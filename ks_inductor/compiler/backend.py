@@ -54,8 +54,8 @@ swapped graph.
 What a compile that hits the cache does not redo in a new process: tracing the graph's nodes and regions to aten
 to find their keys (kept per graph under ``$KERNELSMITH_HOME/analysis``; ``KERNELSMITH_ANALYSIS_CACHE=0`` turns
 that off, see :class:`ks_inductor.compiler.analysis_memo.AnalysisMemo`), AOTAutograd and Inductor's own work (the swapped graph
-calls only what their caches accept), and importing SQLAlchemy (lookups read SQLite through the driver alone, see
-:mod:`kernel_cache.reader`).
+calls only what their caches accept), and importing SQLAlchemy (lookups read the database through its driver alone,
+see :mod:`kernel_cache.reader`).
 """
 
 from __future__ import annotations
@@ -210,9 +210,9 @@ def current_fingerprint(judge_backend: str | None = None) -> Any:
 def open_store(url: str | None) -> Any:
     """One store per URL per process. Lookups on a SQLite file go through the driver alone; the full KernelStore
     (and SQLAlchemy) is opened when something else is asked for, or for a database it must create, migrate or
-    refuse (see :mod:`kernel_cache.reader`)."""
-    from kernel_cache.db import default_db_url
-    from kernel_cache.reader import LazyKernelStore
+    refuse (see :mod:`kernel_cache.lazy_store`)."""
+    from kernel_cache.lazy_store import LazyKernelStore
+    from kernel_cache.urls import default_db_url
 
     key = url or default_db_url()
     with _STORE_LOCK:
@@ -254,7 +254,6 @@ def analyze(gm: fx.GraphModule, opts: BackendOptions, act_on_miss: bool = True,
     ``store``: what to look kernels up in instead of ``opts.db`` (explain passes an empty one when there is no
     cache, so that it creates none)."""
     from ks_inductor.compiler import regions as rg
-    from ks_inductor.compiler.analysis_memo import save_analysis
 
     t0 = time.perf_counter()
     report = CompileReport()
@@ -298,7 +297,7 @@ def analyze(gm: fx.GraphModule, opts: BackendOptions, act_on_miss: bool = True,
     for op in sorted(set(part.unsupported)):
         report.regions.append(RegionReport(index=-1, kind="-", ops=op, key=None, signature="", status=UNSUPPORTED,
                                            note=_unsupported_why(op)))
-    save_analysis(part)
+    rg.save_analysis(part)
     report.traced_nodes = part.traced_nodes
     report.traced_regions = sum(r.traced for r in part.regions)
     report.analysis_s = time.perf_counter() - t0

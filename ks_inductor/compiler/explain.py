@@ -89,7 +89,7 @@ def explain(model: Any, *inputs: Any, db: str | None = None, judge_backend: str 
 
 def _missing_cache(url: str | None) -> str | None:
     """The SQLite file ``url`` names when it does not exist (opening it would create it); None otherwise."""
-    from kernel_cache.db import resolve_url, sqlite_path
+    from kernel_cache.urls import resolve_url, sqlite_path
 
     try:
         path = sqlite_path(resolve_url(url))

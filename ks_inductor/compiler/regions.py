@@ -24,12 +24,16 @@ import operator
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 import torch
 import torch.fx as fx
 
-from ks_inductor.compiler.analysis_memo import AnalysisMemo
+import ks_inductor.canonical_ops
+import ks_inductor.keys
+import ks_inductor.problem
+from ks_inductor.compiler.analysis_memo import AnalysisMemo, analysis_salt
 from ks_inductor.problem import op_label
 
 log = logging.getLogger(__name__)
@@ -108,6 +112,21 @@ class Partition:
     unsupported: list[str] = field(default_factory=list)  # ops no region could take (for explain)
     memo: AnalysisMemo | None = field(default=None, repr=False)  # the graph's on-disk analysis, when it may have one
     traced_nodes: int = 0  # nodes traced to aten by this partition (the rest came from a memo)
+
+
+def _analysis_code() -> tuple[ModuleType, ...]:
+    """The modules whose code decides a graph's analysis: a memo made by other code is stale."""
+    return (sys.modules[__name__], ks_inductor.problem, ks_inductor.keys, ks_inductor.canonical_ops)
+
+
+def save_analysis(part: Partition) -> None:
+    """Keep what this graph's analysis computed for the next process; failures only cost the next one time."""
+    if part.memo is None:
+        return
+    try:
+        part.memo.save()
+    except Exception as e:  # noqa: BLE001
+        log.debug("could not keep the analysis memo at %s: %s", part.memo.path, e)
 
 
 # ----------------------------------------------------------------------------------------- values and hints
@@ -331,7 +350,7 @@ def partition(gm: fx.GraphModule) -> Partition:
             continue
         sigs[node] = _node_signature(node)
     if sigs and all(stable for _, stable in sigs.values()):
-        out.memo = AnalysisMemo.load("\n".join(sig for sig, _ in sigs.values()))
+        out.memo = AnalysisMemo.load("\n".join(sig for sig, _ in sigs.values()), analysis_salt(_analysis_code()))
     for node, (sig, stable) in sigs.items():
         # Tracing a node is what the analysis spends its time on; a signature names the node's function, its
         # arguments' dtypes, shapes and strides, so equal signatures trace to the same aten ops.

@@ -114,8 +114,8 @@ def evolve_task(problem_json: str, config_json: str, db_url: str, results: str, 
     """One region on a Ray worker → :func:`ks_inductor.warm.region.evolve_region`'s outcome as a JSON string, plus
     ``worker`` (where it ran), ``written`` (whether the worker stored it) and, when it did not, ``kernel``, ``steps``
     and ``problem`` for the driver to store."""
-    from kernel_cache.db import sqlite_path
     from kernel_cache.store import KernelStore
+    from kernel_cache.urls import sqlite_path
     from ks_inductor.problem import Problem
     from ks_inductor.warm.region import evolve_region, region_config
 
@@ -215,7 +215,7 @@ class RayExecutor:
         return self
 
     def _shared_db(self) -> bool:
-        from kernel_cache.db import sqlite_path
+        from kernel_cache.urls import sqlite_path
 
         if sqlite_path(self.db_url) is None:
             return True  # a server database: every worker reaches it

@@ -1,0 +1,60 @@
+"""What the compile backend holds for a database: the driver-only reader while it only reads, the full store once
+something else is asked for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernel_cache.fingerprint import EnvFingerprint
+from kernel_cache.reader import open_reader
+from kernel_cache.record import KernelRecord
+
+
+class LazyKernelStore:
+    """Lookups and guard decisions through a :class:`kernel_cache.reader.KernelReader` when the database allows
+    it; a :class:`kernel_cache.store.KernelStore` (and SQLAlchemy) only when something else is asked for, such as
+    recording a miss or storing a decision, or when the database must be created, migrated or refused."""
+
+    def __init__(self, url: str | None) -> None:
+        self.url = url
+        self._store: Any = None
+        self._reader = open_reader(url)
+        if self._reader is None:
+            self._full()
+
+    def _full(self) -> Any:
+        if self._store is None:
+            # Imported on first need: the store's module imports SQLAlchemy, which a compile that only reads
+            # would otherwise pay for in every process.
+            from kernel_cache.store import KernelStore
+
+            self._store = KernelStore(self.url)
+        return self._store
+
+    @property
+    def fast(self) -> bool:
+        """Whether reads go through the driver alone (nothing has needed SQLAlchemy yet)."""
+        return self._store is None
+
+    def lookup(self, problem_key: str, fingerprint: EnvFingerprint) -> KernelRecord | None:
+        if self._store is not None:
+            return self._store.lookup(problem_key, fingerprint)
+        assert self._reader is not None
+        return self._reader.lookup(problem_key, fingerprint)
+
+    def guard_decision(self, key: str) -> dict[str, Any] | None:
+        if self._store is not None:
+            return self._store.guard_decision(key)
+        assert self._reader is not None
+        return self._reader.guard_decision(key)
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+        if self._store is not None:
+            self._store.close()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self._full(), name)

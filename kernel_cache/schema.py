@@ -1,0 +1,27 @@
+"""What every reader and writer of a cache database agrees on without SQLAlchemy: the schema version, the kernel
+columns a lookup reads, and the graph guard table kept beside the versioned schema.
+
+The models (:mod:`kernel_cache.models`) declare the tables; the driver-only readers (:mod:`kernel_cache.reader`)
+read them with the constants here, and refuse a database at any other version, so a change to the kernels table
+raises :data:`SCHEMA_VERSION` and adds a step to :mod:`kernel_cache.migrations`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from kernel_cache.record import KernelRecord
+
+# The schema version this code reads and writes.
+SCHEMA_VERSION = 2
+# The first bytes of every SQLite database file.
+SQLITE_MAGIC = b"SQLite format 3\x00"
+# The kernels table's columns that make a KernelRecord, in the record's order.
+KERNEL_FIELDS = [f.name for f in fields(KernelRecord)]
+
+# Graph guard decisions are measurements that can always be taken again, so their table lives outside the versioned
+# schema: an older kernelsmith opens a database that has it as before.
+GUARD_TABLE = "graph_guard_decisions"
+GUARD_DDL = (f"CREATE TABLE IF NOT EXISTS {GUARD_TABLE} (key VARCHAR(64) NOT NULL PRIMARY KEY, "
+             "fingerprint_id VARCHAR(32) NOT NULL, kept BOOLEAN NOT NULL, result TEXT NOT NULL, "
+             "created_at FLOAT NOT NULL)")
