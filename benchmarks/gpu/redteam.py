@@ -53,20 +53,28 @@ def _problem_for(name: str) -> tuple[Path, Path]:
 
 
 def search_part(backend: str | None, limit: int | None = None) -> dict[str, Any]:
-    """One judge per rule set, as a search uses it: the candidates one after another, an honest one after each."""
+    """One judge per rule set, as a search uses it. The exploits go in all at once with an honest candidate after
+    each (the judge's pool decides what runs when); the isolation set one after another, each followed by an
+    honest one, since what it tests is what a candidate leaves for the next."""
     from ks_inductor.judge import Judge, JudgeConfig
     from ks_inductor.problem import load_problem
 
     out: dict[str, Any] = {}
-    for label, folder, static in (("exploits", EXPLOITS, True), ("isolation", ISOLATION, False)):
+    for label, folder, static, serial in (("exploits", EXPLOITS, True, False), ("isolation", ISOLATION, False, True)):
         cfg = JudgeConfig.for_search(backend=backend, static_rules=static, compile_timeout_s=60, run_timeout_s=60)
         rows: dict[str, Any] = {}
-        with Judge(cfg, max_workers=1) as judge:
+        with Judge(cfg, max_workers=1 if serial else None) as judge:
+            futures = {}
             for path in sorted(folder.glob("*.py"))[:limit]:
                 prob_path, honest_path = _problem_for(path.name)
                 problem = load_problem(prob_path)
-                rows[path.name] = _row(judge.evaluate(problem, path.read_text()))
-                rows[f"honest after {path.name}"] = _row(judge.evaluate(problem, honest_path.read_text()))
+                futures[path.name] = judge.submit(problem, path.read_text())
+                if serial:
+                    futures[path.name].result()
+                futures[f"honest after {path.name}"] = judge.submit(problem, honest_path.read_text())
+                if serial:
+                    futures[f"honest after {path.name}"].result()
+            rows = {k: _row(f.result()) for k, f in futures.items()}
         out[label] = rows
     return out
 
@@ -106,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=None)
     p.add_argument("--backend", default=None, help="judge backend (default: detect)")
-    p.add_argument("--eval-parallel", type=int, default=4)
+    p.add_argument("--eval-parallel", type=int, default=6)
     p.add_argument("--limit", type=int, default=None, help="candidates per folder (a quick check of the script)")
     p.add_argument("--one-static-off", nargs=2, metavar=("PROBLEM", "CANDIDATE"),
                    help="judge one candidate with a one-shot judge, static rules off; print the verdict's JSON")
