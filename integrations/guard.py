@@ -47,6 +47,9 @@ import torch
 
 from kernel_cache.settings import VARIABLES, Settings
 
+from .ops import Binding, key_function
+from .signature import Signature, dtype_named, random_inputs, spec_signature
+
 log = logging.getLogger("kernelsmith.integrations")
 
 # The variables these settings come from (kernel_cache.settings documents each), for messages and tests.
@@ -71,9 +74,6 @@ R_ERROR = "kernel error"
 R_OUTPUT = "bad output"
 R_GRAD = "autograd"
 R_SLOWER = "slower than the stack's own"
-
-Signature = tuple[tuple[tuple[int, ...], torch.dtype, tuple[int, ...]], ...]
-
 
 def disabled() -> bool:
     """The kill switch, read on every served call so that it works on a running server too: an unset variable
@@ -113,31 +113,6 @@ def version_known(stack: str, version: str | None, lowest: tuple[int, ...], belo
     log.warning("kernelsmith: %s %s is not a version this integration knows (%s); %s keeps its own kernels",
                 stack, version or "(unknown)", span, stack)
     return False
-
-
-def _dtype(name: str) -> torch.dtype | None:
-    dt = getattr(torch, name, None)
-    return dt if isinstance(dt, torch.dtype) else None
-
-
-def spec_signature(specs: Sequence[Any]) -> Signature | None:
-    """The signature a problem's input specs describe; None when an input is not a tensor of a known dtype."""
-    out = []
-    for s in specs:
-        dt = _dtype(s.dtype or "") if s.kind == "tensor" else None
-        if dt is None:
-            return None
-        out.append((tuple(s.shape or ()), dt, tuple(s.stride or ())))
-    return tuple(out)
-
-
-def call_signature(args: Sequence[torch.Tensor]) -> Signature:
-    return tuple((tuple(a.shape), a.dtype, tuple(a.stride())) for a in args)
-
-
-def meta_inputs(sig: Signature) -> list[torch.Tensor]:
-    """Tensors of a signature with no memory behind them, for tracing a reference at that signature."""
-    return [torch.empty_strided(shape, stride, dtype=dt, device="meta") for shape, dt, stride in sig]
 
 
 # ============================================================================================ kernels
@@ -234,16 +209,6 @@ def run_against_stack(kernel: PackKernel, device: torch.device, reference: Calla
         trials.append((ins, ref))
     why = _check(kernel, trials)
     return not why, why
-
-
-def random_inputs(sig: Signature, device: torch.device, gen: torch.Generator | None = None) -> list[torch.Tensor]:
-    """Seeded inputs at a signature on ``device``: normal floats, small non-negative integers."""
-    gen = gen if gen is not None else torch.Generator(device=device).manual_seed(0)
-    out = []
-    for shape, dt, stride in sig:
-        t = torch.empty_strided(shape, stride, dtype=dt, device=device)
-        out.append(t.normal_(generator=gen) if dt.is_floating_point else t.random_(0, 16, generator=gen))
-    return out
 
 
 # ============================================================================================ racing
@@ -527,8 +492,6 @@ class StackState:
     def served_op(self, op: str, group: tuple, reference: Any, arity: int, own: Any = None) -> ServedOp | None:
         """The op a layer of this configuration (``group``) serves, bound once per configuration; None when
         nothing is served in this process. ``own`` is the stack's own path for it (``PackGuard.bind``)."""
-        from .ops import Binding, key_function
-
         if self.guard is None:
             return None
         with self.lock:
@@ -626,7 +589,7 @@ class ServedOp:
         if len(outs) != len(expected) or not expected:
             return False
         return all(isinstance(out, torch.Tensor) and list(out.shape) == list(spec.shape or [])
-                   and out.dtype == _dtype(spec.dtype or "") and out.device == device
+                   and out.dtype == dtype_named(spec.dtype or "") and out.device == device
                    for out, spec in zip(outs, expected))
 
     def _broken(self, kernel: PackKernel, e: Exception) -> None:

@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from .signature import call_signature, meta_inputs
+
 OP_RMSNORM = "rmsnorm"
 OP_SILU_MUL = "silu_mul"
 
@@ -74,8 +76,6 @@ def layer_problem(binding: Binding, inputs: list[torch.Tensor], name: str | None
     """The problem a binding computes at these inputs' signature (what a pack for this layer must hold)."""
     from ks_inductor.problem import problem_from_callable
 
-    from .guard import call_signature, meta_inputs
-
     return problem_from_callable(binding.reference, meta_inputs(call_signature(inputs)), name=name or binding.op)
 
 
@@ -87,8 +87,6 @@ def key_function(binding: Binding) -> Callable[[tuple], str | None]:
     """``signature -> canonical key`` of the binding's reference, memoized per group and signature: every layer
     of a group shares one trace per signature."""
     from ks_inductor.problem import problem_from_callable
-
-    from .guard import meta_inputs
 
     def key_of(sig: tuple) -> str | None:
         memo = (binding.group, sig)

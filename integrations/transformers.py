@@ -35,6 +35,7 @@ from .ops import (
     rmsnorm_binding,
     silu_mul_binding,
 )
+from .signature import call_signature
 
 log = logging.getLogger("kernelsmith.integrations")
 
@@ -188,7 +189,7 @@ def layer_problems(model: torch.nn.Module, example_inputs: Sequence[Any]) -> lis
     handles = []
 
     def record(binding: Binding, tensors: list[torch.Tensor]) -> None:
-        sig = G.call_signature(tensors)
+        sig = call_signature(tensors)
         if (binding.group, sig) not in found:
             found[(binding.group, sig)] = layer_problem(binding, tensors)
 
