@@ -23,7 +23,7 @@ from rich.console import Console
 from benchmarks.config import SUITES, BenchUsageError, RunConfig
 from benchmarks.measure import Protocol
 from benchmarks.results import RunResult, default_result_path, load_result, now_iso
-from kernel_cache.cli import add_db_argument
+from ks_inductor.cli.args import add_db_argument
 
 log = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@ import hashlib
 import json
 import logging
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,10 +124,15 @@ def to_rows(steps: list[StepRecord], fmt: str, problems: dict[str, Any]) -> list
 
 
 def export_trajectories(store: Any, fmt: str, out_path: str | Path, min_gain: float = 0.05,
-                        max_noise: float = 0.05, problem_key: str | None = None) -> ExportStats:
-    """Write the selected steps of every run in ``store`` as JSON lines."""
+                        max_noise: float = 0.05, problem_key: str | Sequence[str] | None = None) -> ExportStats:
+    """Write the selected steps of every run in ``store`` (of ``problem_key`` only: one key or several) as JSON
+    lines."""
     stats = ExportStats()
-    steps = store.steps(problem_key=problem_key) if problem_key else store.steps()
+    if problem_key is None:
+        steps = store.steps()
+    else:
+        keys = [problem_key] if isinstance(problem_key, str) else list(problem_key)
+        steps = [s for k in keys for s in store.steps(problem_key=k)]
     kept = select_steps(steps, min_gain, max_noise, stats)
     problems = {k: store.get_problem(k) for k in {s.problem_key for s in kept}}
     rows = to_rows(kept, fmt, problems)

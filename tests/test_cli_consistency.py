@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import ks_inductor
-from kernel_cache.cli import DB_HELP
 from kernel_cache.store import KernelStore
 from kernel_cache.testing import make_record
 from ks_inductor.cli import build_parser, main
+from ks_inductor.cli.args import DB_HELP
 from ks_inductor.compiler import backend as B
 from ks_inductor.warm import WarmSummary
 from tests.test_warm_cli import FACTORY as NORM_FACTORY
@@ -261,26 +261,37 @@ def test_bad_database_urls_are_one_line_errors(tmp_path, factory, capsys):
 # ------------------------------------------------------------------ read-only commands create nothing
 
 
-def test_read_only_commands_create_no_cache(tmp_path, factory, capsys):
-    folder = tmp_path / "missing" / "folder"
-    url = f"sqlite:///{folder / 'x.db'}"
-    listing = [["cache", "ls"], ["cache", "ls", "--json"], ["cache", "stats"], ["cache", "stats", "--json"],
-               ["cache", "gc", "--dry-run"]]
-    for argv in listing:
-        assert main([*argv, "--db", url]) == 0, argv
+READ_ONLY = [["cache", "ls"], ["cache", "ls", "--json"], ["cache", "stats"], ["cache", "stats", "--json"],
+             ["cache", "gc", "--dry-run"]]
+
+
+def test_read_only_commands_refuse_a_named_cache_that_is_not_there(tmp_path, factory, capsys):
+    """A mistyped --db (a folder that does not exist, or a file that does not) is an error, never an empty cache."""
+    for url in (f"sqlite:///{tmp_path / 'missing' / 'folder' / 'x.db'}", str(tmp_path / "typo.db")):
+        for argv in (*READ_ONLY, ["cache", "show", "1"], ["cache", "rm", "1"], ["explain", f"{factory}:make"],
+                     ["export-trajectories", "-o", str(tmp_path / "t")], ["pack", "export", "-o", str(tmp_path / "p")]):
+            assert main([*argv, "--db", url]) == 2, (argv, url)
+            assert "no kernel cache at" in _one_line_error(capsys), argv
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["factory.py"]
+
+
+def test_read_only_commands_on_the_default_cache_before_anything_is_stored(tmp_path, factory, capsys):
+    home = tmp_path / "home"  # KERNELSMITH_HOME (the _isolated fixture), not made yet
+    for argv in READ_ONLY:
+        assert main(argv) == 0, argv
         out = capsys.readouterr()
-        assert out.err.strip() == f"no kernel cache at {folder / 'x.db'}; nothing is stored yet"
+        assert out.err.strip() == f"no kernel cache at {home / 'kernels.db'}; nothing is stored yet"
         if argv == ["cache", "ls", "--json"]:
             assert out.out.strip() == "[]"
+    assert main(["explain", f"{factory}:make"]) == 0
+    out = capsys.readouterr()
+    assert f"no kernel cache at {home / 'kernels.db'}" in out.err and "0 hits, 1 misses" in out.out
     # Asking for something specific in a cache that is not there is a mistake in what was asked.
     for argv in (["cache", "show", "1"], ["cache", "rm", "1"], ["export-trajectories", "-o", str(tmp_path / "t")],
                  ["pack", "export", "-o", str(tmp_path / "p.kspack")]):
-        assert main([*argv, "--db", url]) == 2, argv
+        assert main(argv) == 2, argv
         assert "no kernel cache at" in _one_line_error(capsys)
-    assert main(["explain", f"{factory}:make", "--db", url]) == 0
-    out = capsys.readouterr()
-    assert f"no kernel cache at {folder / 'x.db'}" in out.err and "0 hits, 1 misses" in out.out
-    assert not (tmp_path / "missing").exists()
+    assert not (home / "kernels.db").exists()
 
 
 def test_a_cache_that_exists_is_still_listed(tmp_path, capsys):

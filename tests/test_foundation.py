@@ -323,7 +323,7 @@ def test_eval_cli_json_and_exit_codes():
     assert bad.returncode == 1
     assert json.loads(bad.stdout)["flags"] == ["try_except_fallback"]
     usage = subprocess.run(cmd + ["/nonexistent.py", "--json"], capture_output=True, text=True, timeout=300)
-    assert usage.returncode == 2 and json.loads(usage.stdout)["correct"] is False
+    assert usage.returncode == 2 and json.loads(usage.stdout)["ok"] is False
 
 
 def test_in_place_ops_on_intermediates_are_functionalized_before_keying():

@@ -259,14 +259,14 @@ TINY = ["--hf-set", "hidden_size=32", "--hf-set", "intermediate_size=64", "--hf-
 
 
 def test_pack_export_for_a_model_serves_that_model(tmp_path, capsys, monkeypatch):
-    """``kernelsmith pack export --for``: warm, export, and the pack serves the model it was built for."""
+    """``kernelsmith pack export --hf-config``: warm, export, and the pack serves the model it was built for."""
     from ks_inductor.cli import main
     from ks_inductor.compiler import backend as B
     from ks_inductor.warm import hf_model, parse_overrides
 
     monkeypatch.setenv("KERNELSMITH_HOME", str(tmp_path / "home"))
     pack = tmp_path / "llama.kspack"
-    rc = main(["pack", "export", "--for", "llama", *TINY, "--batch", "2", "--seq", "3", "--seq", "1",
+    rc = main(["pack", "export", "--hf-config", "llama", *TINY, "--batch", "2", "--seq", "3", "--seq", "1",
                "--db", str(tmp_path / "k.db"), "-o", str(pack), "--budget", "1", "--backend", "triton-interpret",
                "--json"])
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -292,11 +292,11 @@ def test_pack_export_for_refuses_mistakes_on_one_line(tmp_path, capsys):
     from ks_inductor.cli import main
 
     db, out = str(tmp_path / "k.db"), str(tmp_path / "p.kspack")
-    for argv, said in ((["--batch", "2"], "--batch applies only with --for MODEL"),
-                       (["--stack", "sglang"], "--stack applies only with --for MODEL"),
-                       (["--for", "llama", "--key", "abc"], "--key selects kernels from the cache"),
-                       (["--for", "no_such_model_type"], "no_such_model_type"),
-                       (["--for", "llama", *TINY, "--dtype", "float99"], "--dtype 'float99'"),
+    for argv, said in ((["--batch", "2"], "--batch applies only with --hf-config MODEL"),
+                       (["--stack", "sglang"], "--stack applies only with --hf-config MODEL"),
+                       (["--hf-config", "llama", "--key", "abc"], "--key selects kernels from the cache"),
+                       (["--hf-config", "no_such_model_type"], "no_such_model_type"),
+                       (["--hf-config", "llama", *TINY, "--dtype", "float99"], "unknown dtype 'float99'"),
                        (["--for", "llama", "--hf-set", "hidden_size"], "expected key=value")):
         assert main(["pack", "export", *argv, "--db", db, "-o", out]) == 2, argv
         err = capsys.readouterr().err.strip()

@@ -2,10 +2,11 @@
 
 Every ``import`` and ``from ... import`` in every module of a package counts, at any depth (an import inside a
 function is still a dependency), and so does a string that names a module of another package in full (what
-``importlib.import_module`` or an entry point would load), except in the ``kernelsmith`` command's table of command
-modules (``ks_inductor.cli._COMMAND_MODULES``), where every area's commands are mounted. The order that holds today, bottom up: kernel_cache (the
+``importlib.import_module`` or an entry point would load). The integrations count under their installed name
+(``kernelsmith_integrations``) too. The ``kernelsmith`` command (``ks_inductor/cli/``) is a node of its own, on
+top: it may import every package, and none imports it. The order that holds today, bottom up: kernel_cache (the
 cache, and the plain types, settings and version every package reads), ks_inductor (compiler, optimizer, judge),
-integrations (serving stacks), benchmarks (the repository's benchmark programs).
+integrations (serving stacks), the command, benchmarks (the repository's benchmark programs).
 """
 
 from __future__ import annotations
@@ -15,40 +16,48 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("kernel_cache", "ks_inductor", "integrations", "benchmarks")
-_MODULE_STRING = re.compile(rf"^({'|'.join(PACKAGES)})(\.\w+)+(:\w+)?$")
+CLI = "ks_inductor.cli"
+PACKAGES = ("kernel_cache", "ks_inductor", "integrations", CLI, "benchmarks")
+# Installed names of packages whose folder is named otherwise.
+_INSTALLED = {"kernelsmith_integrations": "integrations"}
+_MODULE_STRING = re.compile(r"^(kernel_cache|ks_inductor|integrations|kernelsmith_integrations|benchmarks)"
+                            r"(\.\w+)+(:\w+)?$")
+
+
+def node_of(module: str) -> str | None:
+    """The graph node a module name belongs to (one of ``PACKAGES``), or None for a module outside them."""
+    if module == CLI or module.startswith(CLI + "."):
+        return CLI
+    top = module.split(".")[0]
+    top = _INSTALLED.get(top, top)
+    return top if top in PACKAGES else None
 
 
 def imported_packages(source: str) -> set[str]:
-    """The top-level packages among ``PACKAGES`` that ``source`` imports or names as a module."""
+    """The nodes among ``PACKAGES`` that ``source`` imports or names as a module."""
     found = set()
-    tree = ast.parse(source)
-    # The console script's table of command modules is where every area meets (the composition root): it may name
-    # the integrations' commands, and a module that is not there only drops its commands. It is no import edge.
-    mounts = {id(c) for node in ast.walk(tree) if isinstance(node, ast.Assign)
-              and any(isinstance(t, ast.Name) and t.id == "_COMMAND_MODULES" for t in node.targets)
-              for c in ast.walk(node.value)}
-    for node in ast.walk(tree):
-        if id(node) in mounts:
-            continue
+    for node in ast.walk(ast.parse(source)):
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module]
+            # "from ks_inductor import cli" names the command's package as well
+            names += [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" == CLI]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _MODULE_STRING.match(node.value):
-            names = [node.value]
-        found.update(n.split(".")[0] for n in names if n.split(".")[0] in PACKAGES)
+            names = [node.value.split(":")[0]]
+        found.update(n for n in map(node_of, names) if n is not None)
     return found
 
 
 def package_graph(root: Path = ROOT) -> dict[str, dict[str, list[str]]]:
-    """package -> {imported package: [the files that import it]}."""
+    """node -> {imported node: [the files that import it]}."""
     graph: dict[str, dict[str, list[str]]] = {p: {} for p in PACKAGES}
-    for pkg in PACKAGES:
-        for f in sorted((root / pkg).rglob("*.py")):
-            for dep in imported_packages(f.read_text()) - {pkg}:
-                graph[pkg].setdefault(dep, []).append(str(f.relative_to(root)))
+    for f in sorted(f for pkg in PACKAGES if "." not in pkg for f in (root / pkg).rglob("*.py")):
+        rel = f.relative_to(root)
+        pkg = node_of(".".join(rel.with_suffix("").parts))
+        for dep in imported_packages(f.read_text()) - {pkg}:
+            graph[pkg].setdefault(dep, []).append(str(rel))
     return graph
 
 
@@ -88,14 +97,27 @@ def test_the_kernel_cache_imports_no_other_package() -> None:
     assert package_graph()["kernel_cache"] == {}
 
 
+def test_the_command_is_on_top() -> None:
+    """The command may import every package; no package imports it (only the benchmark programs, above it)."""
+    graph = package_graph()
+    assert {"kernel_cache", "ks_inductor", "integrations"} <= set(graph[CLI])
+    importers = {pkg: files for pkg, deps in graph.items() for dep, files in deps.items() if dep == CLI}
+    assert set(importers) <= {"benchmarks"}, importers
+
+
 def test_a_cycle_is_found(tmp_path: Path) -> None:
-    for pkg in PACKAGES:
-        (tmp_path / pkg).mkdir()
+    for pkg in ("kernel_cache", "ks_inductor/cli", "integrations", "benchmarks"):
+        (tmp_path / pkg).mkdir(parents=True)
     (tmp_path / "ks_inductor" / "a.py").write_text("from kernel_cache.store import KernelStore\n")
     (tmp_path / "kernel_cache" / "b.py").write_text("def f():\n    import ks_inductor\n")
     assert find_cycle(package_graph(tmp_path)) in (["kernel_cache", "ks_inductor", "kernel_cache"],
                                                     ["ks_inductor", "kernel_cache", "ks_inductor"])
-    (tmp_path / "kernel_cache" / "b.py").write_text("MODULES = ('ks_inductor.cli',)\n")
+    (tmp_path / "kernel_cache" / "b.py").write_text("MODULES = ('ks_inductor.compiler',)\n")
     assert find_cycle(package_graph(tmp_path)) is not None
-    (tmp_path / "kernel_cache" / "b.py").write_text('"""Used by ks_inductor.cli, which imports it."""\n')
+    (tmp_path / "kernel_cache" / "b.py").write_text('"""Used by ks_inductor.compiler, which imports it."""\n')
     assert find_cycle(package_graph(tmp_path)) is None
+    # The command imports the integrations under their installed name; an integration importing it back is a cycle.
+    (tmp_path / "ks_inductor" / "cli" / "pack.py").write_text("from kernelsmith_integrations.ops import x\n")
+    (tmp_path / "integrations" / "ops.py").write_text("def f():\n    from ks_inductor import cli\n")
+    assert find_cycle(package_graph(tmp_path)) in (["ks_inductor.cli", "integrations", "ks_inductor.cli"],
+                                                    ["integrations", "ks_inductor.cli", "integrations"])

@@ -69,6 +69,7 @@ def test_misses_warm_then_hit_and_resume(tmp_path, capsys):
     (tmp_path / "factory.py").write_text(FACTORY)
     spec = f"{tmp_path / 'factory.py'}:make"
     db = str(tmp_path / "k.db")
+    KernelStore(db).close()  # explain reads a cache: the one --db names must be there
 
     assert main(["explain", spec, "--db", db, "--json"]) == 0
     explained = _json_of(capsys)
@@ -129,6 +130,7 @@ def test_bad_inputs_are_usage_errors(tmp_path, capsys):
 def test_warm_from_transformers_config(tmp_path, capsys):
     pytest.importorskip("transformers")
     db = str(tmp_path / "k.db")
+    KernelStore(db).close()
     args = ["explain", "--hf-config", "llama", "--db", db, "--json", "--seq", "8",
             "--hf-set", "hidden_size=32", "--hf-set", "intermediate_size=64", "--hf-set", "num_hidden_layers=1",
             "--hf-set", "num_attention_heads=4", "--hf-set", "num_key_value_heads=2", "--hf-set", "vocab_size=128"]

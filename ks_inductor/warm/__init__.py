@@ -5,7 +5,8 @@
 
 ``sources`` says where the problems come from, ``run`` plans and runs the searches, ``region`` is one region's
 search (what every executor runs), ``parallel`` and ``ray_cluster`` are the executors for several regions at once
-(threads sharing one judge; a Ray cluster), ``cli`` the ``kernelsmith warm`` and ``kernelsmith explain`` commands.
+(threads sharing one judge; a Ray cluster). The ``kernelsmith warm`` and ``kernelsmith explain`` commands are
+:mod:`ks_inductor.cli.warm` and :mod:`ks_inductor.cli.explain`.
 """
 
 from __future__ import annotations

@@ -124,6 +124,7 @@ def hf_model(config: str, overrides: dict[str, Any] | None = None, batch: int = 
         raise WarmError(f"cannot build a transformers config from {config!r}: {e}") from None
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch_dtype = _torch_dtype(dtype) if dtype else (torch.bfloat16 if device == "cuda" else torch.float32)
+    check_fits(config, cfg, torch_dtype, device)
     torch.manual_seed(0)
     try:
         model = transformers.AutoModelForCausalLM.from_config(cfg)
@@ -132,6 +133,95 @@ def hf_model(config: str, overrides: dict[str, Any] | None = None, batch: int = 
     model = model.to(device=device, dtype=torch_dtype).eval()
     ids = torch.randint(0, int(getattr(cfg, "vocab_size", 1000)), (batch, seq), device=device)
     return model, (ids,)
+
+
+def hf_inputs(model: Any, batches: Sequence[int], seqs: Sequence[int]) -> list[tuple]:
+    """Example input ids for ``model`` (from :func:`hf_model`) at every batch size times every sequence length,
+    drawn under a fixed seed: the shapes a deployment serves (each prefill length, and 1 for a decode step)."""
+    import torch
+
+    vocab = int(getattr(model.config, "vocab_size", 1000))
+    device = next(model.parameters()).device
+    gen = torch.Generator().manual_seed(0)
+    return [(torch.randint(0, vocab, (b, s), generator=gen).to(device),) for b in batches for s in seqs]
+
+
+def param_counts(cfg: Any) -> tuple[int, int, int] | None:
+    """A decoder built from a transformers config, from its sizes alone: (parameters outside the layers, parameters
+    per layer, layers), counting embeddings, attention with grouped key/value heads, a gated MLP and the norms; None
+    when the config does not say its hidden size, layers and vocabulary. An estimate for refusing what cannot fit,
+    not an exact count."""
+    hidden, layers, vocab = (getattr(cfg, k, None) for k in ("hidden_size", "num_hidden_layers", "vocab_size"))
+    if not all(isinstance(v, int) and v > 0 for v in (hidden, layers, vocab)):
+        return None
+    inter = getattr(cfg, "intermediate_size", None) or 4 * hidden
+    heads = getattr(cfg, "num_attention_heads", None) or 1
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    head_dim = getattr(cfg, "head_dim", None) or hidden // heads
+    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+    outside = vocab * hidden * (1 if getattr(cfg, "tie_word_embeddings", False) else 2) + hidden
+    return outside, attention + 3 * hidden * inter + 2 * hidden, layers
+
+
+def available_memory(device: str) -> int | None:
+    """Bytes a new model can still take on ``device``: the host's available memory (within its cgroup's limit) for
+    the CPU, the free memory of the current GPU for CUDA; None where it cannot be told."""
+    if device.startswith("cuda"):
+        import torch
+
+        try:
+            return int(torch.cuda.mem_get_info()[0])
+        except Exception:  # noqa: BLE001 - no way to ask: no check
+            return None
+    found: list[int] = []
+    try:
+        with open("/proc/meminfo") as fh:
+            found += [int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max") as fh:
+            limit = fh.read().strip()
+        with open("/sys/fs/cgroup/memory.current") as fh:
+            used = int(fh.read().strip())
+        if limit != "max":
+            found.append(int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+# A model is refused when building it would take more than this share of what is available: the run that follows
+# (tracing, Inductor's code generation, judge workers) needs memory of its own.
+FIT_SHARE = 0.6
+
+
+def check_fits(name: str, cfg: Any, dtype: Any, device: str) -> None:
+    """Refuse (a WarmError) a model from ``cfg`` that would not fit, before anything is allocated: transformers
+    builds it in float32 on the host, then it is cast to ``dtype`` on ``device``. The message says what fits."""
+    import torch
+
+    counts = param_counts(cfg)
+    if counts is None:
+        return
+    outside, per_layer, layers = counts
+    params = outside + per_layer * layers
+    size = torch.empty((), dtype=dtype).element_size()
+    # Bytes per parameter on each device: the float32 build on the host (and the cast copy when it stays there).
+    per_param = {"cpu": 4 + (size if device == "cpu" and size != 4 else 0)}
+    if device != "cpu":
+        per_param[device] = size
+    for where, each in per_param.items():
+        avail = available_memory(where)
+        if avail is None or params * each <= FIT_SHARE * avail:
+            continue
+        fits = int(FIT_SHARE * avail / each)
+        most_layers = (fits - outside) // per_layer
+        hint = (f"--hf-set num_hidden_layers={most_layers}" if most_layers >= 1 else
+                "smaller hidden_size, intermediate_size and vocab_size with --hf-set")
+        raise WarmError(f"{name}: about {params / 1e9:.2f}B parameters, {params * each / 2**30:.1f} GiB to build on "
+                        f"the {where}, where {avail / 2**30:.1f} GiB is available; about {fits / 1e6:.0f}M "
+                        f"parameters fit: try {hint}")
 
 
 _DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
@@ -156,25 +246,57 @@ def problems_from_model(model: Any, inputs: Sequence[Any], db: str | None = None
     return explain(model, *inputs, db=db, judge_backend=judge_backend).problems
 
 
-def problems_from_folder(folder: str | Path, db: str | None = None, judge_backend: str | None = None) -> list[Any]:
-    """The regions of every KernelBench file's model in ``folder``: what ``torch.compile(backend="kernelsmith")``
-    of those models looks up (the whole file is a different key from the regions a compile cuts)."""
-    from ks_inductor.problem import ProblemError
+# The KernelBench levels taken from a checkout when none are named; level 4's models download weights.
+KERNELBENCH_LEVELS = (1, 2, 3)
 
-    root = Path(folder)
+
+def kernelbench_files(root: str | Path, levels: Sequence[int] | None = None,
+                      ids: Sequence[int] | None = None) -> list[Path]:
+    """The problem files under ``root``: a KernelBench checkout, or its ``KernelBench/`` folder (``levels`` of
+    them, default :data:`KERNELBENCH_LEVELS`), or any folder of problem files (every ``*.py`` in it, ``levels``
+    then meaning nothing); ``ids`` keeps the files whose name starts with one of those numbers."""
+    import re
+
+    root = Path(root)
     if not root.is_dir():
         raise WarmError(f"KernelBench folder not found: {root}")
+    base = next((c for c in (root / "KernelBench", root) if any((c / f"level{n}").is_dir() for n in range(1, 5))),
+                None)
+    if base is None:
+        if levels:
+            raise WarmError(f"{root} has no level1/ ... level4/ folders to take levels {list(levels)} from")
+        files = sorted(f for f in root.rglob("*.py") if not f.name.startswith("_"))
+    else:
+        files = []
+        for level in levels or KERNELBENCH_LEVELS:
+            folder = base / f"level{level}"
+            if not folder.is_dir():
+                raise WarmError(f"{folder}: no such level folder")
+            files += sorted(f for f in folder.glob("*.py") if not f.name.startswith("_"))
+    if ids:
+        wanted = set(ids)
+        files = [f for f in files if (m := re.match(r"(\d+)_", f.name)) and int(m.group(1)) in wanted]
+    if not files:
+        raise WarmError(f"no KernelBench problem files in {root}" + (f" with ids {sorted(set(ids))}" if ids else ""))
+    return files
+
+
+def problems_from_folder(folder: str | Path, db: str | None = None, judge_backend: str | None = None,
+                         levels: Sequence[int] | None = None, ids: Sequence[int] | None = None) -> list[Any]:
+    """The regions of every KernelBench file's model in ``folder`` (:func:`kernelbench_files`: a checkout, its
+    levels, or a folder of problem files): what ``torch.compile(backend="kernelsmith")`` of those models looks up
+    (the whole file is a different key from the regions a compile cuts)."""
+    from ks_inductor.problem import ProblemError
+
     problems = []
-    for f in sorted(root.rglob("*.py")):
-        if f.name.startswith("_"):
-            continue
+    for f in kernelbench_files(folder, levels, ids):
         try:
             model, inputs = kernelbench_model(f)
             problems.extend(problems_from_model(model, inputs, db=db, judge_backend=judge_backend))
         except (WarmError, ProblemError) as e:
             log.warning("skipping %s: %s", f, e)
     if not problems:
-        raise WarmError(f"no KernelBench problem files in {root}")
+        raise WarmError(f"no KernelBench problem in {folder} could be traced")
     return problems
 
 

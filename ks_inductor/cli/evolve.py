@@ -1,66 +1,74 @@
-"""``kernelsmith evolve`` and ``kernelsmith export-trajectories``: thin layers over the library."""
+"""``kernelsmith evolve PROBLEM``: search for a faster verified kernel for one problem and store the winner (exit
+code 0 when a verified kernel was stored, 1 when none was)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from ks_inductor.cli.args import (
+    EXIT_NOTHING,
+    EXIT_OK,
+    UsageError,
+    add_backend_argument,
+    add_db_argument,
+    add_json_argument,
+    add_search_arguments,
+    command,
+    positive_float,
+    positive_int,
+)
+from ks_inductor.cli.output import err_console, out_console, print_json, require_file
 
-def register(subparsers: Any) -> None:
-    from kernel_cache.cli import add_db_argument
-    from ks_inductor.cli import (
-        DeprecatedMinutes,
-        add_backend_argument,
-        add_json_argument,
-        add_search_arguments,
-    )
+LLM_TIMEOUT_S = 120.0
 
-    p = subparsers.add_parser("evolve", help="evolve a faster verified Triton kernel for a KernelBench problem")
+
+class DeprecatedMinutes(argparse.Action):
+    """A flag that took minutes, kept for the command lines that still use it: converted to seconds into ``dest``,
+    with one line on stderr."""
+
+    def __init__(self, *args: Any, replacement: str = "--time-limit", **kwargs: Any) -> None:
+        self.replacement = replacement
+        kwargs.setdefault("type", positive_float)
+        kwargs.setdefault("metavar", "MIN")
+        super().__init__(*args, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        seconds = float(values) * 60
+        err_console().print(f"kernelsmith: {option_string} MIN is deprecated; use {self.replacement} SECONDS "
+                            f"(taken as {self.replacement} {seconds:g})", soft_wrap=True)
+        setattr(namespace, self.dest, seconds)
+
+
+def register(sub: Any) -> None:
+    p = command(sub, "evolve", "evolve a faster verified Triton kernel for a KernelBench problem")
     p.add_argument("problem", help="KernelBench-format problem file (Model, get_inputs, get_init_inputs)")
     add_backend_argument(p)
-    add_search_arguments(p, per="problem", budget=64)
+    add_search_arguments(p, per="problem")
     p.add_argument("--time", dest="time_minutes", action=DeprecatedMinutes, default=None, help=argparse.SUPPRESS)
-    p.add_argument("--parallel", type=int, default=None, metavar="N",
-                   help="judgments in flight (default 2 on CPU, 4 on a GPU)")
+    p.add_argument("--parallel", type=positive_int, default=None, metavar="N",
+                   help="judgments in flight (default: 2 on a CPU, 4 on a GPU)")
     p.add_argument("--no-resume", action="store_true", help="start a new run even if an unfinished one exists")
     add_db_argument(p)
     p.add_argument("--mutator", choices=["embedded", "llm"], default=None,
-                   help="embedded (default without an endpoint) or llm")
+                   help="embedded or llm (default: llm when an endpoint is given, else embedded)")
     p.add_argument("--llm-base-url", default=None, metavar="URL",
                    help="OpenAI-compatible endpoint (default $KERNELSMITH_LLM_BASE_URL)")
     p.add_argument("--llm-model", default=None, help="model name at the endpoint (default $KERNELSMITH_LLM_MODEL)")
     p.add_argument("--llm-api-key", default=None, metavar="KEY",
                    help="API key for the endpoint (default $KERNELSMITH_LLM_API_KEY); never stored")
-    p.add_argument("--llm-concurrency", type=int, default=None, metavar="N",
+    p.add_argument("--llm-concurrency", type=positive_int, default=None, metavar="N",
                    help="requests in flight (default $KERNELSMITH_LLM_CONCURRENCY, else 2)")
-    p.add_argument("--llm-timeout", type=float, default=120.0, metavar="SECONDS",
-                   help="seconds per request (default 120)")
+    p.add_argument("--llm-timeout", type=positive_float, default=LLM_TIMEOUT_S, metavar="SECONDS",
+                   help=f"seconds per request (default {LLM_TIMEOUT_S:g})")
     p.add_argument("--llm-fallback", choices=["embedded", "none"], default="none",
-                   help="what to do when the endpoint cannot be reached")
+                   help="what to do when the endpoint cannot be reached (default none: stop)")
     add_json_argument(p)
-    p.set_defaults(func=cmd_evolve)
-
-    e = subparsers.add_parser("export-trajectories",
-                              help="write correctness-preserving, high-gain evolution steps as training data")
-    e.add_argument("--format", choices=["sft", "rl"], default="sft",
-                   help="sft: chat messages; rl: prompt, reference and parent code (default sft)")
-    add_db_argument(e)
-    e.add_argument("--min-gain", type=float, default=0.05, metavar="G",
-                   help="keep a step when the child's speedup lower bound >= parent speedup x (1 + G)")
-    e.add_argument("--max-noise", type=float, default=0.05, help="largest IQR/median of the child's timing")
-    e.add_argument("--problem-key", default=None, metavar="KEY", help="only steps of this problem key")
-    e.add_argument("-o", "--output", required=True, metavar="FILE.jsonl", help="where to write the rows")
-    e.set_defaults(func=cmd_export)
-
-
-def _usage_error(msg: str) -> Exception:
-    from ks_inductor.cli import UsageError
-
-    return UsageError(msg)
+    p.set_defaults(func=run)
 
 
 def time_limit_s(args: argparse.Namespace) -> float | None:
@@ -70,8 +78,9 @@ def time_limit_s(args: argparse.Namespace) -> float | None:
     return getattr(args, "time_minutes", None)
 
 
-def cmd_evolve(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from kernel_cache.errors import CacheError
+    from kernel_cache.record import VERIFIED
     from kernel_cache.store import KernelStore
     from ks_inductor.evolve import EvolveConfig, LLMConfig
     from ks_inductor.evolve.evolver import EvolveError, evolve_problem
@@ -79,11 +88,11 @@ def cmd_evolve(args: argparse.Namespace) -> int:
     from ks_inductor.judge.backends import BackendUnavailable
     from ks_inductor.problem import ProblemError, load_problem
 
-    console = Console(stderr=args.json)
+    require_file(args.problem, "problem file")
     try:
         problem = load_problem(args.problem)
     except ProblemError as e:
-        raise _usage_error(str(e)) from None
+        raise UsageError(str(e)) from None
     llm = None
     wants_llm = args.mutator == "llm" or (args.mutator is None and (args.llm_base_url or args.llm_model))
     if wants_llm:
@@ -96,26 +105,30 @@ def cmd_evolve(args: argparse.Namespace) -> int:
     try:
         store = KernelStore(args.db)
     except CacheError as e:
-        raise _usage_error(str(e)) from None
+        raise UsageError(str(e)) from None
     try:
+        # The progress bar goes to stderr: stdout is the summary's (or the JSON's) alone.
         summary = evolve_problem(problem, config, store, progress=not args.json)
     except (EvolveError, LLMUnavailable, BackendUnavailable) as e:
-        raise _usage_error(str(e)) from None
+        raise UsageError(str(e)) from None
     finally:
         store.close()
     if args.json:
-        print(json.dumps(summary.to_json()))
+        print_json(summary.to_json())
     else:
-        _print_summary(console, problem, summary)
-    return 0 if summary.best is not None else 1
+        print_summary(out_console(), problem, summary)
+    return EXIT_OK if summary.best is not None and summary.best.status == VERIFIED else EXIT_NOTHING
 
 
-def _print_summary(console: Console, problem: Any, s: Any) -> None:
+def print_summary(console: Console, problem: Any, s: Any) -> None:
     t = Table(title=f"evolve {problem.name}", show_header=False)
     t.add_row("problem key", s.problem_key)
     t.add_row("family", str(s.family))
-    t.add_row("judgments", str(s.judged))
-    t.add_row("accepted", str(s.accepted))
+    reused = getattr(s, "reused", 0)
+    # What this run judged, and the verdicts it took from the cache instead (earlier runs' judgments of the same
+    # candidates): "accepted" counts among the judgments alone.
+    t.add_row("judgments", f"{s.judged}" + (f" (and {reused} verdicts of earlier runs reused)" if reused else ""))
+    t.add_row("accepted", f"{s.accepted} of {s.judged}")
     t.add_row("failed steps", str(s.failed_steps))
     t.add_row("wall time", f"{s.wall_s:.1f} s")
     t.add_row("stopped by", s.stop_reason)
@@ -140,28 +153,3 @@ def _print_summary(console: Console, problem: Any, s: Any) -> None:
     if s.tokens:
         t.add_row("LLM usage", ", ".join(f"{k} {v}" for k, v in s.tokens.items()))
     console.print(t)
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    from kernel_cache.errors import CacheError
-    from kernel_cache.store import KernelStore
-    from ks_inductor.training import export_trajectories
-
-    console = Console(stderr=True)
-    if args.min_gain < 0:
-        raise _usage_error("--min-gain must be >= 0")
-    try:
-        # Reads only: a missing cache is reported, not created.
-        store = KernelStore(args.db, create=False)
-    except CacheError as e:
-        raise _usage_error(str(e)) from None
-    try:
-        stats = export_trajectories(store, args.format, args.output, args.min_gain, args.max_noise,
-                                    args.problem_key)
-    finally:
-        store.close()
-    console.print(f"wrote {stats.rows} {args.format} rows to {args.output} "
-                  f"(from {stats.steps} steps; dropped: {stats.dropped_incorrect} incorrect or not revisions, "
-                  f"{stats.dropped_untimed} untimed, {stats.dropped_gain} below the gain, "
-                  f"{stats.dropped_noise} too noisy)")
-    return 0
