@@ -54,8 +54,8 @@ CLI = ["--budget", "1", "--backend", "triton-interpret"]
 
 
 def _json_of(capsys):
-    out = capsys.readouterr().out.strip().splitlines()
-    return json.loads(out[-1])
+    """The command's JSON: the whole of stdout, which holds nothing else (progress goes to stderr)."""
+    return json.loads(capsys.readouterr().out)
 
 
 @pytest.fixture(autouse=True)

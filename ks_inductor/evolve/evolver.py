@@ -53,7 +53,7 @@ class EvolveSummary:
     best: KernelRecord | None
     best_result: EvalResult | None
     judged: int
-    accepted: int
+    accepted: int  # among the ``judged``: verdicts taken from the cache are ``reused``, not counted here
     wall_s: float
     run_id: str
     # The search's score of the best seed and of the winner (EvalResult.score: the speedup over the best baseline,
@@ -70,6 +70,8 @@ class EvolveSummary:
     head_to_head: dict[str, float] = field(default_factory=dict)
     # What the run could not do as asked (the final protocol did not fit in the time limit, ...).
     note: str = ""
+    # Candidates whose verdict an earlier run had stored (a re-run proposes the same seeds): not judged again.
+    reused: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -78,7 +80,7 @@ class EvolveSummary:
             "accepted": self.accepted, "wall_s": self.wall_s, "run_id": self.run_id,
             "seed_speedup": self.seed_speedup, "best_speedup": self.best_speedup, "family": self.family,
             "timed": self.timed, "failed_steps": self.failed_steps, "stop_reason": self.stop_reason,
-            "tokens": self.tokens, "head_to_head": self.head_to_head, "note": self.note,
+            "tokens": self.tokens, "head_to_head": self.head_to_head, "note": self.note, "reused": self.reused,
         }
 
 
@@ -145,6 +147,7 @@ class Evolver:
         self.final_ratios: dict[str, float] = {}
         self.judged = 0
         self.accepted = 0
+        self.reused = 0
         self.seed_speedup: float | None = None
         self.wall_before = 0.0
         self.end: float | None = None  # the run's deadline (time.monotonic), from time_limit_s
@@ -175,6 +178,7 @@ class Evolver:
             archive = Archive.from_json(state["archive"])
             self.judged = int(state.get("judged", 0))
             self.accepted = int(state.get("accepted", 0))
+            self.reused = int(state.get("reused", 0))
             self.failed_steps = int(state.get("failed_steps", 0))
             self.seed_speedup = state.get("seed_speedup")
             self.wall_before = float(state.get("wall_s", 0.0))
@@ -196,7 +200,7 @@ class Evolver:
     def _save(self, run_id: str, archive: Archive, wall: float, judged: int | None = None) -> None:
         self.store.save_run_state(run_id, {
             "archive": archive.to_json(), "judged": self.judged if judged is None else judged, "accepted": self.accepted,
-            "failed_steps": self.failed_steps, "seed_speedup": self.seed_speedup, "wall_s": wall,
+            "reused": self.reused, "failed_steps": self.failed_steps, "seed_speedup": self.seed_speedup, "wall_s": wall,
             "tokens": self.tokens,
         })
 
@@ -412,8 +416,10 @@ class Evolver:
         descriptor = mut.descriptor or self.mutator.descriptor(cand)
         parent: Program | None = info["parent"]
         prog = _program_from(cand, res, descriptor, info["island"])
+        if cached:
+            self.reused += 1
         if prog.correct:
-            self.accepted += 1
+            self.accepted += 0 if cached else 1
         elif parent is not None:
             archive.failures[parent.id] = archive.failures.get(parent.id, 0) + 1
         archive.add(prog)
@@ -544,7 +550,8 @@ class Evolver:
             accepted=self.accepted, wall_s=wall, run_id=run_id, seed_speedup=self.seed_speedup,
             best_speedup=best.score if best and self.timed else None,
             family=self.family.family if self.family else None, timed=self.timed, failed_steps=self.failed_steps,
-            stop_reason=stop_reason, tokens=dict(self.tokens), head_to_head=dict(self.final_ratios), note=note)
+            stop_reason=stop_reason, tokens=dict(self.tokens), head_to_head=dict(self.final_ratios), note=note,
+            reused=self.reused)
         self._save(run_id, archive, wall)
         self.store.finish_run(run_id, summary.to_json())
         return summary
@@ -604,10 +611,13 @@ class _Bar:
         self.best = "-"
         if not self.enabled:
             return
+        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+        # Progress is not a result: it goes to stderr, so that stdout carries only what a command prints as one.
         self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), transient=False)
+                                 TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), transient=False,
+                                 console=Console(stderr=True))
         self.task = self.progress.add_task(name, total=total, completed=done, best="-")
         self.progress.start()
 
