@@ -258,7 +258,8 @@ def test_an_unusable_lock_folder_leaves_the_lock_in_process(tmp_path: Path, monk
 def test_devices_are_named_alike_whatever_a_process_s_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from ks_inductor.judge.backends import backend_for, visible_device, worker_environment
+    from ks_inductor.judge.backends import backend_for, worker_environment
+    from ks_inductor.judge.device_lock import visible_device
 
     assert backend_for("triton-interpret").device_id(None) == "cpu"
     cuda = backend_for("triton-cuda")

@@ -22,6 +22,7 @@ from kernel_cache.fingerprint import (
     EnvFingerprint,
 )
 from kernel_cache.settings import Settings
+from ks_inductor.judge.device_lock import physical_device_name, visible_device
 
 log = logging.getLogger(__name__)
 
@@ -173,8 +174,6 @@ class JudgeBackend:
         ``CUDA_VISIBLE_DEVICES``."""
         if self.device == "cpu":
             return "cpu"
-        from ks_inductor.judge.device_lock import physical_device_name
-
         return physical_device_name(index)
 
     def nominal_peaks(self, device_name: str) -> dict[str, float]:
@@ -213,14 +212,6 @@ def detect_backend(name: str | None = None, probe: PlatformProbe | None = None) 
 
 def current_fingerprint(name: str | None = None) -> EnvFingerprint:
     return detect_backend(name).fingerprint()
-
-
-def visible_device(index: int, visible: str | None) -> str:
-    """What a worker's ``CUDA_VISIBLE_DEVICES`` says for device ``index`` of a judge whose own is ``visible``: the
-    judge's entry for it (an index or a UUID), so that the worker runs on the device the judge numbers ``index``,
-    and the two name it alike (``JudgeBackend.device_id``). Without a list, or past its end, the index itself."""
-    entries = [e.strip() for e in (visible or "").split(",") if e.strip()]
-    return entries[index] if 0 <= index < len(entries) else str(index)
 
 
 def worker_environment(backend: JudgeBackend, device_index: int | None) -> dict[str, str]:

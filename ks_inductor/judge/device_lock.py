@@ -45,9 +45,15 @@ def lock_path(name: str, directory: str | None = None) -> str:
     return os.path.join(directory or lock_dir(), re.sub(r"[^A-Za-z0-9._-]", "_", name) + ".lock")
 
 
-def _visible_entry(index: int) -> str:
-    from ks_inductor.judge.backends import visible_device
+def visible_device(index: int, visible: str | None) -> str:
+    """What a worker's ``CUDA_VISIBLE_DEVICES`` says for device ``index`` of a judge whose own is ``visible``: the
+    judge's entry for it (an index or a UUID), so that the worker runs on the device the judge numbers ``index``,
+    and the two name it alike (``JudgeBackend.device_id``). Without a list, or past its end, the index itself."""
+    entries = [e.strip() for e in (visible or "").split(",") if e.strip()]
+    return entries[index] if 0 <= index < len(entries) else str(index)
 
+
+def _visible_entry(index: int) -> str:
     return visible_device(index, os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
