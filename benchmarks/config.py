@@ -46,9 +46,9 @@ class RunConfig:
             raise BenchUsageError("the kernelbench suite needs --kernelbench PATH (a KernelBench checkout; it is "
                                   "read in place, never copied into this repository)")
         if self.evolve_budget < 0:
-            raise BenchUsageError("--evolve-budget must be >= 0")
+            raise BenchUsageError("--budget must be >= 0")
         if self.evolve_budget and not self.kernelsmith:
-            raise BenchUsageError("--evolve-budget needs kernelsmith in the comparison (drop --no-kernelsmith)")
+            raise BenchUsageError("--budget needs kernelsmith in the comparison (drop --no-kernelsmith)")
         if self.device not in ("cuda", "cpu"):
             raise BenchUsageError(f"unknown device {self.device!r}; use cuda or cpu")
         if self.peers:

@@ -1,9 +1,11 @@
 """Markdown table and plots from a benchmark result JSON (CPU only; no device needed).
 
-    python -m benchmarks.report benchmarks/results/llm-ops-nvidia-h200-2026-11-21.json [--no-plots]
+    python -m benchmarks.report benchmarks/results/llm-ops-nvidia-h200-2026-11-21.json [-o FILE.md] [--no-plots]
 
-Writes ``<stem>.md``, ``<stem>-speedup.png`` (kernelsmith's speedup over each peer, per workload) and
-``<stem>-roofline.png`` (each tool's fraction of the roofline floor, per workload) next to the JSON.
+Prints the markdown on stdout. With ``-o FILE.md`` it writes it there instead, with ``FILE-speedup.png``
+(kernelsmith's speedup over each peer, per workload) and ``FILE-roofline.png`` (each tool's fraction of the
+roofline floor, per workload) beside it unless ``--no-plots``; it writes nothing anywhere else (the runner writes
+its result's report next to the JSON it measured).
 """
 
 from __future__ import annotations
@@ -275,7 +277,8 @@ def plot_floor_fractions(r: RunResult, path: Path) -> Path:
 
 
 def write_report(r: RunResult, json_path: str | Path, plots: bool = True) -> list[Path]:
-    """Write the markdown (and the plots) next to ``json_path``; returns the files written."""
+    """Write the markdown (and the plots) next to ``json_path``, as ``json_path`` with the suffix ``.md`` (the
+    plots: ``-speedup.png``, ``-roofline.png`` after its stem); returns the files written."""
     json_path = Path(json_path)
     stem = json_path.with_suffix("")
     written = []
@@ -292,12 +295,24 @@ def write_report(r: RunResult, json_path: str | Path, plots: bool = True) -> lis
     return written
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.report",
-                                 description="Regenerate the markdown table and plots of a benchmark result")
+def build_parser() -> argparse.ArgumentParser:
+    from ks_inductor.cli.args import HelpFormatter, add_verbose_argument
+
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.report", formatter_class=HelpFormatter,
+                                 description="Print the markdown table of a benchmark result, or write it and its "
+                                             "plots with -o")
     ap.add_argument("result", type=Path, help="a result JSON written by python -m benchmarks.run")
-    ap.add_argument("--no-plots", action="store_true")
-    args = ap.parse_args(argv)
+    ap.add_argument("-o", "--output", type=Path, default=None, metavar="FILE.md",
+                    help="write the markdown here, and the plots beside it (default: print the markdown, write "
+                         "nothing)")
+    ap.add_argument("--no-plots", action="store_true", help="with -o: the markdown alone")
+    add_verbose_argument(ap)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), stream=sys.stderr)
     return handle(args)
 
 
@@ -308,7 +323,13 @@ def handle(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as e:
         console.print(f"[red]error:[/] {e}")
         return 2
-    for p in write_report(r, args.result, plots=not args.no_plots):
+    if args.output is None:
+        sys.stdout.write(render_markdown(r) + "\n")
+        return 0
+    if args.output.suffix != ".md":
+        console.print(f"[red]error:[/] -o {args.output}: the markdown file's name ends in .md")
+        return 2
+    for p in write_report(r, args.output, plots=not args.no_plots):
         console.print(f"wrote {p}")
     return 0
 

@@ -1,6 +1,6 @@
 """The GPU benchmark runner.
 
-    python -m benchmarks.run --suite llm-ops [--out FILE] [--db URL] [--evolve-budget N] [--resume]
+    python -m benchmarks.run --suite llm-ops [--out FILE] [--db URL] [--budget N] [--resume]
     python -m benchmarks.run --suite kernelbench --kernelbench ~/KernelBench --levels 1,2 [--problems 1,19]
 
 Times eager, Inductor (default and max-autotune-no-cudagraphs), Liger-Kernel where it has the op, and
@@ -23,7 +23,19 @@ from rich.console import Console
 from benchmarks.config import SUITES, BenchUsageError, RunConfig
 from benchmarks.measure import Protocol
 from benchmarks.results import RunResult, default_result_path, load_result, now_iso
-from ks_inductor.cli.args import add_db_argument
+from ks_inductor.cli.args import (
+    HelpFormatter,
+    add_db_argument,
+    add_kernelbench_arguments,
+    add_verbose_argument,
+    csv_of,
+    dtype_name,
+    hidden_alias,
+    nonnegative_float,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,33 +52,39 @@ def _csv(kind: type = str):  # noqa: ANN202 - argparse type factory
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The runner's flags; those the ``kernelsmith`` commands also take are theirs (ks_inductor.cli.args), with the
+    same spelling, meaning, unit and default."""
     p.add_argument("--suite", required=True, choices=SUITES, help="which benchmark suite to run")
     p.add_argument("--out", type=Path, help="result JSON (default benchmarks/results/<suite>-<device>-<date>.json)")
     add_db_argument(p)
     p.add_argument("--backend", default=None, choices=["triton-cuda", "triton-maca", "triton-interpret"],
-                   help="judge backend for cache lookups and --evolve-budget (default: detect)")
-    p.add_argument("--evolve-budget", type=int, default=0, metavar="N",
-                   help="on a cache miss, evolve the problem with N judged candidates first, then look again")
+                   help="judge backend for cache lookups and --budget (default: detect)")
+    p.add_argument("--budget", dest="evolve_budget", type=positive_int, default=0, metavar="N",
+                   help="on a cache miss, evolve the problem with N judged candidates first, then look again "
+                        "(default: look up only)")
     p.add_argument("--no-kernelsmith", action="store_true", help="time the peers only")
     p.add_argument("--peers", type=_csv(), default=None,
-                   help="peers to time (eager always is): eager,inductor,inductor-max-autotune,liger,F.rms_norm")
-    p.add_argument("--ops", type=_csv(), default=None, help="llm-ops: subset of ops")
-    p.add_argument("--dtypes", type=_csv(), default=None, help="llm-ops: bfloat16,float16")
-    p.add_argument("--phases", type=_csv(), default=None, help="llm-ops: prefill,decode")
-    p.add_argument("--kernelbench", type=Path, default=None, help="kernelbench: path of a KernelBench checkout")
-    p.add_argument("--levels", type=_csv(int), default=None, help="kernelbench: levels (default 1,2,3)")
-    p.add_argument("--problems", type=_csv(int), default=None, help="kernelbench: problem ids")
-    p.add_argument("--limit", type=int, default=None, help="kernelbench: at most N problems")
+                   help="peers to time (eager always is): eager,inductor,inductor-max-autotune,liger,F.rms_norm "
+                        "(default: all)")
+    p.add_argument("--ops", type=_csv(), default=None, help="llm-ops: subset of ops (default: all)")
+    p.add_argument("--dtype", dest="dtypes", type=dtype_name, action="append", default=None, metavar="DTYPE",
+                   help="llm-ops: a dtype of the workloads: bf16, fp16 or a torch name such as bfloat16 "
+                        "(repeatable; default: all)")
+    hidden_alias(p, "--dtypes", dest="dtypes", type=csv_of(dtype_name))
+    p.add_argument("--phases", type=_csv(), default=None, help="llm-ops: prefill,decode (default: both)")
+    add_kernelbench_arguments(p)
+    p.add_argument("--limit", type=positive_int, default=None, help="kernelbench: at most N problems (default: all)")
     # The judge's final protocol (benchmarks.measure.Protocol) is the default of every timing flag.
     d = Protocol()
-    p.add_argument("--rounds", type=int, default=d.rounds, help=f"interleaved timing rounds (default {d.rounds})")
-    p.add_argument("--rep-ms", type=float, default=d.rep_ms,
+    p.add_argument("--rounds", type=positive_int, default=d.rounds,
+                   help=f"interleaved timing rounds (default {d.rounds})")
+    p.add_argument("--rep-ms", type=positive_float, default=d.rep_ms,
                    help=f"timed milliseconds per tool, all rounds (default {d.rep_ms:g})")
-    p.add_argument("--warmup-ms", type=float, default=d.warmup_ms,
+    p.add_argument("--warmup-ms", type=nonnegative_float, default=d.warmup_ms,
                    help=f"warm-up milliseconds per tool (default {d.warmup_ms:g})")
-    p.add_argument("--rotating-sets", type=int, default=d.rotating_sets,
+    p.add_argument("--rotating-sets", type=positive_int, default=d.rotating_sets,
                    help=f"input sets cycled through while timing (default {d.rotating_sets})")
-    p.add_argument("--seed", type=int, default=0, help="random seed of the inputs and weights (default 0)")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="random seed of the inputs and weights (default 0)")
     p.add_argument("--resume", action="store_true", help="keep the rows already in --out and run the rest")
     p.add_argument("--no-plots", action="store_true", help="write JSON and markdown only")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
@@ -76,6 +94,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--export-problems", type=Path, default=None, metavar="DIR",
                    help="llm-ops: write the selected workloads as problem files to DIR (for kernelsmith evolve) "
                         "and exit")
+    add_verbose_argument(p)
 
 
 def config_from_args(args: argparse.Namespace, argv: list[str] | None = None,
@@ -89,7 +108,8 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None,
     cfg = RunConfig(
         suite=args.suite, device=args.device, out=args.out, db=args.db, backend=args.backend,
         evolve_budget=args.evolve_budget, kernelsmith=not args.no_kernelsmith, peers=args.peers, ops=args.ops,
-        dtypes=args.dtypes, phases=args.phases, smoke=args.smoke, protocol=protocol, kernelbench=args.kernelbench,
+        dtypes=args.dtypes, phases=args.phases, smoke=args.smoke, protocol=protocol,
+        kernelbench=Path(args.kernelbench) if args.kernelbench else None,
         levels=args.levels, problem_ids=args.problems, limit=args.limit, resume=args.resume,
         plots=not args.no_plots,
         command=prog + " " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])))
@@ -173,10 +193,12 @@ def run_suite(cfg: RunConfig, console: Console | None = None) -> tuple[RunResult
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0],
+                                     formatter_class=HelpFormatter)
     add_arguments(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2),
+                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     return handle(args, argv)
 
 

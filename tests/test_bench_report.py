@@ -79,14 +79,28 @@ def test_markdown_has_table_failures_and_closing_note():
     assert note[1].startswith("- **cross_entropy-fp32-prefill**: no verified kernel; best peer inductor")
 
 
-def test_report_cli_writes_md_and_pngs(tmp_path):
+def test_report_cli_writes_md_and_pngs_where_asked(tmp_path):
     path = synthetic().save(tmp_path / "llm-ops-h200.json")
-    assert main([str(path)]) == 0
-    for suffix in (".md", "-speedup.png", "-roofline.png"):
-        f = tmp_path / f"llm-ops-h200{suffix}"
-        assert f.exists() and f.stat().st_size > 0
-        if suffix.endswith("png"):
+    out = tmp_path / "out" / "report.md"
+    out.parent.mkdir()
+    assert main([str(path), "-o", str(out)]) == 0
+    assert sorted(p.name for p in out.parent.iterdir()) == ["report-roofline.png", "report-speedup.png", "report.md"]
+    for f in out.parent.iterdir():
+        assert f.stat().st_size > 0
+        if f.suffix == ".png":
             assert f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["llm-ops-h200.json", "out"]
+
+
+def test_report_without_output_prints_and_writes_nothing(tmp_path, capsys):
+    """A committed result's report stays as committed: `report FILE --no-plots` prints, it does not rewrite."""
+    path = synthetic().save(tmp_path / "llm-ops-h200.json")
+    (tmp_path / "llm-ops-h200.md").write_text("the committed report\n")
+    for argv in ([str(path), "--no-plots"], [str(path)]):
+        assert main(argv) == 0
+        assert capsys.readouterr().out.startswith("# ")
+    assert (tmp_path / "llm-ops-h200.md").read_text() == "the committed report\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["llm-ops-h200.json", "llm-ops-h200.md"]
 
 
 def test_report_on_bad_input(tmp_path, capsys):

@@ -7,6 +7,7 @@ missing arguments, and once with ``--help`` appended, which must exit 0.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import re
@@ -39,14 +40,34 @@ def readme_commands(text: str) -> list[str]:
 COMMANDS = readme_commands(README.read_text())
 
 
+def _program_parser(command: str) -> argparse.ArgumentParser | None:
+    """``kernelsmith bench`` and ``kernelsmith report`` hand their arguments to the repository's benchmark programs:
+    those programs' parsers, which the command lines must also satisfy."""
+    if command == "bench":
+        from benchmarks.run import add_arguments
+
+        p = argparse.ArgumentParser(prog="python -m benchmarks.run")
+        add_arguments(p)
+        return p
+    if command == "report":
+        from benchmarks.report import build_parser
+
+        return build_parser()
+    return None
+
+
 def _parse(argv: list[str]) -> int:
-    """Exit status of the kernelsmith parser on ``argv`` (0 when it parses and would run), output swallowed."""
+    """Exit status of the kernelsmith parser on ``argv`` (0 when it parses and would run), output swallowed; for
+    the commands that run a benchmark program, of that program's parser too."""
     from ks_inductor.cli import build_parser
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         try:
             build_parser().parse_args(argv)
+            program = _program_parser(argv[0]) if argv else None
+            if program is not None:
+                program.parse_args(argv[1:])
         except SystemExit as e:
             return 0 if e.code is None else (e.code if isinstance(e.code, int) else 1)
     return 0
