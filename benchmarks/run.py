@@ -93,7 +93,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="tiny shapes and a few timed calls: checks the runner works, measures nothing")
     p.add_argument("--export-problems", type=Path, default=None, metavar="DIR",
                    help="llm-ops: write the selected workloads as problem files to DIR (for kernelsmith evolve) "
-                        "and exit")
+                        "and exit (default: run them)")
     add_verbose_argument(p)
 
 

@@ -302,6 +302,9 @@ def export_pack(store: KernelStore, path: str | os.PathLike[str], filters: Expor
             for name, data in entries.items():
                 # safetensors of random floats barely compress; storing them saves the time.
                 zf.writestr(name, data, compress_type=zipfile.ZIP_STORED if name.startswith("vectors/") else None)
+        # mkstemp makes the file private (0600); a pack is meant to be shared, so it gets the mode any other file
+        # written here would: the umask's.
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, out)
     except BaseException:
         os.unlink(tmp)
@@ -565,6 +568,21 @@ class PackInfo:
     size_bytes: int
     problems: dict[str, dict[str, Any]]
     error: str | None = None
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it where Linux tells it (``os.umask`` can only be read by
+    setting it, which another thread could see)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def inspect_pack(path: str | os.PathLike[str]) -> PackInfo:

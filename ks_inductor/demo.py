@@ -11,10 +11,12 @@ kernels are stored untimed and the point here is the pipeline and correctness, n
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 
 from kernel_cache.settings import Settings
 
@@ -39,13 +41,29 @@ def build_model():
     return Block().eval(), (torch.randn(8, 64),)
 
 
+@contextlib.contextmanager
+def scratch_db(db: str | None) -> Iterator[str]:
+    """``db``, or a fresh SQLite cache in a temporary folder that is removed when the demo ends."""
+    if db is not None:
+        yield db
+        return
+    with tempfile.TemporaryDirectory(prefix="kernelsmith-demo-") as folder:
+        yield "sqlite:///" + os.path.join(folder, "kernels.db")
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRITON_INTERPRET", "1")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--db", default=None, help="SQLAlchemy URL (default: a fresh SQLite file in a temp dir)")
-    parser.add_argument("--budget", type=int, default=4, help="judgments per region")
+    parser.add_argument("--db", default=None, help="SQLAlchemy URL (default: a fresh SQLite file in a temporary "
+                                                   "folder, removed at the end)")
+    parser.add_argument("--budget", type=int, default=4, help="judgments per region (default 4)")
     args = parser.parse_args(argv)
+    with scratch_db(args.db) as db:
+        return run(db, args.budget)
 
+
+def run(db: str, budget: int) -> int:
+    """Warm the block's regions into ``db``, compile it with the backend, and check what was served."""
     import torch
     from rich.console import Console
 
@@ -55,7 +73,6 @@ def main(argv: list[str] | None = None) -> int:
     from ks_inductor.warm import problems_from_model, warm
 
     console = Console()
-    db = args.db or "sqlite:///" + os.path.join(tempfile.mkdtemp(prefix="kernelsmith-demo-"), "kernels.db")
     backend = "triton-interpret" if Settings.read("triton_interpret") else None
     model, inputs = build_model()
     console.rule("1. regions of the model")
@@ -65,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     console.rule("2. warm: evolve and verify a kernel per region (embedded mutator, no LLM)")
     t0 = time.perf_counter()
     store = KernelStore(db)
-    summary = warm(problems, store, EvolveConfig(budget=args.budget, backend=backend), console=console)
+    summary = warm(problems, store, EvolveConfig(budget=budget, backend=backend), console=console)
     console.print(f"warmed in {time.perf_counter() - t0:.1f} s")
     found = [i for i in summary.items if i.status in ("found", "skipped")]
 

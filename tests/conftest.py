@@ -1,5 +1,7 @@
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,19 @@ if str(ROOT) not in sys.path:
 # graphs then measured 12-16 ms per call instead of 0.007, which turned the graph guard's timing tests upside down.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# No test writes the user's kernelsmith home (~/.cache/kernelsmith: the default cache, graph analyses, kernel
+# modules): each test process gets a home of its own, removed when its session ends. A test that needs another
+# home sets KERNELSMITH_HOME itself.
+_HOME = tempfile.mkdtemp(prefix="kernelsmith-test-home-")
+_HOME_OWNER = os.getpid()
+os.environ["KERNELSMITH_HOME"] = _HOME
+
+
+def pytest_unconfigure(config):
+    if os.getpid() == _HOME_OWNER:  # never from a process forked off a test
+        shutil.rmtree(_HOME, ignore_errors=True)
+
 
 # Candidate kernels in tests run through the Triton interpreter on CPU unless a GPU test asks otherwise.
 if not os.environ.get("KS_TEST_GPU"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -91,3 +92,14 @@ def test_console_script_and_python_m_reach_the_same_main():
     out = subprocess.run([sys.executable, "-m", "ks_inductor.cli", "--version"], capture_output=True, text=True,
                          cwd=ROOT, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == f"kernelsmith {ks_inductor.__version__}", out.stderr
+
+
+def test_the_suite_never_writes_the_users_home():
+    """Every test process has a kernelsmith home of its own (conftest), so no test leaves a cache or analyses in
+    the user's ~/.cache/kernelsmith."""
+    from kernel_cache.settings import Settings
+
+    users = Path(os.path.expanduser("~")) / ".cache" / "kernelsmith"
+    home = Settings.from_env().cache_home()
+    assert home != users and users not in home.parents
+    assert home.name.startswith("kernelsmith-test-home-") and home.is_dir()

@@ -153,7 +153,7 @@ def add_backend_argument(p: argparse.ArgumentParser | Any) -> None:
 
 def add_key_argument(p: argparse.ArgumentParser | Any, what: str) -> None:
     p.add_argument("--key", action="append", dest="keys", default=None, metavar="KEY",
-                   help=f"only {what} of this problem key; a prefix of one is enough (repeatable)")
+                   help=f"only {what} of this problem key; a prefix of one is enough (repeatable; default: all)")
 
 
 def add_search_arguments(p: argparse.ArgumentParser | Any, per: str) -> None:
@@ -175,9 +175,10 @@ def add_model_arguments(p: argparse.ArgumentParser | Any, source: str | None) ->
         p.add_argument("source", nargs="?", help=source)
     p.add_argument("--hf-config", metavar="MODEL", default=None,
                    help="a transformers model type such as 'llama', or a config.json: the model is built with "
-                        "random weights, nothing downloaded (needs transformers)")
+                        "random weights, nothing downloaded (needs transformers; default: none)")
     p.add_argument("--hf-set", metavar="KEY=VALUE", action="append", default=None,
-                   help="with --hf-config: override a config field, e.g. --hf-set hidden_size=64 (repeatable)")
+                   help="with --hf-config: override a config field, e.g. --hf-set hidden_size=64 (repeatable; "
+                        "default: none)")
     p.add_argument("--batch", type=positive_int, action="append", default=None, metavar="N",
                    help=f"with --hf-config: a batch size of the example input ids (repeatable: every --batch with "
                         f"every --seq; default {BATCH})")
@@ -196,7 +197,7 @@ def add_kernelbench_arguments(p: argparse.ArgumentParser | Any) -> None:
     levels = ",".join(str(n) for n in KERNELBENCH_LEVELS)
     p.add_argument("--kernelbench", metavar="DIR", default=None,
                    help="KernelBench problems: a KernelBench checkout (or its KernelBench/ folder, with level1/ "
-                        "... in it), or one level's folder of problem files")
+                        "... in it) (default: none)")
     p.add_argument("--levels", type=csv_of(positive_int), default=None, metavar="N,N",
                    help=f"with --kernelbench: the levels to take from a checkout (default {levels})")
     p.add_argument("--problems", type=csv_of(positive_int), default=None, metavar="ID,ID",

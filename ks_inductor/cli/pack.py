@@ -63,7 +63,7 @@ def register(sub: Any) -> None:
                                    "--hf-config MODEL, the pack a serving deployment of MODEL needs")
     add_db_argument(p)
     add_json_argument(p)
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the pack to write (.kspack)")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the pack to write (.kspack; required)")
     add_key_argument(p, "kernels")
     p.add_argument("--family", default=None, help="only this op family (default: all)")
     p.add_argument("--fingerprint", default=None, help="only this fingerprint id or hardware id (default: all)")

@@ -30,7 +30,7 @@ def register(sub: Any) -> None:
     p.add_argument("--max-noise", type=nonnegative_float, default=MAX_NOISE, metavar="R",
                    help=f"largest IQR/median of the child's timing (default {MAX_NOISE:g})")
     add_key_argument(p, "steps")
-    p.add_argument("-o", "--output", required=True, metavar="FILE.jsonl", help="where to write the rows")
+    p.add_argument("-o", "--output", required=True, metavar="FILE.jsonl", help="where to write the rows (required)")
     p.set_defaults(func=run)
 
 
