@@ -202,3 +202,22 @@ def test_the_exit_codes_are_documented_once_for_every_command():
         "2 a usage error" in readme
     epilog = build_parser().epilog
     assert "0 done" in epilog and "1 the job ran and found nothing" in epilog and "2 a usage error" in epilog
+
+
+def test_only_a_named_file_that_is_not_there_is_an_error(tmp_path, capsys):
+    """A server database kernelsmith has not written to yet holds nothing; a SQLite path that is not there is a
+    mistake in --db."""
+    import argparse
+
+    from kernel_cache.errors import NoDatabaseError
+    from ks_inductor.cli.args import UsageError
+    from ks_inductor.cli.output import missing_cache
+
+    url = "postgresql://kernelsmith@db.example/kernels"
+    missing_cache(argparse.Namespace(db=url), NoDatabaseError(url))
+    assert capsys.readouterr().err.strip() == f"no kernel cache at {url}; nothing is stored yet"
+    path = str(tmp_path / "kernels.db")
+    with pytest.raises(UsageError, match="nothing has been stored there"):
+        missing_cache(argparse.Namespace(db=path), NoDatabaseError(path))
+    with pytest.raises(UsageError, match="its folder does not exist"):
+        missing_cache(argparse.Namespace(db=str(tmp_path / "no" / "k.db")), NoDatabaseError(str(tmp_path / "no" / "k.db")))

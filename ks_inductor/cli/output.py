@@ -92,9 +92,10 @@ def open_cache(args: argparse.Namespace, create: bool) -> Any:
 
 
 def missing_cache(args: argparse.Namespace, e: Any) -> None:
-    """A command that only reads found no cache. A cache the user named is a usage error (a mistyped path must not
-    read as an empty cache); the default one not existing yet means nothing is stored yet (a line on stderr)."""
-    if cache_named(args):
+    """A command that only reads found no cache. A SQLite file the user named is a usage error (a mistyped path
+    must not read as an empty cache); the default file not existing yet, or a server database kernelsmith has not
+    written to yet (one that cannot be reached is another error), means nothing is stored yet: a line on stderr."""
+    if cache_named(args) and "://" not in e.where:
         where = Path(e.where)
         why = "its folder does not exist" if not where.parent.is_dir() else "nothing has been stored there"
         raise UsageError(f"no kernel cache at {e.where}: {why} (check --db; warm, evolve and pack import create "
