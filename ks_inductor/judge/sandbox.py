@@ -176,6 +176,15 @@ def _triton_cache_dir() -> str:
     return os.environ.get("TRITON_CACHE_DIR") or os.path.join(home, ".triton", "cache")
 
 
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version, 0 where there is none (what ``confine`` can enforce here)."""
+    sys_ = _Syscalls.load()
+    if isinstance(sys_, str):
+        return 0
+    abi = sys_.abi()
+    return abi if isinstance(abi, int) else 0
+
+
 def confine_job(workdir: str) -> SandboxReport:
     """``confine`` as the judge's worker uses it: the job's folder open, the judge's scratch root (the folder that
     holds it) hidden, CUDA's JIT cache writable. Triton's cache moves into the job's folder first: a cache shared
