@@ -16,7 +16,7 @@ setup(
     # benchmarks are the repository's programs and are not installed (kernelsmith bench runs them from a checkout).
     packages=[*find_packages(include=["ks_inductor*", "kernel_cache*"]), "kernelsmith_integrations"],
     package_dir={"kernelsmith_integrations": "integrations"},
-    package_data={"ks_inductor": ["evolve/families/*.py"]},
+    package_data={"ks_inductor": ["seeds/families/*.py"]},
     install_requires=[
         "torch>=2.11",
         "triton>=3.6",

@@ -40,8 +40,8 @@ DEFAULT_CANDIDATE = ROOT / "tests" / "candidates" / "rmsnorm_ok.py"
 def seed_sources(problem: object, device: str) -> list[str]:
     """The embedded mutator's seeds for ``problem`` on ``device`` (templates only: Inductor's code generation is
     per problem and not the judge's work)."""
-    from ks_inductor.evolve.families import classify
     from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
+    from ks_inductor.seeds.families import classify
 
     fm = classify(problem)
     if fm is None:

@@ -83,8 +83,8 @@ def main() -> None:
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
-    from ks_inductor.evolve.families import classify, templates_for
     from ks_inductor.problem import problem_from_source
+    from ks_inductor.seeds.families import classify, templates_for
     from tests.test_evolve_families import EXTRA, PROBLEMS, shrink
     from tests.test_family_contract import CASES
 

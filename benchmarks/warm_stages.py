@@ -95,9 +95,9 @@ def _wrap_submit(judge_cls: Any) -> None:
 
 
 def install() -> None:
-    import ks_inductor.evolve.families.inductor as fam_inductor
-    import ks_inductor.evolve.inductor.generate as generate
     import ks_inductor.evolve.mutators.embedded as embedded
+    import ks_inductor.seeds.families.inductor as fam_inductor
+    import ks_inductor.seeds.inductor.generate as generate
     import ks_inductor.warm as warm_pkg
     import ks_inductor.warm.region as region
     import ks_inductor.warm.run as warm_run

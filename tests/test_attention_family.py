@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ks_inductor.evolve.families import classify
 from ks_inductor.problem import exec_problem_source, problem_from_source
+from ks_inductor.seeds.families import classify
 from tests.test_templates_judge import _judge_all
 
 DECODE = '''

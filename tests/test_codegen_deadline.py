@@ -13,7 +13,7 @@ import pytest
 
 from kernel_cache.store import KernelStore
 from ks_inductor.evolve import EvolveConfig, evolve_problem
-from ks_inductor.evolve.inductor import generate as G
+from ks_inductor.seeds.inductor import generate as G
 from tests.test_evolve_families import small_problem
 
 # Sleeps with a grandchild that inherits stdout and stderr, as Inductor's compile workers do; then, given time,
@@ -21,7 +21,7 @@ from tests.test_evolve_families import small_problem
 SLOW = ("import runpy, subprocess, sys, time\n"
         "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
         "time.sleep(60)\n"
-        "runpy.run_module('ks_inductor.evolve.inductor.codegen', run_name='__main__')\n")
+        "runpy.run_module('ks_inductor.seeds.inductor.codegen', run_name='__main__')\n")
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ks_inductor.evolve.inductor import generate as G
+from ks_inductor.seeds.inductor import generate as G
 from tests.test_evolve_families import small_problem
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from ks_inductor.evolve.families import classify, family_of
-from ks_inductor.evolve.graph import parse_graph
-from ks_inductor.evolve.pointwise import PointwiseUnsupported, Val, lower_chain
 from ks_inductor.problem import problem_from_source
+from ks_inductor.seeds.families import classify, family_of
+from ks_inductor.seeds.graph import parse_graph
+from ks_inductor.seeds.pointwise import PointwiseUnsupported, Val, lower_chain
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEMS = ROOT / "benchmarks" / "problems"
@@ -264,7 +264,7 @@ def test_pointwise_table_refuses_unknown_ops() -> None:
 def test_template_defaults_cover_their_search_space(target: str) -> None:
     """The mutator moves a parameter from its current value, and a seed's value is the default's: a knob in the
     space with no default made every parameter mutation of that template fail (LayerNorm's STATS did, on the H200)."""
-    from ks_inductor.evolve.families import templates_for
+    from ks_inductor.seeds.families import templates_for
 
     serving = ["rmsnorm_bf16", "layernorm_bf16", "softmax_bf16", "silu_mul_bf16", "rope_bf16", "cross_entropy_fp32",
                "gemm_gelu_bf16"]
@@ -289,9 +289,9 @@ def test_gpu_seeds_add_alternate_row_shapes_within_the_space() -> None:
     threads, half the rows, streamed rows, the weight kept in cache, and half the threads with the weight's loads
     pinned first), each in the search space, feasible and distinct, and a LayerNorm one more (one-pass statistics);
     the interpreter, whose clock tells shapes nothing, gets the defaults only."""
-    from ks_inductor.evolve.families import template_named
     from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
     from ks_inductor.problem import load_problem
+    from ks_inductor.seeds.families import template_named
 
     fm = classify(load_problem(PROBLEMS / "rmsnorm_bf16.py"))
     fm.target = "cpu"
@@ -328,7 +328,7 @@ def test_norms_over_other_dims_read_their_rows_in_place() -> None:
     """A norm over the channels of an NCHW tensor is row-wise with strided rows: one variant, a grid over (inner
     blocks, outer) flattened into one grid axis, the input read where it lies (no permute or copy); a softmax over
     a middle dim goes the same way, and the long-row softmax template, whose rows are the last dim, declines it."""
-    from ks_inductor.evolve.families import templates_for
+    from ks_inductor.seeds.families import templates_for
 
     fm = classify(problem_from_source(EXTRA["rmsnorm_channels"][0], name="rmsnorm_channels"))
     assert fm is not None and fm.attrs["dims"] == [1, 1]

@@ -23,7 +23,7 @@ TABLE = ROOT / "tests" / "family_table.json"
 
 def plain(v: Any) -> Any:
     """``v`` as JSON: graph nodes by name, references as ``ref:NAME``, tuples as lists."""
-    from ks_inductor.evolve.graph import Node, Ref
+    from ks_inductor.seeds.graph import Node, Ref
 
     if isinstance(v, Node):
         return "node:" + v.name
@@ -69,8 +69,8 @@ def problems() -> Iterator[tuple[str, Callable[[], Any]]]:
 
 def row(problem: Any) -> dict[str, Any]:
     """What the table records for one problem."""
-    from ks_inductor.evolve.families import classify, generic_match, matching, templates_for
-    from ks_inductor.evolve.graph import parse_graph
+    from ks_inductor.seeds.families import classify, generic_match, matching, templates_for
+    from ks_inductor.seeds.graph import parse_graph
 
     fm = classify(problem)
     r: dict[str, Any] = {"matches": [name for _, name, _ in matching(parse_graph(problem.graph_text))],

@@ -4,8 +4,8 @@ the test runner's workers share the template judgments (they split work by file)
 
 from __future__ import annotations
 
-from ks_inductor.evolve.families import classify, template_named
 from ks_inductor.problem import problem_from_source
+from ks_inductor.seeds.families import classify, template_named
 from tests.test_evolve_families import EXTRA, norm_module
 
 NORMS = ["group_norm_affine", "layer_norm_3d", "instance_norm", "batch_norm_2d", "batch_norm_1d_plain",

@@ -14,10 +14,10 @@ import torch
 from kernel_cache.store import KernelStore
 from ks_inductor.evolve import EvolveConfig
 from ks_inductor.evolve.evolver import evolve_problem
-from ks_inductor.evolve.families import GENERIC, INDUCTOR, classify, generic_match
-from ks_inductor.evolve.inductor import inductor_programs
-from ks_inductor.evolve.inductor.program import InductorProgram, KernelPlan, LaunchConfig, grid
 from ks_inductor.problem import load_problem, problem_from_source
+from ks_inductor.seeds.families import GENERIC, INDUCTOR, classify, generic_match
+from ks_inductor.seeds.inductor import inductor_programs
+from ks_inductor.seeds.inductor.program import InductorProgram, KernelPlan, LaunchConfig, grid
 
 PROBLEMS = Path(__file__).parent / "problems"
 UNCOVERED = ["gelu_tanh_gated", "masked_scaled_softmax", "lone_hardswish", "max_pool3d"]

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from ks_inductor.evolve.families import INDUCTOR, classify, generic_match
-from ks_inductor.evolve.inductor import inductor_programs
-from ks_inductor.evolve.inductor.codegen import _SMEM_LIMIT, _heuristic_choice, _smem_bytes
 from ks_inductor.problem import load_problem, problem_from_source
+from ks_inductor.seeds.families import INDUCTOR, classify, generic_match
+from ks_inductor.seeds.inductor import inductor_programs
+from ks_inductor.seeds.inductor.codegen import _SMEM_LIMIT, _heuristic_choice, _smem_bytes
 
 PROBLEMS = Path(__file__).parent / "problems"
 

@@ -3,8 +3,8 @@ refuses a reference that is not a function of its inputs."""
 
 from __future__ import annotations
 
-from ks_inductor.evolve.families import classify, templates_for
 from ks_inductor.problem import problem_from_source
+from ks_inductor.seeds.families import classify, templates_for
 from tests.test_evolve_families import module
 
 # The traced graph holds the training branch (x * 2); an eval-mode reference would return x * 3.

@@ -134,7 +134,7 @@ def test_integer_bf16_rounding_keeps_nan_payloads(tmp_path):
 
     import torch
 
-    from ks_inductor.evolve.pointwise import RNE_BF16_HELPER
+    from ks_inductor.seeds.pointwise import RNE_BF16_HELPER
 
     path = tmp_path / "rne_probe.py"
     path.write_text("import triton\nimport triton.language as tl\n\n" + RNE_BF16_HELPER + '''
@@ -170,8 +170,8 @@ def test_online_per_lane_maxima_keep_a_lane_that_saw_only_nan(tmp_path, name, te
 
     import torch
 
-    from ks_inductor.evolve.families import classify, template_named
     from ks_inductor.problem import exec_problem_source
+    from ks_inductor.seeds.families import classify, template_named
     from tests.test_evolve_families import small_problem
 
     problem = small_problem(name)

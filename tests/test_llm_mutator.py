@@ -18,10 +18,10 @@ from kernel_cache.store import KernelStore
 from ks_inductor.evolve import EvolveConfig, LLMConfig, evolve_problem
 from ks_inductor.evolve.archive import Archive, Program
 from ks_inductor.evolve.evolver import MutationContext
-from ks_inductor.evolve.families import classify
 from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
 from ks_inductor.evolve.mutators.llm import LLMClient, LLMMutator, LLMUnavailable
 from ks_inductor.judge import Judge, JudgeConfig
+from ks_inductor.seeds.families import classify
 from tests.test_evolve_families import small_problem
 
 

@@ -28,7 +28,7 @@ def test_pool_blocks_cover_ragged_ends(judge) -> None:
 
 def test_pool_window_strips_reuse_rows() -> None:
     """At stride 1 each input row of a window strip is loaded once (per depth tap), not once per output row."""
-    from ks_inductor.evolve.families import classify, template_named
+    from ks_inductor.seeds.families import classify, template_named
 
     fm = classify(problem_from_source(EXTRA["max_pool2d_stride1"][0], name="p"))
     fm.target = "cpu"
@@ -41,7 +41,7 @@ def test_pool_window_strips_reuse_rows() -> None:
 def test_pool_window_ragged_strips_are_accepted(judge) -> None:
     """The window variant where windows overlap along the rows (stride 1, dilated rows, 3-d), in strips of 8 rows
     by 16 columns over outputs that are no multiple of either."""
-    from ks_inductor.evolve.families import classify, template_named
+    from ks_inductor.seeds.families import classify, template_named
 
     jobs = []
     for n in ("max_pool2d_stride1", "max_pool2d_dilated_rows", "avg_pool3d_overlap"):

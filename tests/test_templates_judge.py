@@ -4,9 +4,9 @@ every variant: test_templates_judge_serving.py (a file of its own, so that paral
 
 from __future__ import annotations
 
-from ks_inductor.evolve.families import classify, configured, template_named, templates_for
 from ks_inductor.judge.static_checks import static_check
 from ks_inductor.problem import problem_from_source
+from ks_inductor.seeds.families import classify, configured, template_named, templates_for
 from tests.test_evolve_families import EXTRA, module, small_problem
 
 SERVING = ["rmsnorm_bf16", "layernorm_bf16", "softmax_bf16", "silu_mul_bf16", "rope_bf16", "cross_entropy_fp32",

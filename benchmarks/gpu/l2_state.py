@@ -135,7 +135,7 @@ def _configured(problem: Any, pm: Any, ref: Any, spec: dict[str, Any], workdir: 
     """A template configuration rendered for the GPU, with the reference's parameters."""
     import torch
 
-    from ks_inductor.evolve.families import classify, configured
+    from ks_inductor.seeds.families import classify, configured
     from ks_inductor.source_module import load_source_module
 
     fm = classify(problem)

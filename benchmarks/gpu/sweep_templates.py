@@ -41,7 +41,7 @@ def _configs(fm: Any, per_variant: int, rng: random.Random, variants: set[str] |
              fix: dict[str, Any] | None = None) -> list[tuple[str, str, dict[str, Any]]]:
     """Up to ``per_variant`` configurations of each template variant (``template/variant`` names in
     ``variants``, all if None), with the parameters in ``fix`` held at the given values where they exist."""
-    from ks_inductor.evolve.families import templates_for
+    from ks_inductor.seeds.families import templates_for
 
     out = []
     for t in templates_for(fm):
@@ -64,7 +64,7 @@ def _configs(fm: Any, per_variant: int, rng: random.Random, variants: set[str] |
 def _listed(fm: Any, path: str) -> list[tuple[str, str, dict[str, Any]]]:
     """Hand-picked configurations from a JSON file, ``[{"variant": "matmul/tma", "params": {...}}, ...]``, each
     over its variant's default."""
-    from ks_inductor.evolve.families import configured, template_named
+    from ks_inductor.seeds.families import configured, template_named
 
     out = []
     for row in json.loads(Path(path).read_text()) if path else []:
@@ -76,7 +76,7 @@ def _listed(fm: Any, path: str) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 def _render(fm: Any, tname: str, variant: str, params: dict[str, Any]) -> str | None:
-    from ks_inductor.evolve.families import TemplateError, template_named
+    from ks_inductor.seeds.families import TemplateError, template_named
 
     try:
         return template_named(tname).render(fm, params, variant)
@@ -180,9 +180,9 @@ def sweep_op(op: str, args: argparse.Namespace, pool: ProcessPoolExecutor, bandw
              deadline: float) -> dict[str, Any]:
     import torch
 
-    from ks_inductor.evolve.families import classify
     from ks_inductor.judge.timing import make_l2_flush
     from ks_inductor.problem import load_problem
+    from ks_inductor.seeds.families import classify
 
     path = str(PROBLEM_DIR / OPS[op])
     problem = load_problem(path)

@@ -72,9 +72,9 @@ def main() -> int:
     import triton
 
     from benchmarks.gpu.sweep_templates import _candidate, _problem, _render
-    from ks_inductor.evolve.families import classify, configured
     from ks_inductor.judge import timing as T
     from ks_inductor.problem import load_problem
+    from ks_inductor.seeds.families import classify, configured
 
     path = str(PROBLEM_DIR / OPS[args.op])
     fm = classify(load_problem(path))

@@ -1,4 +1,5 @@
-"""The evolutionary optimizer: population, archive, mutators (embedded, LLM), seed templates, trajectories.
+"""The search: the evolutionary loop over a problem's candidates (population, archive, mutators, prompts,
+trajectories). Where the search starts, the seeds, is :mod:`ks_inductor.seeds`.
 
     from ks_inductor.evolve import EvolveConfig, evolve_problem
     summary = evolve_problem(problem, EvolveConfig(budget=32), store)
@@ -10,7 +11,7 @@ from typing import Any
 
 from ks_inductor.evolve.config import EvolveConfig, LLMConfig
 
-__all__ = ["EvolveConfig", "EvolveError", "EvolveSummary", "LLMConfig", "evolve_problem", "family_of"]
+__all__ = ["EvolveConfig", "EvolveError", "EvolveSummary", "LLMConfig", "evolve_problem"]
 
 
 def __getattr__(name: str) -> Any:  # lazy: the CLI and the backend import this package cheaply
@@ -18,8 +19,4 @@ def __getattr__(name: str) -> Any:  # lazy: the CLI and the backend import this 
         from ks_inductor.evolve import evolver
 
         return getattr(evolver, name)
-    if name == "family_of":
-        from ks_inductor.evolve.families import family_of
-
-        return family_of
     raise AttributeError(name)

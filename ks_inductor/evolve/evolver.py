@@ -18,11 +18,11 @@ from kernel_cache.record import QUARANTINED, REJECTED, VERIFIED, KernelRecord, S
 from ks_inductor.candidate import Candidate
 from ks_inductor.evolve.archive import Archive, Program
 from ks_inductor.evolve.config import EvolveConfig
-from ks_inductor.evolve.families import FamilyMatch, classify, generic_match
 from ks_inductor.evolve.mutators.base import Mutation
 from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
 from ks_inductor.judge.verdict import ACCEPTED, DEADLINE_ERROR, EvalResult
 from ks_inductor.problem import Problem
+from ks_inductor.seeds.families import FamilyMatch, classify, generic_match
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ class Evolver:
         """Why Inductor's code gave no seed, in a few words (its first variant's reason)."""
         if not self.config.inductor_seeds or self.family is None:
             return "Inductor seeds are off"
-        from ks_inductor.evolve.families import INDUCTOR
+        from ks_inductor.seeds.families import INDUCTOR
 
         reasons = INDUCTOR.unavailable(self.family)
         return next(iter(reasons.values()), "Inductor's code gave none") if reasons else "Inductor's code gave none"
@@ -661,7 +661,7 @@ def evolve_problem(problem: Problem, config: EvolveConfig, store: Any, judge: An
     bounds the whole call, the judge's start and the final judgments included. ``progress``: True for a progress
     bar, False for none, or an object told of the run's progress (``advance()`` per judgment submitted, ``done()``
     per verdict, ``set_best(text)``), as ``warm`` uses to show several runs at once."""
-    from ks_inductor.evolve.inductor.generate import codegen_deadline
+    from ks_inductor.seeds.inductor.generate import codegen_deadline
 
     started = time.monotonic()
     own = judge is None

@@ -4,7 +4,7 @@ A region's search seeds from Inductor's kernels, and their code generation (a th
 parent, that lowers the region: about a second per region, more for the first of a process) runs before the region's
 first judgment. The regions of a warm are all known before the first search starts, so their generations run here in
 the background, in the order the searches start: a search that starts later finds its plans made (they are memoized
-per process, :func:`ks_inductor.evolve.inductor.generate.inductor_programs`) and a search that starts while its
+per process, :func:`ks_inductor.seeds.inductor.generate.inductor_programs`) and a search that starts while its
 plans are being made waits for that generation instead of starting a second one.
 """
 
@@ -43,7 +43,7 @@ class CodegenPrefetch:
         self._futures = [self._pool.submit(self._one, p) for p in problems]
 
     def _one(self, problem: Any) -> None:
-        from ks_inductor.evolve.inductor.generate import codegen_deadline, inductor_programs
+        from ks_inductor.seeds.inductor.generate import codegen_deadline, inductor_programs
 
         # A search that finds its region's generation in progress waits for it: ending it within a search's own
         # limit of its start keeps that wait within the search's limit, whenever the search started.

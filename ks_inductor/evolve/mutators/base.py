@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ks_inductor.candidate import Candidate
-from ks_inductor.evolve.families.template import block_class
+from ks_inductor.seeds.families.template import block_class
 
 
 @dataclass

@@ -11,8 +11,8 @@ from typing import Any
 
 from ks_inductor.candidate import Candidate
 from ks_inductor.evolve.archive import Program
-from ks_inductor.evolve.families import FamilyMatch, Template, TemplateError, seed_templates, template_named
 from ks_inductor.evolve.mutators.base import Mutation, describe_source, unified_diff
+from ks_inductor.seeds.families import FamilyMatch, Template, TemplateError, seed_templates, template_named
 
 _FEASIBLE_TRIES = 20
 _TWEAKABLE = re.compile(r"\b(num_warps|num_stages|BLOCK\w*|GROUP_M|ROWS|WAVES)\s*=\s*(\d+)")

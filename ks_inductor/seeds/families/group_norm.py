@@ -25,10 +25,10 @@ from __future__ import annotations
 from math import prod
 from typing import Any
 
-from ks_inductor.evolve.families.match import FamilyMatch
-from ks_inductor.evolve.families.matchers import FLOATS, leaf_of
-from ks_inductor.evolve.families.registry import Family, register
-from ks_inductor.evolve.families.template import (
+from ks_inductor.seeds.families.match import FamilyMatch
+from ks_inductor.seeds.families.matchers import FLOATS, leaf_of
+from ks_inductor.seeds.families.registry import Family, register
+from ks_inductor.seeds.families.template import (
     MAX_ELEMS_PER_THREAD,
     Template,
     block_class,
@@ -37,8 +37,8 @@ from ks_inductor.evolve.families.template import (
     next_pow2,
     torch_dtype,
 )
-from ks_inductor.evolve.graph import Graph, Node, Ref
-from ks_inductor.evolve.pointwise import literal, store_expr
+from ks_inductor.seeds.graph import Graph, Node, Ref
+from ks_inductor.seeds.pointwise import literal, store_expr
 
 _GROUP_NORM_VIEWS = frozenset({"getitem", "view", "_unsafe_view", "reshape", "alias"})
 

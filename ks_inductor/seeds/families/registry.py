@@ -1,6 +1,6 @@
 """The one registry of op families, and classification against it.
 
-Every family module calls ``register(Family(...))`` once, when ``ks_inductor.evolve.families`` imports it. A problem
+Every family module calls ``register(Family(...))`` once, when ``ks_inductor.seeds.families`` imports it. A problem
 belongs to the first family, in ascending ``priority``, whose matcher accepts its aten graph; the priorities are the
 only statement of that order. Classification reads the graph (``Problem.graph_text``), never the problem's name or
 source text: RMSNorm written by hand is pow/mean/add/rsqrt/mul whatever it is called.
@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ks_inductor.evolve.families.match import FamilyMatch, model_state
-from ks_inductor.evolve.families.template import Template
-from ks_inductor.evolve.graph import Graph, parse_graph
 from ks_inductor.problem import Problem
+from ks_inductor.seeds.families.match import FamilyMatch, model_state
+from ks_inductor.seeds.families.template import Template
+from ks_inductor.seeds.graph import Graph, parse_graph
 
 log = logging.getLogger(__name__)
 

@@ -19,10 +19,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ks_inductor.evolve.families.match import FamilyMatch
-from ks_inductor.evolve.families.matchers import leaf_of, rope_of
-from ks_inductor.evolve.families.registry import Family, register
-from ks_inductor.evolve.families.template import (
+from ks_inductor.seeds.families.match import FamilyMatch
+from ks_inductor.seeds.families.matchers import leaf_of, rope_of
+from ks_inductor.seeds.families.registry import Family, register
+from ks_inductor.seeds.families.template import (
     SMEM_BYTES,
     Template,
     TemplateError,
@@ -32,8 +32,8 @@ from ks_inductor.evolve.families.template import (
     torch_dtype,
     view_expr,
 )
-from ks_inductor.evolve.graph import Graph, Ref
-from ks_inductor.evolve.pointwise import round_expr, store_expr, tl_dtype
+from ks_inductor.seeds.graph import Graph, Ref
+from ks_inductor.seeds.pointwise import round_expr, store_expr, tl_dtype
 
 
 def _attention_source(graph: Graph, ref: Any, covered: list[str]) -> dict[str, Any] | None:

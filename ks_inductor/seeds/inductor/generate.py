@@ -24,8 +24,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ks_inductor.evolve.inductor.program import InductorProgram
 from ks_inductor.problem import Problem
+from ks_inductor.seeds.inductor.program import InductorProgram
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ _MATMUL_OPS = ("mm", "bmm", "addmm", "baddbmm", "matmul", "dot")
 _TEMPLATE_OPS = ("mm", "bmm", "addmm", "baddbmm", "matmul", "convolution", "conv1d", "conv2d", "conv3d",
                  "_convolution")
 TIMEOUT_S = 300.0
-CODEGEN_CMD = [sys.executable, "-m", "ks_inductor.evolve.inductor.codegen"]
+CODEGEN_CMD = [sys.executable, "-m", "ks_inductor.seeds.inductor.codegen"]
 
 # The caller's time limit (time.monotonic()), set around a search's seeding: a search's limit bounds its code
 # generation too. A context variable, not an argument, so that the templates between the search and this module
@@ -176,8 +176,8 @@ def _server(target: str) -> tuple[Any, str] | None:
             home = tempfile.mkdtemp(prefix="ks-codegen-")
         try:
             server = ForkServer(_codegen_env(), home, name="codegen-forkserver", probe_device=target == "cuda",
-                                wait=False, preload="ks_inductor.evolve.inductor.codegen:preload",
-                                entry="ks_inductor.evolve.inductor.codegen:serve_forked")
+                                wait=False, preload="ks_inductor.seeds.inductor.codegen:preload",
+                                entry="ks_inductor.seeds.inductor.codegen:serve_forked")
         except (ForkServerError, OSError) as e:
             log.info("Inductor's code generation starts its processes from nothing: %s", e)
             return None

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ks_inductor.evolve.families.elements import BROADCAST_HELPER, chain_leaves, element_reads
-from ks_inductor.evolve.families.match import FamilyMatch
-from ks_inductor.evolve.families.matchers import FLOATS, downstream, in_order, upstream, views_are_leaves
-from ks_inductor.evolve.families.registry import Family, register
-from ks_inductor.evolve.families.template import (
+from ks_inductor.seeds.families.elements import BROADCAST_HELPER, chain_leaves, element_reads
+from ks_inductor.seeds.families.match import FamilyMatch
+from ks_inductor.seeds.families.matchers import FLOATS, downstream, in_order, upstream, views_are_leaves
+from ks_inductor.seeds.families.registry import Family, register
+from ks_inductor.seeds.families.template import (
     MAX_ELEMS_PER_THREAD,
     SM_COUNT_HELPER,
     Template,
@@ -32,8 +32,8 @@ from ks_inductor.evolve.families.template import (
     rounding_space,
     torch_dtype,
 )
-from ks_inductor.evolve.graph import Graph, Node, Ref
-from ks_inductor.evolve.pointwise import Val, is_pointwise, round_expr, store_expr
+from ks_inductor.seeds.graph import Graph, Node, Ref
+from ks_inductor.seeds.pointwise import Val, is_pointwise, round_expr, store_expr
 
 TOTAL_REDUCTIONS = ("sum", "mean", "linalg_vector_norm")
 

@@ -19,10 +19,10 @@ from __future__ import annotations
 from math import prod
 from typing import Any
 
-from ks_inductor.evolve.families.match import FamilyMatch
-from ks_inductor.evolve.families.matchers import FLOATS
-from ks_inductor.evolve.families.registry import Family, register
-from ks_inductor.evolve.families.template import (
+from ks_inductor.seeds.families.match import FamilyMatch
+from ks_inductor.seeds.families.matchers import FLOATS
+from ks_inductor.seeds.families.registry import Family, register
+from ks_inductor.seeds.families.template import (
     MAX_ELEMS_PER_THREAD,
     Template,
     block_class,
@@ -31,8 +31,8 @@ from ks_inductor.evolve.families.template import (
     next_pow2,
     torch_dtype,
 )
-from ks_inductor.evolve.graph import Graph, Ref
-from ks_inductor.evolve.pointwise import literal, max_expr, reduce_expr, store_expr
+from ks_inductor.seeds.graph import Graph, Ref
+from ks_inductor.seeds.pointwise import literal, max_expr, reduce_expr, store_expr
 
 # aten pooling op -> (kind, spatial dims). The 1-d pools reach aten as 2-d ones over an unsqueezed input.
 POOLS = {"max_pool2d_with_indices": ("max", 2), "max_pool3d_with_indices": ("max", 3),

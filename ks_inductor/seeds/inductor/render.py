@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ks_inductor.evolve.inductor.program import (
+from ks_inductor.seeds.inductor.program import (
     HELPER_PREFIX,
     InductorProgram,
     KernelPlan,

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ks_inductor.evolve.families.elements import BROADCAST_HELPER, chain_leaves, element_reads
-from ks_inductor.evolve.families.match import FamilyMatch
-from ks_inductor.evolve.families.matchers import LEAF_VIEW_OPS, leaf_of
-from ks_inductor.evolve.families.registry import Family, register
-from ks_inductor.evolve.families.template import (
+from ks_inductor.seeds.families.elements import BROADCAST_HELPER, chain_leaves, element_reads
+from ks_inductor.seeds.families.match import FamilyMatch
+from ks_inductor.seeds.families.matchers import LEAF_VIEW_OPS, leaf_of
+from ks_inductor.seeds.families.registry import Family, register
+from ks_inductor.seeds.families.template import (
     SM_COUNT_HELPER,
     Template,
     TemplateError,
@@ -21,8 +21,8 @@ from ks_inductor.evolve.families.template import (
     rounding_space,
     torch_dtype,
 )
-from ks_inductor.evolve.graph import VIEW_OPS, Graph, Ref
-from ks_inductor.evolve.pointwise import is_pointwise, store_expr
+from ks_inductor.seeds.graph import VIEW_OPS, Graph, Ref
+from ks_inductor.seeds.pointwise import is_pointwise, store_expr
 
 
 def match(graph: Graph) -> dict[str, Any] | None:

@@ -24,9 +24,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ks_inductor.evolve.families.match import FamilyMatch
-from ks_inductor.evolve.families.registry import Family, register
-from ks_inductor.evolve.families.template import (
+from ks_inductor.seeds.families.match import FamilyMatch
+from ks_inductor.seeds.families.registry import Family, register
+from ks_inductor.seeds.families.template import (
     ITEMSIZE,
     MAX_ELEMS_PER_THREAD,
     SM_COUNT_HELPER,
@@ -41,8 +41,8 @@ from ks_inductor.evolve.families.template import (
     rounding_space,
     torch_dtype,
 )
-from ks_inductor.evolve.graph import VIEW_OPS, Graph, Node, Ref
-from ks_inductor.evolve.pointwise import (
+from ks_inductor.seeds.graph import VIEW_OPS, Graph, Node, Ref
+from ks_inductor.seeds.pointwise import (
     PointwiseUnsupported,
     Val,
     exp_shifted,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ks_inductor.evolve.graph import VIEW_OPS, Graph, Node, Ref
+from ks_inductor.seeds.graph import VIEW_OPS, Graph, Node, Ref
 
 LEAF_VIEW_OPS = frozenset({"unsqueeze", "view", "_unsafe_view", "reshape", "expand", "permute", "slice", "squeeze",
                            "t", "transpose", "select", "alias", "detach", "clone", "lift_fresh_copy"})

@@ -1,13 +1,13 @@
 """Inductor's own Triton for a problem, as a plan a seed can be rendered from.
 
-Runs in a throwaway process (``python -m ks_inductor.evolve.inductor.codegen``, a problem as JSON on stdin, the
+Runs in a throwaway process (``python -m ks_inductor.seeds.inductor.codegen``, a problem as JSON on stdin, the
 plan as JSON on stdout): code generation changes process-wide state (Inductor's caches, and on a CPU host the
 stand-in CUDA device of :mod:`fake_device`), and the process that holds the search must not inherit it.
 
 The problem's aten graph (the one its canonical key is computed from, placeholders in ``Model``'s parameter,
 buffer, input order) is compiled by Inductor for a CUDA device with code generation only: nothing is compiled to
 a binary or launched. The wrapper Inductor writes is then read statement by statement (an AST walk, never text
-matching) into a :class:`~ks_inductor.evolve.inductor.program.InductorProgram`: allocations, views and kernel
+matching) into a :class:`~ks_inductor.seeds.inductor.program.InductorProgram`: allocations, views and kernel
 launches in order. Each kernel keeps Inductor's source, the launch configurations Inductor's heuristics would
 autotune over, and its grid rule. Whatever is not a Triton kernel (a cuBLAS or cuDNN call, an aten fallback, a
 random seed) makes the plan unavailable, with the statement that did it as the reason.
@@ -25,7 +25,8 @@ import re
 import sys
 from typing import Any
 
-from ks_inductor.evolve.inductor.program import (
+from ks_inductor.judge.static_checks import dotted_name
+from ks_inductor.seeds.inductor.program import (
     GRID_TYPES,
     HELPER_PREFIX,
     InductorProgram,
@@ -33,7 +34,6 @@ from ks_inductor.evolve.inductor.program import (
     LaunchConfig,
     SeedUnavailable,
 )
-from ks_inductor.judge.static_checks import dotted_name
 
 # Statements of Inductor's wrapper that only check or set up what the seed's forward does not need.
 _SKIPPED_CALLS = {"assert_size_stride", "assert_alignment", "torch.cuda.set_device", "args.clear",
@@ -586,7 +586,7 @@ def generate_in_process(problem_source: str, name: str, target: str, options: di
 
     if target == "cpu" or not torch.cuda.is_available():
         # The interpreter's seeds, and a GPU's seeds planned on a host without one (tests, ahead-of-time planning).
-        from ks_inductor.evolve.inductor.fake_device import install
+        from ks_inductor.seeds.inductor.fake_device import install
 
         install()
     src = wrapper_source(problem_source, name, options)
@@ -614,8 +614,8 @@ def preload() -> None:
     import torch.fx.experimental.proxy_tensor  # noqa: F401
     import triton  # noqa: F401
 
-    import ks_inductor.evolve.inductor.fake_device  # noqa: F401
     import ks_inductor.problem  # noqa: F401
+    import ks_inductor.seeds.inductor.fake_device  # noqa: F401
 
 
 def serve_forked(fd: int) -> None:

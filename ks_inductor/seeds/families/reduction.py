@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ks_inductor.evolve.families.match import FamilyMatch
-from ks_inductor.evolve.families.registry import Family, register
-from ks_inductor.evolve.families.template import Template, block_class, inner_size, module_source, torch_dtype
-from ks_inductor.evolve.graph import VIEW_OPS, Graph, Node, Ref
-from ks_inductor.evolve.pointwise import max_expr, min_expr, reduce_expr
+from ks_inductor.seeds.families.match import FamilyMatch
+from ks_inductor.seeds.families.registry import Family, register
+from ks_inductor.seeds.families.template import Template, block_class, inner_size, module_source, torch_dtype
+from ks_inductor.seeds.graph import VIEW_OPS, Graph, Node, Ref
+from ks_inductor.seeds.pointwise import max_expr, min_expr, reduce_expr
 
 
 def _values_only(graph: Graph, n: Node) -> str | None:

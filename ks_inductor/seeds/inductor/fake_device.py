@@ -4,7 +4,7 @@ Inductor emits its CUDA-flavoured Triton only when torch reports a CUDA device a
 CPU-only host (CI, the interpreter judge) this module makes both appear: an sm_90 device with H100-like properties,
 and Triton's CUDA backend as the active target. Only code generation runs under it; nothing is launched, and the
 generated kernels then run under ``TRITON_INTERPRET=1``. It patches process-wide state, so it is only ever
-entered in the throwaway process that generates a seed (``ks_inductor.evolve.inductor.codegen``).
+entered in the throwaway process that generates a seed (``ks_inductor.seeds.inductor.codegen``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ks_inductor.evolve.graph import Node, Ref
+from ks_inductor.seeds.graph import Node, Ref
 
 _TL_DTYPES = {"bfloat16": "tl.bfloat16", "float16": "tl.float16", "float32": "tl.float32",
               "float64": "tl.float32", "int64": "tl.int64", "int32": "tl.int32", "int16": "tl.int16",

@@ -26,10 +26,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ks_inductor.evolve.families.match import FamilyMatch
-from ks_inductor.evolve.families.matchers import leaf_of
-from ks_inductor.evolve.families.registry import Family, register
-from ks_inductor.evolve.families.template import (
+from ks_inductor.seeds.families.match import FamilyMatch
+from ks_inductor.seeds.families.matchers import leaf_of
+from ks_inductor.seeds.families.registry import Family, register
+from ks_inductor.seeds.families.template import (
     ITEMSIZE,
     SM_COUNT_HELPER,
     SMEM_BYTES,
@@ -43,8 +43,8 @@ from ks_inductor.evolve.families.template import (
     torch_dtype,
     view_expr,
 )
-from ks_inductor.evolve.graph import VIEW_OPS, Graph, Ref
-from ks_inductor.evolve.pointwise import (
+from ks_inductor.seeds.graph import VIEW_OPS, Graph, Ref
+from ks_inductor.seeds.pointwise import (
     PointwiseUnsupported,
     Val,
     is_pointwise,

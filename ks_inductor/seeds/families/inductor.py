@@ -13,19 +13,19 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ks_inductor.evolve.families.match import FamilyMatch
-from ks_inductor.evolve.families.registry import Family, register
-from ks_inductor.evolve.families.template import (
+from ks_inductor.seeds.families.match import FamilyMatch
+from ks_inductor.seeds.families.registry import Family, register
+from ks_inductor.seeds.families.template import (
     MAX_ELEMS_PER_THREAD,
     Template,
     TemplateError,
     _state_lines,
     block_class,
 )
-from ks_inductor.evolve.graph import Graph
-from ks_inductor.evolve.inductor import InductorProgram, SeedUnavailable, inductor_programs
-from ks_inductor.evolve.inductor.program import MAX_BLOCK
-from ks_inductor.evolve.inductor.render import kernel_params, param_name, render_program
+from ks_inductor.seeds.graph import Graph
+from ks_inductor.seeds.inductor import InductorProgram, SeedUnavailable, inductor_programs
+from ks_inductor.seeds.inductor.program import MAX_BLOCK
+from ks_inductor.seeds.inductor.render import kernel_params, param_name, render_program
 
 _WARPS = [1, 2, 4, 8, 16, 32]
 _STAGES = [1, 2, 3, 4]

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ks_inductor.evolve.families.match import FamilyMatch
-from ks_inductor.evolve.families.matchers import rope_of
-from ks_inductor.evolve.families.registry import Family, register
-from ks_inductor.evolve.families.template import (
+from ks_inductor.seeds.families.match import FamilyMatch
+from ks_inductor.seeds.families.matchers import rope_of
+from ks_inductor.seeds.families.registry import Family, register
+from ks_inductor.seeds.families.template import (
     Template,
     TemplateError,
     block_class,
@@ -27,8 +27,8 @@ from ks_inductor.evolve.families.template import (
     rounding_space,
     torch_dtype,
 )
-from ks_inductor.evolve.graph import Graph
-from ks_inductor.evolve.pointwise import round_expr, store_expr
+from ks_inductor.seeds.graph import Graph
+from ks_inductor.seeds.pointwise import round_expr, store_expr
 
 
 def match(graph: Graph) -> dict[str, Any] | None:

@@ -1,7 +1,7 @@
 """The plan of an Inductor-generated computation: what a seed is rendered from.
 
-Plain data (JSON both ways), produced by :mod:`ks_inductor.evolve.inductor.codegen` in a throwaway process and
-rendered by :mod:`ks_inductor.evolve.inductor.render` in the search's process, which never imports Inductor.
+Plain data (JSON both ways), produced by :mod:`ks_inductor.seeds.inductor.codegen` in a throwaway process and
+rendered by :mod:`ks_inductor.seeds.inductor.render` in the search's process, which never imports Inductor.
 """
 
 from __future__ import annotations

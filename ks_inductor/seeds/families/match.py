@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ks_inductor.candidate import parse_source
-from ks_inductor.evolve.graph import Graph, Node, Ref, TensorType
 from ks_inductor.problem import Problem
+from ks_inductor.seeds.graph import Graph, Node, Ref, TensorType
 
 
 @dataclass

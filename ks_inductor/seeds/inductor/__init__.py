@@ -7,7 +7,7 @@ correct kernel at Inductor's speed, whatever op family it belongs to.
 - :mod:`generate` runs the throwaway process and keeps its plans for the search's lifetime.
 """
 
-from ks_inductor.evolve.inductor.generate import inductor_programs
-from ks_inductor.evolve.inductor.program import InductorProgram, SeedUnavailable
+from ks_inductor.seeds.inductor.generate import inductor_programs
+from ks_inductor.seeds.inductor.program import InductorProgram, SeedUnavailable
 
 __all__ = ["InductorProgram", "SeedUnavailable", "inductor_programs"]

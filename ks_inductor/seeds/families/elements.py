@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ks_inductor.evolve.families.match import FamilyMatch
-from ks_inductor.evolve.families.matchers import leaf_of
-from ks_inductor.evolve.families.template import TemplateError, view_expr
-from ks_inductor.evolve.graph import Node, Ref
-from ks_inductor.evolve.pointwise import Val
+from ks_inductor.seeds.families.match import FamilyMatch
+from ks_inductor.seeds.families.matchers import leaf_of
+from ks_inductor.seeds.families.template import TemplateError, view_expr
+from ks_inductor.seeds.graph import Node, Ref
+from ks_inductor.seeds.pointwise import Val
 
 BROADCAST_HELPER = '''
 def _broadcast_shape(*shapes):

@@ -6,9 +6,9 @@ import math
 from abc import ABC, abstractmethod
 from typing import Any
 
-from ks_inductor.evolve.families.match import FamilyMatch, StateEntry
-from ks_inductor.evolve.graph import Graph, Node, Ref
-from ks_inductor.evolve.pointwise import PointwiseUnsupported, Val, lower_chain, unfenced
+from ks_inductor.seeds.families.match import FamilyMatch, StateEntry
+from ks_inductor.seeds.graph import Graph, Node, Ref
+from ks_inductor.seeds.pointwise import PointwiseUnsupported, Val, lower_chain, unfenced
 
 _TORCH_DTYPES = {"bfloat16", "float16", "float32", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"}
 
@@ -164,7 +164,7 @@ def rounding_default(fm: FamilyMatch) -> dict[str, int]:
 def module_source(fm: FamilyMatch, doc: str, kernels: str, forward: list[str], helpers: str = "",
                   params: dict[str, Any] | None = None) -> str:
     """The candidate module: imports, kernels, helpers, and ``ModelNew`` holding Model's parameters."""
-    from ks_inductor.evolve.pointwise import bf16_helpers, math_helpers
+    from ks_inductor.seeds.pointwise import bf16_helpers, math_helpers
 
     helpers_src = "\n\n\n".join(h for h in (bf16_helpers(kernels, fm.target, bool((params or {}).get("RND", 0))),
                                            math_helpers(kernels, fm.target)) if h)

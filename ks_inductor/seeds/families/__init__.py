@@ -18,8 +18,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from ks_inductor.evolve.families.match import FamilyMatch, StateEntry, model_state
-from ks_inductor.evolve.families.registry import (
+from ks_inductor.seeds.families.match import FamilyMatch, StateEntry, model_state
+from ks_inductor.seeds.families.registry import (
     FAMILIES,
     Family,
     classify,
@@ -32,12 +32,12 @@ from ks_inductor.evolve.families.registry import (
     template_named,
     templates_for,
 )
-from ks_inductor.evolve.families.template import Template, TemplateError
+from ks_inductor.seeds.families.template import Template, TemplateError
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
-from ks_inductor.evolve.families.inductor import GENERIC, INDUCTOR  # noqa: E402
+from ks_inductor.seeds.families.inductor import GENERIC, INDUCTOR  # noqa: E402
 
 __all__ = ["FAMILIES", "GENERIC", "INDUCTOR", "Family", "FamilyMatch", "StateEntry", "Template", "TemplateError",
            "classify", "configured", "family_of", "generic_match", "matching", "model_state", "register",

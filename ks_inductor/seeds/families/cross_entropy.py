@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ks_inductor.evolve.families.match import FamilyMatch
-from ks_inductor.evolve.families.registry import Family, register
-from ks_inductor.evolve.families.template import (
+from ks_inductor.seeds.families.match import FamilyMatch
+from ks_inductor.seeds.families.registry import Family, register
+from ks_inductor.seeds.families.template import (
     MAX_ELEMS_PER_THREAD,
     Template,
     block_class,
@@ -16,7 +16,7 @@ from ks_inductor.evolve.families.template import (
     next_pow2,
     torch_dtype,
 )
-from ks_inductor.evolve.graph import Graph, Ref
+from ks_inductor.seeds.graph import Graph, Ref
 
 
 def _last_dim(dims: Any, ndim: int) -> bool:
