@@ -9,8 +9,11 @@ reference model and no reference output it could hand back or hook.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from ks_inductor.judge import protocol as P
@@ -57,7 +60,7 @@ def run_reference(job: dict[str, Any]) -> dict[str, Any]:
             raise TypeError(f"reference returned non-tensor outputs {bad_types}")
         # Inputs drawn afresh, not the ones just used: a reference may have changed its own in place.
         truth = _truth(model, outs, lambda: make_inputs(mod, job["specs"], seed, dist, device),
-                       os.path.join(job["workdir"], f"truth_{i}.safetensors"), wide)
+                       os.path.join(job["workdir"], f"truth_{i}.safetensors"), wide, nan_inputs=dist == "nan")
         if i == 0:
             def again() -> list[Any]:
                 inputs = make_inputs(mod, job["specs"], seed, dist, device)
@@ -229,20 +232,28 @@ def steady_state_samples(job: dict[str, Any], tools: dict[str, Any], sets: list[
 TRUTH_MAX_OUT_BYTES = 256 << 20
 
 
-def _truth(model: Any, outs: list[Any], inputs: Any, path: str, wide: dict[str, Any]) -> str | None:
+def _truth(model: Any, outs: list[Any], inputs: Any, path: str, wide: dict[str, Any],
+           nan_inputs: bool = False) -> str | None:
     """The reference's outputs computed once more in float64 (the model's floating parameters and inputs cast up),
     saved in float32 to ``path``, where any output is float16 or bfloat16; None otherwise, or where the model does
     not run in float64. The judge holds a low-precision output to the float64 result as well as to eager's: an
     element that differs from eager's by more than the tolerance passes if it is no further from the float64 result
     than eager's own, within the tolerance (eager rounds after every op, and a fused kernel that keeps fp32
     intermediates, Inductor's own, differs from it by several units in the last place where terms cancel).
-    ``wide`` keeps the float64 copy of ``model`` across runs (None once it could not be made)."""
+    ``wide`` keeps the float64 copy of ``model`` across runs (None once it could not be made).
+
+    With ``nan_inputs`` (the NaN-input trial and timing sets) the rerun is made for outputs of any floating dtype,
+    with cuDNN and oneDNN off: their convolutions skip the taps that fall on padding, so a NaN weight never meets a
+    padding zero there, while the native im2col convolution multiplies every tap as a Triton kernel does, and
+    0 * NaN is NaN. The judge accepts a candidate's NaN where eager has a number only where this rerun has NaN
+    (``compare.compare_outputs``): a NaN input reaches that element in a plain evaluation of the model."""
     import copy
 
     import torch
 
     low = (torch.float16, torch.bfloat16)
-    if not any(isinstance(o, torch.Tensor) and o.dtype in low for o in outs):
+    wanted = ((lambda o: o.is_floating_point()) if nan_inputs else (lambda o: o.dtype in low))
+    if not any(isinstance(o, torch.Tensor) and wanted(o) for o in outs):
         return None
     if sum(o.numel() * o.element_size() for o in outs if isinstance(o, torch.Tensor)) > TRUTH_MAX_OUT_BYTES:
         return None
@@ -257,7 +268,7 @@ def _truth(model: Any, outs: list[Any], inputs: Any, path: str, wide: dict[str, 
     try:
         args = [a.to(torch.float64) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
                 for a in inputs()]
-        with torch.no_grad():
+        with torch.no_grad(), (_every_tap_multiplied() if nan_inputs else contextlib.nullcontext()):
             got = P.as_outputs(wide["model"](*args))
         del args
     except failures:
@@ -266,10 +277,21 @@ def _truth(model: Any, outs: list[Any], inputs: Any, path: str, wide: dict[str, 
                                     for g, o in zip(got, outs)):
         return None
     for g, o in zip(got, outs):
-        if o.dtype in low and not _rounding_apart(o, g):
+        if wanted(o) and not _rounding_apart(o, g):
             return None  # not eager's rounding: randomness, or a model that is not the same function in float64
     P.save(path, [g.to(torch.float32) if g.is_floating_point() else g for g in got])
     return path
+
+
+@contextlib.contextmanager
+def _every_tap_multiplied() -> Iterator[None]:
+    """cuDNN and oneDNN off, for the convolutions that compute every tap of the window, padding included."""
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # oneDNN's flags warn about TF32 on builds without Intel GPU support
+        with torch.backends.cudnn.flags(enabled=False), torch.backends.mkldnn.flags(enabled=False):
+            yield
 
 
 # Eager's low-precision outputs and the float64 rerun's differ by rounding alone where their relative L2 distance is
@@ -282,7 +304,9 @@ def _rounding_apart(low: Any, wide: Any) -> bool:
 
     a, b = low.detach().to(torch.float32), wide.detach().to(torch.float32)
     if not bool(torch.isfinite(a).all() and torch.isfinite(b).all()):
-        return True  # NaN and inf are held position for position by the comparison itself, never relaxed
+        # Where either side is NaN or inf the comparison holds positions itself; the rest must still agree.
+        both = torch.isfinite(a) & torch.isfinite(b)
+        a, b = torch.where(both, a, 0.0), torch.where(both, b, 0.0)
     den = float(torch.linalg.vector_norm(b))
     return float(torch.linalg.vector_norm(a - b)) <= TRUTH_MAX_REL_L2 * max(den, 1e-30)
 
