@@ -20,10 +20,6 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("kernel_cache", "ks_inductor", "integrations")
 _IMPORT_FUNCTIONS = ("import_module", "__import__")
 
-# Circles that are still there, by the package that holds them, each for that package's owners to cut. The test of
-# such a package is expected to fail, strictly: once the circle is gone it fails the other way, and the entry goes.
-OPEN_CIRCLES: dict[str, str] = {}
-
 
 @dataclass
 class ImportGraph:
@@ -169,16 +165,7 @@ _GRAPH = import_graph()
 _CIRCLES = circles_by_package(_GRAPH)
 
 
-def _package_params() -> list[object]:
-    params: list[object] = []
-    for pkg in _GRAPH.packages():
-        why = OPEN_CIRCLES.get(pkg)
-        marks = [pytest.mark.xfail(strict=True, reason=why)] if why else []
-        params.append(pytest.param(pkg, id=pkg, marks=marks))
-    return params
-
-
-@pytest.mark.parametrize("package", _package_params())
+@pytest.mark.parametrize("package", _GRAPH.packages())
 def test_no_import_cycle_inside_the_package(package: str) -> None:
     circles = _CIRCLES.get(package, [])
     assert not circles, f"import cycle inside {package}: " + "; ".join(circles)
@@ -187,10 +174,6 @@ def test_no_import_cycle_inside_the_package(package: str) -> None:
 def test_no_import_cycle_across_top_level_packages() -> None:
     circles = _CIRCLES.get("", [])
     assert not circles, "import cycle across packages: " + "; ".join(circles)
-
-
-def test_every_open_circle_names_a_package() -> None:
-    assert set(OPEN_CIRCLES) <= set(_GRAPH.packages())
 
 
 def test_a_cycle_is_found_and_named(tmp_path: Path) -> None:
