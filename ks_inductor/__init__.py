@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kernel_cache.version import __version__
 
-__all__ = ["__version__", "explain", "register"]
+__all__ = ["__version__", "explain", "register", "served"]
 
 
 def register() -> None:
@@ -28,4 +28,8 @@ def __getattr__(name: str):
         from ks_inductor.compiler.explain import explain
 
         return explain
+    if name == "served":
+        from ks_inductor.compiler.served import served
+
+        return served
     raise AttributeError(name)

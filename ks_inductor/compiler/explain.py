@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ks_inductor.compiler.backend import BackendOptions, CompileReport, RegionReport, analyze, open_store
+from ks_inductor.compiler.served import region_why, render
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ class Explanation:
         from rich.table import Table
 
         t = Table(title=title)
-        for col in ("graph", "#", "kind", "key", "operations", "inputs", "status", "speedup vs Inductor", "note"):
+        for col in ("graph", "#", "kind", "key", "operations", "inputs", "status", "speedup vs Inductor", "why"):
             t.add_column(col, overflow="fold")
         colour = {"hit": "green", "evolved": "green", "miss": "yellow", "slower": "yellow", "unusable": "yellow"}
         for gi, g in enumerate(self.graphs):
@@ -52,12 +53,18 @@ class Explanation:
                 if r.status == "hit" and r.speedup is None:
                     sp = "untimed"
                 t.add_row(str(gi), "-" if r.index < 0 else str(r.index), r.kind, (r.key or "-")[:16], r.ops,
-                          r.signature, f"[{colour.get(r.status, 'red')}]{r.status}[/]", sp, r.note)
+                          r.signature, f"[{colour.get(r.status, 'red')}]{r.status}[/]", sp, region_why(r))
         return t
 
+    def __str__(self) -> str:
+        return render(self.table())
+
     def to_json(self) -> dict[str, Any]:
-        return {"graphs": [g.to_json() for g in self.graphs], "hits": self.hits, "misses": self.misses,
-                "no_cache": self.no_cache}
+        graphs = [g.to_json() for g in self.graphs]
+        for g, rep in zip(graphs, self.graphs):
+            for row, r in zip(g["regions"], rep.regions):
+                row["why"] = region_why(r)
+        return {"graphs": graphs, "hits": self.hits, "misses": self.misses, "no_cache": self.no_cache}
 
 
 def explain(model: Any, *inputs: Any, db: str | None = None, judge_backend: str | None = None,
