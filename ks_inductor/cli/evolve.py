@@ -134,6 +134,8 @@ def print_summary(console: Console, problem: Any, s: Any) -> None:
     t.add_row("stopped by", s.stop_reason)
     if s.note:
         t.add_row("note", s.note)
+    if getattr(s, "why", ""):
+        t.add_row("why no kernel", s.why)
     if s.timed:
         # Scores: speedup over the best baseline, per call and inside a CUDA graph (geometric mean) on GPUs.
         t.add_row("seed score", f"{s.seed_speedup:.3f}x" if s.seed_speedup else "-")

@@ -72,6 +72,8 @@ class EvolveSummary:
     note: str = ""
     # Candidates whose verdict an earlier run had stored (a re-run proposes the same seeds): not judged again.
     reused: int = 0
+    # Why no kernel will be served, in one line; empty where a verified kernel was stored (``why_no_kernel``).
+    why: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -81,6 +83,7 @@ class EvolveSummary:
             "seed_speedup": self.seed_speedup, "best_speedup": self.best_speedup, "family": self.family,
             "timed": self.timed, "failed_steps": self.failed_steps, "stop_reason": self.stop_reason,
             "tokens": self.tokens, "head_to_head": self.head_to_head, "note": self.note, "reused": self.reused,
+            "why": self.why,
         }
 
 
@@ -551,10 +554,36 @@ class Evolver:
             best_speedup=best.score if best and self.timed else None,
             family=self.family.family if self.family else None, timed=self.timed, failed_steps=self.failed_steps,
             stop_reason=stop_reason, tokens=dict(self.tokens), head_to_head=dict(self.final_ratios), note=note,
-            reused=self.reused)
+            reused=self.reused, why=why_no_kernel(record, best_res, note, list(self.results.values()), stop_reason))
         self._save(run_id, archive, wall)
         self.store.finish_run(run_id, summary.to_json())
         return summary
+
+
+# Longest one-line "why" a summary carries; the verdicts keep every reason in full.
+WHY_CHARS = 160
+
+
+def why_no_kernel(record: KernelRecord | None, best: EvalResult | None, note: str, results: list[EvalResult],
+                  stop_reason: str) -> str:
+    """Why a search stored nothing that will be served, in one line; "" where it stored a verified kernel.
+
+    The best candidate's verdict speaks first (its first reason: not faster, or wrong on a trial); with no correct
+    candidate, the first judged candidate's (the seeds come first, and their reason is the family's); with no
+    verdict at all, why the search stopped."""
+    if record is not None and record.status == VERIFIED:
+        return ""
+    if record is not None and note:
+        return _one_line(note)
+    for res in ([best] if best is not None else []) + results:
+        if res.reasons:
+            return _one_line(res.reasons[0])
+    return _one_line(f"no candidate was judged ({stop_reason})" if stop_reason else "no candidate was judged")
+
+
+def _one_line(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= WHY_CHARS else flat[:WHY_CHARS - 1] + "…"
 
 
 def head_to_head(finals: list[tuple[int, Program, EvalResult]]) -> dict[str, float]:

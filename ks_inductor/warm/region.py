@@ -19,8 +19,8 @@ def region_config(config: Any, left: float | None) -> Any:
 
 
 def evolve_region(problem: Any, config: Any, store: Any, judge: Any, progress: bool = False) -> dict[str, Any]:
-    """One region's search, as JSON: ``status`` (``done``, ``no-kernel`` or ``failed``), ``note`` and, when the
-    search ran, ``summary`` (:meth:`EvolveSummary.to_json`). What both executors run, here or on a Ray worker."""
+    """One region's search, as JSON: ``status`` (``done``, ``no-kernel`` or ``failed``), ``note`` (why there is no
+    kernel, in one line, where there is none) and, when the search ran, ``summary`` (:meth:`EvolveSummary.to_json`). What both executors run, here or on a Ray worker."""
     from ks_inductor.evolve import EvolveError, evolve_problem
 
     try:
@@ -32,4 +32,4 @@ def evolve_region(problem: Any, config: Any, store: Any, judge: Any, progress: b
     except Exception as e:  # noqa: BLE001 - one problem failing must not stop the others
         log.warning("warming %s failed: %s", problem.key, e, exc_info=log.isEnabledFor(logging.DEBUG))
         return {"status": "failed", "note": f"{type(e).__name__}: {e}"[:300]}
-    return {"status": "done", "note": getattr(res, "note", ""), "summary": res.to_json()}
+    return {"status": "done", "note": res.why or res.note, "summary": res.to_json()}

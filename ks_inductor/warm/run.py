@@ -255,6 +255,9 @@ def apply_outcome(item: WarmItem, outcome: dict[str, Any], store: Any, fp: Any, 
         _clear_miss(store, item.key)
     else:
         item.status = "no-kernel"
+        item.note = item.note or res.get("why") or "the search stored no verified kernel"
+        if console is not None:
+            console.print(f"  [yellow]no kernel[/]: {item.note}")
 
 
 def _clear_miss(store: Any, key: str) -> None:

@@ -1,0 +1,56 @@
+"""A region or problem that ends without a kernel says why, in one line: the best candidate's first reason, or why
+the search stopped, carried by the evolve summary into warm's rows."""
+
+from __future__ import annotations
+
+from kernel_cache.record import REJECTED, VERIFIED, KernelRecord
+from ks_inductor.evolve.evolver import WHY_CHARS, why_no_kernel
+from ks_inductor.judge.verdict import EvalResult
+
+NAN_TRIAL = "trial 2 (nan inputs): output 0 is wrong: 62 of 4096 elements outside tolerance"
+
+
+def _rejected(*reasons: str) -> EvalResult:
+    r = EvalResult()
+    r.reasons = list(reasons)
+    return r
+
+
+def _record(status: str) -> KernelRecord:
+    return KernelRecord(problem_key="k", source="", backend="cpu-interpret", fingerprint={}, status=status)
+
+
+def test_no_correct_candidate_gives_the_first_judged_candidates_first_reason():
+    why = why_no_kernel(None, None, "", [_rejected(NAN_TRIAL, "later"), _rejected("another")], "budget")
+    assert why == NAN_TRIAL
+
+
+def test_a_verified_kernel_needs_no_why_and_a_rejected_one_gives_its_verdict_or_the_runs_note():
+    assert why_no_kernel(_record(VERIFIED), _rejected("x"), "", [], "budget") == ""
+    slow = _rejected("not faster than inductor: 0.91x")
+    assert why_no_kernel(_record(REJECTED), slow, "", [], "budget") == "not faster than inductor: 0.91x"
+    assert why_no_kernel(_record(REJECTED), slow, "the final protocol was not run", [], "time") == \
+        "the final protocol was not run"
+
+
+def test_without_any_verdict_the_why_is_why_the_search_stopped_and_it_is_one_short_line():
+    assert why_no_kernel(None, None, "", [], "time limit") == "no candidate was judged (time limit)"
+    long = why_no_kernel(None, None, "", [_rejected("a\nb " + "c" * 400)], "")
+    assert "\n" not in long and len(long) == WHY_CHARS and long.endswith("…")
+
+
+class _Store:
+    def lookup(self, key, fp):
+        return None
+
+
+def test_warm_rows_take_the_summarys_why():
+    from ks_inductor.warm.run import WarmItem, apply_outcome
+
+    item = WarmItem(key="k", name="conv", origin="model", signature="")
+    apply_outcome(item, {"status": "done", "note": "", "summary": {"judged": 3, "accepted": 0, "why": NAN_TRIAL}},
+                  _Store(), None)
+    assert item.status == "no-kernel" and item.note == NAN_TRIAL
+    other = WarmItem(key="k", name="conv", origin="model", signature="")
+    apply_outcome(other, {"status": "done", "note": "", "summary": {"judged": 0, "accepted": 0}}, _Store(), None)
+    assert other.status == "no-kernel" and other.note
