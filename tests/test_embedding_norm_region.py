@@ -14,6 +14,7 @@ from ks_inductor.evolve import EvolveConfig
 from ks_inductor.evolve.evolver import evolve_problem
 from ks_inductor.judge import EvalResult, Judge, JudgeConfig
 from ks_inductor.warm.sources import problems_from_model
+from tests.speed import judge_speed
 
 # A vocabulary far larger than the tokens that index it, as in a real model: the table dwarfs the traffic.
 VOCAB, HIDDEN, BATCH, SEQ = 4096, 64, 2, 16
@@ -69,12 +70,12 @@ def test_roofline_gate_passes_a_kernel_above_the_traffic_floor(region):
     with Judge(JudgeConfig(backend="triton-interpret"), spares=False) as judge:
         judge.backend.timed = True  # feed the gate synthetic GPU samples
         r = EvalResult(correct=True, verdict="accepted")
-        judge._judge_speed(r, region, {"samples": {"eager": eager, "candidate": [[honest] * 5] * 5}, "wall": None,
+        judge_speed(judge, r, region, {"samples": {"eager": eager, "candidate": [[honest] * 5] * 5}, "wall": None,
                                        "bandwidth": bandwidth})
         assert r.verdict == "accepted" and r.flags == [], r.reasons
         assert r.roofline_fraction == pytest.approx(0.5)
         r = EvalResult(correct=True, verdict="accepted")
-        judge._judge_speed(r, region, {"samples": {"eager": eager, "candidate": [[0.5 * floor_ms] * 5] * 5},
+        judge_speed(judge, r, region, {"samples": {"eager": eager, "candidate": [[0.5 * floor_ms] * 5] * 5},
                                        "wall": None, "bandwidth": bandwidth})
         assert r.verdict == "quarantined" and r.flags == ["faster_than_roofline"]
 

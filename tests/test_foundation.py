@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from tests.conftest import PROBLEMS, ROOT
+from tests.speed import judge_speed
 
 LINEAR_A = """
 import torch, torch.nn as nn
@@ -213,21 +214,6 @@ def test_graphed_timing_cycles_through_enough_input_sets_to_miss_the_l2():
     assert cold_set_count(16 * l2, l2) == 1 and cold_set_count(8 * 2**30, l2) == 1
 
 
-def _judge_speed(judge, r, problem, msg):
-    """``Judge._judge_speed`` fed synthetic samples: the candidate's as its worker reports them, the baselines' as
-    their trusted worker does."""
-    from ks_inductor.judge.service import _Baselines
-
-    samples, steady = msg["samples"], msg.get("steady_samples") or {}
-    base = _Baselines({"samples": {k: v for k, v in samples.items() if k != "candidate"},
-                       "steady_samples": {k: v for k, v in steady.items() if k != "candidate"},
-                       "bandwidth": msg.get("bandwidth")}, at=0.0)
-    own = {"samples": {"candidate": samples["candidate"]}, "wall": msg.get("wall"),
-           "steady_samples": {"candidate": steady["candidate"]} if "candidate" in steady else {},
-           "steady_skipped": msg.get("steady_skipped")}
-    judge._judge_speed(r, problem, own, base)
-
-
 def test_steady_state_timing_is_skipped_with_a_note_where_device_memory_cannot_hold_it():
     from ks_inductor.judge import EvalResult, Judge, JudgeConfig
     from ks_inductor.judge.timing import cold_set_count, steady_state_bytes
@@ -248,7 +234,7 @@ def test_steady_state_timing_is_skipped_with_a_note_where_device_memory_cannot_h
     with Judge(JudgeConfig(backend="triton-interpret"), spares=False) as judge:
         judge.backend.timed = True  # synthetic GPU samples
         r = EvalResult(correct=True, verdict="accepted")
-        _judge_speed(judge, r, problem, {"samples": per_call, "wall": None, "steady_skipped": "needs 140 GiB"})
+        judge_speed(judge, r, problem, {"samples": per_call, "wall": None, "steady_skipped": "needs 140 GiB"})
         assert r.verdict == "accepted" and r.faster and not r.steady_timings
         assert any("steady state not timed: needs 140 GiB" in n for n in r.notes)
 
@@ -262,33 +248,33 @@ def test_plausibility_gate_quarantines_implausible_speed():
         judge.backend.timed = True  # feed the gate synthetic GPU samples
         base = {"eager": [[1.0] * 5] * 5, "inductor": [[0.6] * 5] * 5}
         r = EvalResult(correct=True, verdict="accepted")
-        _judge_speed(judge, r, problem, {"samples": {**base, "candidate": [[0.05] * 5] * 5}, "wall": None})
+        judge_speed(judge, r, problem, {"samples": {**base, "candidate": [[0.05] * 5] * 5}, "wall": None})
         assert r.verdict == "quarantined" and "implausible_speedup" in r.flags
         r = EvalResult(correct=True, verdict="accepted")  # 11x over a slow eager, 2.2x over Inductor: plausible
-        _judge_speed(judge, r, problem, {"samples": {"eager": [[1.0] * 5] * 5, "inductor": [[0.2] * 5] * 5,
+        judge_speed(judge, r, problem, {"samples": {"eager": [[1.0] * 5] * 5, "inductor": [[0.2] * 5] * 5,
                                                     "candidate": [[0.09] * 5] * 5}, "wall": None})
         assert r.verdict == "accepted" and r.speedup_eager > 10
         r = EvalResult(correct=True, verdict="accepted")
-        _judge_speed(judge, r, problem, {"samples": {**base, "candidate": [[0.3] * 5] * 5}, "wall": None})
+        judge_speed(judge, r, problem, {"samples": {**base, "candidate": [[0.3] * 5] * 5}, "wall": None})
         assert r.verdict == "accepted" and r.faster and r.speedup_inductor == pytest.approx(2.0)
         # With a roofline floor (0.05 ms at this bandwidth) the floor decides: 12.5x over a lone eager baseline
         # is plausible above it, and anything below it is held.
         bandwidth = problem.bytes_moved / 0.05e-3
         eager_only = {"eager": [[1.0] * 5] * 5}
         r = EvalResult(correct=True, verdict="accepted")
-        _judge_speed(judge, r, problem, {"samples": {**eager_only, "candidate": [[0.08] * 5] * 5}, "wall": None,
+        judge_speed(judge, r, problem, {"samples": {**eager_only, "candidate": [[0.08] * 5] * 5}, "wall": None,
                                         "bandwidth": bandwidth})
         assert r.verdict == "accepted" and r.speedup_eager > 12 and r.roofline_fraction == pytest.approx(0.625)
         r = EvalResult(correct=True, verdict="accepted")
-        _judge_speed(judge, r, problem, {"samples": {**eager_only, "candidate": [[0.03] * 5] * 5}, "wall": None,
+        judge_speed(judge, r, problem, {"samples": {**eager_only, "candidate": [[0.03] * 5] * 5}, "wall": None,
                                         "bandwidth": bandwidth})
         assert r.verdict == "quarantined" and r.flags == ["faster_than_roofline"]
         r = EvalResult(correct=True, verdict="accepted")
-        _judge_speed(judge, r, problem, {"samples": {**base, "candidate": [[0.3] * 5] * 5},
+        judge_speed(judge, r, problem, {"samples": {**base, "candidate": [[0.3] * 5] * 5},
                                         "wall": {"hidden_ms": 2.0, "overhead_ms": 0.02}})
         assert r.verdict == "rejected" and "side_stream" in r.flags
         r = EvalResult(correct=True, verdict="accepted")
-        _judge_speed(judge, r, problem, {"samples": {**base, "candidate": [[0.59] * 5] * 5}, "wall": None})
+        judge_speed(judge, r, problem, {"samples": {**base, "candidate": [[0.59] * 5] * 5}, "wall": None})
         assert r.verdict == "accepted" and not r.faster  # 2% is inside the 3% margin
 
 
@@ -301,25 +287,25 @@ def test_cuda_graph_timing_enters_the_score_and_the_serving_decision():
     with Judge(JudgeConfig(backend="triton-interpret"), spares=False) as judge:
         judge.backend.timed = True  # synthetic GPU samples
         r = EvalResult(correct=True, verdict="accepted")
-        _judge_speed(judge, r, problem, {"samples": per_call, "wall": None})
+        judge_speed(judge, r, problem, {"samples": per_call, "wall": None})
         assert r.faster and r.score == r.speedup_best == pytest.approx(2.0) and not r.steady_timings
         # 2x per call, but slower than Inductor inside a CUDA graph: never served, and ranked by both.
         steady = {"eager": [[0.8] * 5] * 5, "inductor": [[0.4] * 5] * 5, "candidate": [[0.5] * 5] * 5}
         r = EvalResult(correct=True, verdict="accepted")
-        _judge_speed(judge, r, problem, {"samples": per_call, "steady_samples": steady, "wall": None})
+        judge_speed(judge, r, problem, {"samples": per_call, "steady_samples": steady, "wall": None})
         assert r.steady_speedups == pytest.approx({"eager": 1.6, "inductor": 0.8})
         assert not r.faster and r.verdict == "accepted"
         assert r.score == pytest.approx((2.0 * 0.8) ** 0.5) and r.score_lcb <= r.score
         steady["candidate"] = [[0.35] * 5] * 5
         r = EvalResult(correct=True, verdict="accepted")
-        _judge_speed(judge, r, problem, {"samples": per_call, "steady_samples": steady, "wall": None})
+        judge_speed(judge, r, problem, {"samples": per_call, "steady_samples": steady, "wall": None})
         assert r.faster and r.score == pytest.approx((2.0 * 0.4 / 0.35) ** 0.5)
         back = EvalResult.from_json(json.loads(r.dumps()))
         assert back.steady_timings["candidate"].median_ms == pytest.approx(0.35) and back.score == r.score
         assert "Inside a CUDA graph" in r.feedback_text()
         # The roofline gate holds for the graph's time too.
         r = EvalResult(correct=True, verdict="accepted")
-        _judge_speed(judge, r, problem, {"samples": {"eager": [[1.0] * 5] * 5, "candidate": [[0.3] * 5] * 5},
+        judge_speed(judge, r, problem, {"samples": {"eager": [[1.0] * 5] * 5, "candidate": [[0.3] * 5] * 5},
                                         "steady_samples": {"eager": [[1.0] * 5] * 5,
                                                            "candidate": [[0.01] * 5] * 5},
                                         "wall": None, "bandwidth": problem.bytes_moved / 0.05e-3})

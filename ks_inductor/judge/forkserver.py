@@ -1,6 +1,6 @@
 """A warm parent for the judge's workers: it imports torch, triton and the worker's modules once, then forks a fresh
 child for every job. Inductor's code generation for the seeds forks its throwaway processes the same way
-(``ks_inductor/evolve/inductor/generate.py``).
+(``ks_inductor/seeds/inductor/generate.py``).
 
 A worker started from nothing spends about 3 s of CPU importing before it runs a job that takes well under one on the
 interpreter backend, so on a small CPU box the imports would be most of a judgment. A forked child starts from the
