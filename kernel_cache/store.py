@@ -549,6 +549,18 @@ class KernelStore:
             return conn.execute(select(RunRow.state).where(RunRow.id == run_id)).scalar()
 
     @_db_errors
+    def last_why(self, problem_key: str) -> str | None:
+        """The one-line reason the latest finished search of ``problem_key`` stored no served kernel (its summary's
+        ``why``), or None where no finished search left one."""
+        t = RunRow.__table__
+        stmt = (select(t.c.summary).where(and_(t.c.problem_key == problem_key, t.c.status == "finished"))
+                .order_by(t.c.finished_at.desc()).limit(1))
+        with self._engine.connect() as conn:
+            summary = conn.execute(stmt).scalar()
+        why = (summary or {}).get("why") if isinstance(summary, dict) else None
+        return why or None
+
+    @_db_errors
     def finish_run(self, run_id: str, summary: dict[str, Any]) -> None:
         self._update_run(run_id, summary=summary, status="finished", finished_at=_now())
 

@@ -54,3 +54,28 @@ def test_warm_rows_take_the_summarys_why():
     other = WarmItem(key="k", name="conv", origin="model", signature="")
     apply_outcome(other, {"status": "done", "note": "", "summary": {"judged": 0, "accepted": 0}}, _Store(), None)
     assert other.status == "no-kernel" and other.note
+
+
+def test_explain_gives_a_missed_region_the_why_its_last_search_stored(tmp_path):
+    """A region that is still a miss shows why the latest search of its key stored no kernel, in explain's table and
+    JSON, rather than only that the cache has none."""
+    from kernel_cache.fingerprint import EnvFingerprint
+    from kernel_cache.store import KernelStore
+    from ks_inductor.compiler.explain import explain
+    from ks_inductor.demo import build_model
+
+    model, inputs = build_model()
+    db = f"sqlite:///{tmp_path / 'k.db'}"
+    store = KernelStore(db)
+    before = explain(model, *inputs, db=db)
+    missed = [r for g in before.graphs for r in g.regions if r.status == "miss" and r.key]
+    assert missed
+    key = missed[0].key
+    fp = EnvFingerprint(backend="cpu-interpret", device_name="cpu", capability="", warp_size=1, sm_count=0,
+                        torch_version="", triton_version="", toolchain="")
+    store.finish_run(store.start_run(key, fp, {}), {"why": NAN_TRIAL})
+    store.close()
+    after = explain(model, *inputs, db=db).to_json()
+    whys = {row["key"]: row["why"] for g in after["graphs"] for row in g["regions"]}
+    assert whys[key] == f"last search: {NAN_TRIAL}"
+    assert all(w != f"last search: {NAN_TRIAL}" for k, w in whys.items() if k != key)

@@ -81,6 +81,7 @@ def explain(model: Any, *inputs: Any, db: str | None = None, judge_backend: str 
 
     def capture(gm: torch.fx.GraphModule, example_inputs: list[Any], **_: Any) -> Any:
         report, _hits, _store = analyze(gm, opts, act_on_miss=False, store=store)
+        _stored_whys(report, store)
         result.graphs.append(report)
         for problem in report.problems:
             if problem.key not in seen:
@@ -92,6 +93,18 @@ def explain(model: Any, *inputs: Any, db: str | None = None, judge_backend: str 
     with torch.no_grad():
         compiled(*inputs, **kwargs)
     return result
+
+
+def _stored_whys(report: Any, store: Any) -> None:
+    """A missed region's note, where it has none: why the latest search of its key stored no kernel."""
+    last_why = getattr(store, "last_why", None)
+    if last_why is None:
+        return
+    for r in report.regions:
+        if r.status == "miss" and r.key and not r.note:
+            why = last_why(r.key)
+            if why:
+                r.note = f"last search: {why}"
 
 
 def _missing_cache(url: str | None) -> str | None:
