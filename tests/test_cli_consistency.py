@@ -189,6 +189,7 @@ def test_warm_whole_run_limit_caps_each_region_and_skips_the_rest(monkeypatch):
 
     class _Result:
         judged, accepted = 1, 0
+        why = note = ""
 
         def to_json(self):
             return {"judged": self.judged, "accepted": self.accepted}

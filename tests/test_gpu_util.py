@@ -150,6 +150,7 @@ def test_warm_reports_the_average_utilisation_of_its_run(tmp_path, monkeypatch, 
 
     class _Result:
         judged, accepted = 3, 0
+        why = note = ""
 
         def to_json(self):
             return {"judged": self.judged, "accepted": self.accepted}

@@ -204,7 +204,7 @@ import triton.language as tl
 
 @triton.jit
 def _larger(a, b):
-    return tl.maximum(a, b)
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)  # a running max keeps NaN, as torch.cummax does
 
 
 @triton.jit
