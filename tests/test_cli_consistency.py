@@ -16,6 +16,7 @@ from ks_inductor.cli import build_parser, main
 from ks_inductor.cli.args import DB_HELP
 from ks_inductor.compiler import backend as B
 from ks_inductor.warm import WarmSummary
+from tests.cli_home import _isolated  # noqa: F401 - autouse: a kernelsmith home per test
 from tests.test_warm_cli import FACTORY as NORM_FACTORY
 
 PROBLEMS = Path(__file__).resolve().parent / "problems"
@@ -27,15 +28,6 @@ FACTORY = NORM_FACTORY + textwrap.dedent("""
     def boom():
         raise RuntimeError("the factory itself failed")
 """)
-
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("KERNELSMITH_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("KERNELSMITH_DB", raising=False)
-    torch._dynamo.reset()
-    yield
-    B.forget_stores()
 
 
 @pytest.fixture

@@ -12,21 +12,12 @@ import torch
 
 from ks_inductor.cli import build_parser, main
 from ks_inductor.cli.args import nonnegative_float, nonnegative_int, positive_float, positive_int
-from ks_inductor.compiler import backend as B
 from ks_inductor.warm import WarmItem, WarmSummary
+from tests.cli_home import _isolated  # noqa: F401 - autouse: a kernelsmith home per test
 from tests.test_cli_consistency import _commands, _one_line_error
 
 PROBLEMS = Path(__file__).resolve().parent / "problems"
 CHECKED = {positive_int, positive_float, nonnegative_int, nonnegative_float}
-
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("KERNELSMITH_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("KERNELSMITH_DB", raising=False)
-    torch._dynamo.reset()
-    yield
-    B.forget_stores()
 
 
 def test_every_number_a_command_takes_is_checked():

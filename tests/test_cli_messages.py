@@ -11,24 +11,14 @@ import stat
 from pathlib import Path
 
 import pytest
-import torch
 
 from kernel_cache.settings import Settings
 from ks_inductor.cli import build_parser, main
 from ks_inductor.cli.args import HelpFormatter, dtype_name
-from ks_inductor.compiler import backend as B
+from tests.cli_home import _isolated  # noqa: F401 - autouse: a kernelsmith home per test
 from tests.test_cli_consistency import _actions, _commands, _one_line_error
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("KERNELSMITH_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("KERNELSMITH_DB", raising=False)
-    torch._dynamo.reset()
-    yield
-    B.forget_stores()
 
 
 def _program_parsers() -> list[tuple[str, argparse.ArgumentParser]]:

@@ -7,28 +7,18 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from kernel_cache.pack import ExportFilters, export_pack
 from kernel_cache.store import KernelStore
 from kernel_cache.testing import a100, make_record
 from ks_inductor.cli import main
-from ks_inductor.compiler import backend as B
 from ks_inductor.warm import WarmItem, WarmSummary
+from tests.cli_home import _isolated  # noqa: F401 - autouse: a kernelsmith home per test
 from tests.test_cache_store import _problem
 from tests.test_warm_cli import FACTORY
 
 # A kernel whose source has lines far wider than a terminal's 80 columns.
 LONG_TAG = "a docstring line much wider than any terminal " * 4
-
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("KERNELSMITH_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("KERNELSMITH_DB", raising=False)
-    torch._dynamo.reset()
-    yield
-    B.forget_stores()
 
 
 @pytest.fixture
