@@ -212,13 +212,12 @@ def _timing(job: dict[str, Any], problem: Any, model: Any, counter: Any, flags: 
 
     from ks_inductor.judge import timing as T
     from ks_inductor.judge.inputs import make_inputs
-    from ks_inductor.judge.reference_job import refresher
 
     cfg = job["timing"]
     P.mark("timing_setup")
     sets = [make_inputs(problem, job["specs"], seed, dist, device) for seed, dist in job["timing_sets"]]
     active = [x.clone() if isinstance(x, torch.Tensor) else x for x in sets[0]]
-    before_each = refresher(active, sets, job["output_specs"], device)
+    before_each = T.refresher(active, sets, job["output_specs"], device)
     fns = {"candidate": lambda: model(*active)}
     # The device alone for a measurement; an untimed run (the interpreter's re-check of rotated inputs) measures
     # nothing, and holding the device alone would only leave a core idle while another judgment waits.
@@ -277,11 +276,11 @@ def _timing(job: dict[str, Any], problem: Any, model: Any, counter: Any, flags: 
 
 def _steady_state(job: dict[str, Any], model: Any, sets: list[list[Any]], flags: list[tuple[str, str]],
                   device: str, later: P.Deliveries) -> dict[str, Any]:
-    """The candidate timed inside a CUDA graph (``reference_job.steady_state_samples``). A graph replays whatever
+    """The candidate timed inside a CUDA graph (``timing.steady_state_samples``). A graph replays whatever
     was captured, so a candidate that computes only while it is being watched, or that learns its inputs once, would
     look fast here: after every timed replay a few sets' outputs go to the judge, compared with the reference's
     outputs for the contents that replay saw, and every set of the last replay."""
-    from ks_inductor.judge.reference_job import steady_state_samples
+    from ks_inductor.judge.timing import steady_state_samples
 
     picker = random.Random(job["order_seed"] + 1)
     handed = {"n": 0}

@@ -43,8 +43,6 @@ class JobOutcome:
     detail: str = ""
     log_tail: str = ""
     stages: list[str] = field(default_factory=list)
-    worker: Any = None  # the process that ran it, and its device
-    device: int | None = None
 
 
 def _rss_mb(pid: int) -> float:

@@ -10,7 +10,6 @@ reference model and no reference output it could hand back or hook.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import warnings
 from collections.abc import Iterator
@@ -138,7 +137,7 @@ def run_baselines(job: dict[str, Any]) -> dict[str, Any]:
             tools["inductor"] = compiled
         except Exception as e:  # noqa: BLE001 - a baseline Inductor cannot build is left out and said
             errors["inductor"] = f"{type(e).__name__}: {str(e)[:300]}"
-    before_each = refresher(active, sets, job["output_specs"], device)
+    before_each = T.refresher(active, sets, job["output_specs"], device)
     fns = {name: (lambda f=f: f(*active)) for name, f in tools.items()}
     P.acquire("exclusive")
     P.stage("timing")
@@ -150,82 +149,11 @@ def run_baselines(job: dict[str, Any]) -> dict[str, Any]:
                 seed=job["order_seed"], device=device, flush=T.make_l2_flush(device, job.get("l2_bytes", 0)))
             steady: dict[str, Any] = {}
             if cfg.get("steady") and device != "cpu":
-                steady = steady_state_samples(job, tools, sets, device)
+                steady = T.steady_state_samples(job, tools, sets, device)
             bandwidth = T.measure_copy_bandwidth(device, 512 * 2**20) if device != "cpu" else None
     finally:
         P.release("exclusive")
     return {"samples": samples, "errors": errors, "bandwidth": bandwidth, **steady}
-
-
-def refresher(active: list[Any], sets: list[list[Any]], out_specs: list[dict[str, Any]], device: str) -> Any:
-    """What runs before every timed call, for a candidate and the baselines alike: the inputs at the same addresses
-    get the next set's contents (a result cached by pointer goes stale), and the blocks the outputs will take are
-    poisoned, as before every checked call, so that a candidate cannot tell a timed call from a checked one."""
-    import torch
-
-    def before_each(i: int) -> None:
-        for a, s in zip(active, sets[i % len(sets)]):
-            if isinstance(a, torch.Tensor):
-                a.copy_(s)
-        P.poison(out_specs, device, wait=False)
-
-    return before_each
-
-
-def steady_state_samples(job: dict[str, Any], tools: dict[str, Any], sets: list[list[Any]], device: str,
-                         after_replay: Any = None) -> dict[str, Any]:
-    """Time ``tools`` inside a CUDA graph, the way a served model runs them: one call per input set, back to back,
-    over sets that together exceed a few times the L2 (``timing.benchmark_graphed``). Before every timed replay the
-    sets get other contents (the timing sets, rotated) and the L2 is flushed; ``after_replay(name, graph_sets,
-    held, shift)`` sees what each replay wrote. Returns ``steady_samples`` and ``steady_errors`` per tool and the
-    number of graph sets, or ``steady_skipped`` with why."""
-    import torch
-
-    from ks_inductor.judge import timing as T
-
-    l2 = job.get("l2_bytes") or T.device_l2_bytes()
-    out_bytes = sum(math.prod(o["shape"]) * getattr(torch, o["dtype"]).itemsize for o in job["output_specs"])
-    in_bytes = sum(x.numel() * x.element_size() for x in sets[0] if isinstance(x, torch.Tensor))
-    count = T.cold_set_count(in_bytes + out_bytes, l2)
-    need = T.steady_state_bytes(in_bytes, out_bytes, count, len(sets), len(tools))
-    have = T.device_bytes_available(device)
-    if have is not None and need > have:
-        # Not timing the steady state is the judge's limit, not the candidate's fault: per call it is still timed.
-        return {"steady_skipped": f"the CUDA-graph timing needs {need / 2**30:.1f} GiB of device memory on top of "
-                                  f"the per-call timing's, and {have / 2**30:.1f} GiB is left"}
-    try:
-        graph_sets = [[x.clone() if isinstance(x, torch.Tensor) else x for x in sets[k % len(sets)]]
-                      for k in range(count)]
-    except torch.cuda.OutOfMemoryError as e:
-        return {"steady_skipped": f"the CUDA-graph timing ran out of device memory setting up: {str(e)[:200]}"}
-    held: dict[int, list[Any]] = {}
-
-    def call(f: Any, k: int, keep: bool) -> Any:
-        out = f(*graph_sets[k])
-        if keep:
-            held[k] = P.as_outputs(out)
-        return out  # kept alive by the timing loop, for every tool alike
-
-    calls = {name: [(lambda f=f, k=k: call(f, k, after_replay is not None)) for k in range(count)]
-             for name, f in tools.items()}
-    flush = T.make_l2_flush(device, l2)
-    shift = {"now": 0}
-
-    def before_replay(name: str) -> None:
-        shift["now"] += 1
-        for k, s in enumerate(graph_sets):
-            for a, b in zip(s, sets[(k + shift["now"]) % len(sets)]):
-                if isinstance(a, torch.Tensor):
-                    a.copy_(b)
-        flush()
-
-    def replayed(name: str) -> None:
-        if after_replay is not None:
-            after_replay(name, held, shift["now"])
-
-    samples, errors = T.benchmark_graphed(calls, rounds=job["timing"]["rounds"], seed=job["order_seed"],
-                                          before_replay=before_replay, after_replay=replayed)
-    return {"steady_samples": samples, "steady_errors": errors, "graphs": count}
 
 
 # Low-precision outputs get a float64 rerun of the reference (``_truth``) up to this many bytes of outputs a run.

@@ -370,10 +370,8 @@ class Judge:
                 return JobOutcome(None, "start", "deadline", DEADLINE_ERROR)
             with clock.section("worker_start"):
                 worker = self._pool.take(device)
-            out = worker.run_job(job, self._stage_limits(), self.config.memory_limit_mb,
-                                 self._pool.device_locks.get(device), on_output, clock, deadline)
-            out.worker, out.device = worker, device
-            return out
+            return worker.run_job(job, self._stage_limits(), self.config.memory_limit_mb,
+                                  self._pool.device_locks.get(device), on_output, clock, deadline)
         finally:
             gate.release(mode)
 

@@ -16,6 +16,7 @@ protocol (interpreter timings mean nothing).
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 import time
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ks_inductor.judge import protocol
 from ks_inductor.judge.verdict import Timing
 
 
@@ -405,3 +407,72 @@ def measure_matmul_peak(device: str = "cuda", dtype: Any = None, n: int = 8192) 
         torch.cuda.synchronize()
         times.append(s.elapsed_time(e) / 1e3)
     return 2 * n**3 / statistics.median(times)
+
+
+def refresher(active: list[Any], sets: list[list[Any]], out_specs: list[dict[str, Any]], device: str) -> Any:
+    """What runs before every timed call, for a candidate and the baselines alike: the inputs at the same addresses
+    get the next set's contents (a result cached by pointer goes stale), and the blocks the outputs will take are
+    poisoned, as before every checked call, so that a candidate cannot tell a timed call from a checked one."""
+    import torch
+
+    def before_each(i: int) -> None:
+        for a, s in zip(active, sets[i % len(sets)]):
+            if isinstance(a, torch.Tensor):
+                a.copy_(s)
+        protocol.poison(out_specs, device, wait=False)
+
+    return before_each
+
+
+def steady_state_samples(job: dict[str, Any], tools: dict[str, Any], sets: list[list[Any]], device: str,
+                         after_replay: Any = None) -> dict[str, Any]:
+    """Time ``tools`` inside a CUDA graph, the way a served model runs them: one call per input set, back to back,
+    over sets that together exceed a few times the L2 (``timing.benchmark_graphed``). Before every timed replay the
+    sets get other contents (the timing sets, rotated) and the L2 is flushed; ``after_replay(name, graph_sets,
+    held, shift)`` sees what each replay wrote. Returns ``steady_samples`` and ``steady_errors`` per tool and the
+    number of graph sets, or ``steady_skipped`` with why."""
+    import torch
+
+    l2 = job.get("l2_bytes") or device_l2_bytes()
+    out_bytes = sum(math.prod(o["shape"]) * getattr(torch, o["dtype"]).itemsize for o in job["output_specs"])
+    in_bytes = sum(x.numel() * x.element_size() for x in sets[0] if isinstance(x, torch.Tensor))
+    count = cold_set_count(in_bytes + out_bytes, l2)
+    need = steady_state_bytes(in_bytes, out_bytes, count, len(sets), len(tools))
+    have = device_bytes_available(device)
+    if have is not None and need > have:
+        # Not timing the steady state is the judge's limit, not the candidate's fault: per call it is still timed.
+        return {"steady_skipped": f"the CUDA-graph timing needs {need / 2**30:.1f} GiB of device memory on top of "
+                                  f"the per-call timing's, and {have / 2**30:.1f} GiB is left"}
+    try:
+        graph_sets = [[x.clone() if isinstance(x, torch.Tensor) else x for x in sets[k % len(sets)]]
+                      for k in range(count)]
+    except torch.cuda.OutOfMemoryError as e:
+        return {"steady_skipped": f"the CUDA-graph timing ran out of device memory setting up: {str(e)[:200]}"}
+    held: dict[int, list[Any]] = {}
+
+    def call(f: Any, k: int, keep: bool) -> Any:
+        out = f(*graph_sets[k])
+        if keep:
+            held[k] = protocol.as_outputs(out)
+        return out  # kept alive by the timing loop, for every tool alike
+
+    calls = {name: [(lambda f=f, k=k: call(f, k, after_replay is not None)) for k in range(count)]
+             for name, f in tools.items()}
+    flush = make_l2_flush(device, l2)
+    shift = {"now": 0}
+
+    def before_replay(name: str) -> None:
+        shift["now"] += 1
+        for k, s in enumerate(graph_sets):
+            for a, b in zip(s, sets[(k + shift["now"]) % len(sets)]):
+                if isinstance(a, torch.Tensor):
+                    a.copy_(b)
+        flush()
+
+    def replayed(name: str) -> None:
+        if after_replay is not None:
+            after_replay(name, held, shift["now"])
+
+    samples, errors = benchmark_graphed(calls, rounds=job["timing"]["rounds"], seed=job["order_seed"],
+                                          before_replay=before_replay, after_replay=replayed)
+    return {"steady_samples": samples, "steady_errors": errors, "graphs": count}
