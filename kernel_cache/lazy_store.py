@@ -48,6 +48,12 @@ class LazyKernelStore:
         assert self._reader is not None
         return self._reader.guard_decision(key)
 
+    def room(self, problem_key: str, fingerprint_id: str) -> dict[str, Any] | None:
+        if self._store is not None:
+            return self._store.room(problem_key, fingerprint_id)
+        assert self._reader is not None
+        return self._reader.room(problem_key, fingerprint_id)
+
     def close(self) -> None:
         if self._reader is not None:
             self._reader.close()

@@ -29,7 +29,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from kernel_cache.errors import DatabaseUnavailableError
-from kernel_cache.schema import GUARD_DDL, GUARD_TABLE
+from kernel_cache.schema import GUARD_DDL, GUARD_TABLE, ROOM_DDL, ROOM_TABLE
 from kernel_cache.urls import display_url, normalize_url
 
 GENERATION_TABLE = "kernel_cache_generation"
@@ -58,6 +58,7 @@ _GEN_DDL = [
     f"CREATE TRIGGER kernels_generation AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON kernels "
     f"FOR EACH STATEMENT EXECUTE FUNCTION {GENERATION_TABLE}_bump()",
     GUARD_DDL,
+    ROOM_DDL,
 ]
 BUMP_SQL = f"UPDATE {GENERATION_TABLE} SET gen = gen + 1 WHERE id = 1"
 STAMP_SQL = f"SELECT epoch, gen FROM {GENERATION_TABLE} WHERE id = 1"
@@ -149,7 +150,7 @@ def _finite(v: Any) -> Any:
 
 
 def ensure_extras(conn: Any) -> None:
-    """Create the generation counter, its trigger and the graph guard table if missing. ``conn``: a SQLAlchemy
+    """Create the generation counter, its trigger, the graph guard and room tables if missing. ``conn``: a SQLAlchemy
     connection inside a transaction that holds :data:`SCHEMA_LOCK`."""
     for ddl in _GEN_DDL:
         conn.exec_driver_sql(ddl, {"epoch": uuid.uuid4().hex} if "%(epoch)s" in ddl else None)
@@ -159,6 +160,7 @@ def has_extras(conn: Any) -> bool:
     row = conn.exec_driver_sql(
         "SELECT count(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
         "WHERE t.tgname = 'kernels_generation' AND c.relname = 'kernels' AND pg_table_is_visible(c.oid) "
-        f"AND to_regclass('{GENERATION_TABLE}') IS NOT NULL AND to_regclass('{GUARD_TABLE}') IS NOT NULL"
+        f"AND to_regclass('{GENERATION_TABLE}') IS NOT NULL AND to_regclass('{GUARD_TABLE}') IS NOT NULL "
+        f"AND to_regclass('{ROOM_TABLE}') IS NOT NULL"
     ).scalar()
     return bool(row)

@@ -27,7 +27,7 @@ from kernel_cache.errors import CacheError, CorruptDatabaseError
 from kernel_cache.fingerprint import BACKEND_CPU_INTERPRET, MATCH_EXACT, MATCH_NONE, EnvFingerprint, match
 from kernel_cache.postgres import STAMP_SQL, connect_error, conninfo
 from kernel_cache.record import VERIFIED, KernelRecord
-from kernel_cache.schema import GUARD_TABLE, KERNEL_FIELDS, SCHEMA_VERSION, SQLITE_MAGIC
+from kernel_cache.schema import GUARD_TABLE, KERNEL_FIELDS, ROOM_TABLE, SCHEMA_VERSION, SQLITE_MAGIC, room_key
 from kernel_cache.urls import default_db_url, display_url, is_postgres_url, normalize_url, sqlite_file
 
 log = logging.getLogger(__name__)
@@ -44,8 +44,8 @@ def servable(rec: KernelRecord, fp: EnvFingerprint, current: EnvFingerprint) -> 
     return match(fp, current)
 
 
-def decode_guard_result(value: Any) -> dict[str, Any] | None:
-    """A stored graph guard result column as a dict; None for anything else."""
+def decode_side_result(value: Any) -> dict[str, Any] | None:
+    """A stored JSON result column (a guard decision, a room) as a dict; None for anything else."""
     data = json.loads(value) if isinstance(value, str) else value
     return data if isinstance(data, dict) else None
 
@@ -73,6 +73,7 @@ class KernelReader:
 
     LOOKUP_SQL = ""
     GUARD_SQL = ""
+    ROOM_SQL = ""
 
     def __init__(self, where: str) -> None:
         self.where = where
@@ -94,8 +95,9 @@ class KernelReader:
         """A cursor over the verified kernels of a key on a hardware id, best first."""
         return conn.execute(self.LOOKUP_SQL, (problem_key, VERIFIED, hardware_id))
 
-    def _guard_row(self, conn: Any, key: str) -> Any:
-        return conn.execute(self.GUARD_SQL, (key,)).fetchone()
+    def _side_row(self, conn: Any, sql: str, key: str) -> Any:
+        """One row of a table beside the versioned schema (guard decisions, rooms); None where it has none."""
+        return conn.execute(sql, (key,)).fetchone()
 
     def close(self) -> None:
         with self._lock:
@@ -143,8 +145,13 @@ class KernelReader:
 
     def guard_decision(self, key: str) -> dict[str, Any] | None:
         """A stored graph guard result for ``key``; None when there is none (or no table yet)."""
-        row = self._run(lambda c: self._guard_row(c, key))
-        return decode_guard_result(row[0]) if row is not None else None
+        row = self._run(lambda c: self._side_row(c, self.GUARD_SQL, key))
+        return decode_side_result(row[0]) if row is not None else None
+
+    def room(self, problem_key: str, fingerprint_id: str) -> dict[str, Any] | None:
+        """The stored room (``Room.to_json()``) of a problem on a machine; None when there is none."""
+        row = self._run(lambda c: self._side_row(c, self.ROOM_SQL, room_key(problem_key, fingerprint_id)))
+        return decode_side_result(row[0]) if row is not None else None
 
 
 class SqliteReader(KernelReader):
@@ -154,6 +161,7 @@ class SqliteReader(KernelReader):
     LOOKUP_SQL = (f"{_SELECT} WHERE problem_key = ? AND status = ? AND hardware_id = ? "
                   "ORDER BY rank_speedup IS NULL, rank_speedup DESC, median_ms IS NULL, median_ms, id")
     GUARD_SQL = f"SELECT result FROM {GUARD_TABLE} WHERE key = ?"
+    ROOM_SQL = f"SELECT result FROM {ROOM_TABLE} WHERE key = ?"
 
     def __init__(self, path: Path, where: str | None = None) -> None:
         super().__init__(where or str(path))
@@ -200,11 +208,11 @@ class SqliteReader(KernelReader):
         except sqlite3.DatabaseError as e:
             raise _sqlite_error(self.where, e) from None
 
-    def _guard_row(self, conn: sqlite3.Connection, key: str) -> Any:
+    def _side_row(self, conn: sqlite3.Connection, sql: str, key: str) -> Any:
         try:
-            return super()._guard_row(conn, key)
+            return super()._side_row(conn, sql, key)
         except sqlite3.OperationalError as e:
-            if "no such table" in str(e):  # made by the first decision stored
+            if "no such table" in str(e):  # made by the first row stored
                 return None
             raise
 
@@ -224,6 +232,7 @@ class PgReader(KernelReader):
     LOOKUP_SQL = (f"{_SELECT} WHERE problem_key = %s AND status = %s AND hardware_id = %s "
                   "ORDER BY rank_speedup DESC NULLS LAST, median_ms ASC NULLS LAST, id")
     GUARD_SQL = f"SELECT result FROM {GUARD_TABLE} WHERE key = %s"
+    ROOM_SQL = f"SELECT result FROM {ROOM_TABLE} WHERE key = %s"
 
     def __init__(self, url: str, where: str | None = None) -> None:
         super().__init__(where or display_url(url))

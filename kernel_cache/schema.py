@@ -25,3 +25,15 @@ GUARD_TABLE = "graph_guard_decisions"
 GUARD_DDL = (f"CREATE TABLE IF NOT EXISTS {GUARD_TABLE} (key VARCHAR(64) NOT NULL PRIMARY KEY, "
              "fingerprint_id VARCHAR(32) NOT NULL, kept BOOLEAN NOT NULL, result TEXT NOT NULL, "
              "created_at FLOAT NOT NULL)")
+
+# A region's room (``ks_inductor.judge.room.Room``): its baselines' times and its floor on one machine, measured by the
+# judge. Like the guard decisions, a measurement that can always be taken again: outside the versioned schema.
+ROOM_TABLE = "region_rooms"
+ROOM_DDL = (f"CREATE TABLE IF NOT EXISTS {ROOM_TABLE} (key VARCHAR(128) NOT NULL PRIMARY KEY, "
+            "problem_key VARCHAR(64) NOT NULL, fingerprint_id VARCHAR(32) NOT NULL, result TEXT NOT NULL, "
+            "created_at FLOAT NOT NULL)")
+
+
+def room_key(problem_key: str, fingerprint_id: str) -> str:
+    """The room table's key: a region's room is per problem and per machine (hardware and software versions)."""
+    return f"{problem_key}|{fingerprint_id}"

@@ -166,6 +166,11 @@ def add_search_arguments(p: argparse.ArgumentParser | Any, per: str) -> None:
                    help=f"independent populations the search keeps (default {ISLANDS})")
     p.add_argument("--seed", type=nonnegative_int, default=SEED, metavar="N",
                    help=f"random seed of the search (default {SEED})")
+    p.add_argument("--settle-at", type=nonnegative_float, default=None, metavar="FRACTION",
+                   help=f"no search for a {per} whose faster of eager and Inductor runs at this fraction of its floor "
+                        "(bytes at the measured copy rate, FLOPs at the measured matmul rate) or above; the backend "
+                        "serves that baseline (default 0.9 on a GPU; on the interpreter no room is measured unless "
+                        "this is given)")
 
 
 def add_model_arguments(p: argparse.ArgumentParser | Any, source: str | None) -> None:

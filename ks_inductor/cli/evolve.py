@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
                         fallback="embedded" if args.llm_fallback == "embedded" else None)
     config = EvolveConfig(budget=args.budget, time_limit_s=time_limit_s(args),
                           islands=args.islands, backend=args.backend, llm=llm, seed=args.seed,
-                          resume=not args.no_resume, parallel=args.parallel)
+                          resume=not args.no_resume, parallel=args.parallel, settle_at=args.settle_at)
     try:
         store = KernelStore(args.db)
     except CacheError as e:
@@ -151,7 +151,11 @@ def print_summary(console: Console, problem: Any, s: Any) -> None:
         if s.best_result is not None and s.best_result.roofline_fraction:
             t.add_row("roofline", f"{100 * s.best_result.roofline_fraction:.1f}% of the floor")
     else:
-        t.add_row("winner", "none (no correct candidate)")
+        t.add_row("winner", f"none ({s.why})" if s.why else "none (no correct candidate)")
+    if s.room:
+        from ks_inductor.judge.room import Room
+
+        t.add_row("room", Room.from_json(s.room).summary())
     if s.tokens:
         t.add_row("LLM usage", ", ".join(f"{k} {v}" for k, v in s.tokens.items()))
     console.print(t)

@@ -177,7 +177,7 @@ def _export_for_model(args: argparse.Namespace) -> int:
     if not problems:
         raise UsageError(f"{args.hf_config}: none of its layers is one a {stack} pack serves")
     config = EvolveConfig(budget=args.budget, time_limit_s=args.time_limit, islands=args.islands,
-                          backend=args.backend, seed=args.seed)
+                          backend=args.backend, seed=args.seed, settle_at=args.settle_at)
     try:
         build = pack_for_problems(problems, args.output, db=args.db, config=config, sign_key=args.sign_key,
                                   console=console, vectors=not args.no_vectors, min_speedup=args.min_speedup)

@@ -111,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
             origin = "model"
         console.print(f"{len({p.key for p in problems})} distinct regions to warm")
         config = EvolveConfig(budget=args.budget, time_limit_s=args.time_limit, islands=args.islands,
-                              backend=args.backend, seed=args.seed, parallel_regions=args.parallel_regions)
+                              backend=args.backend, seed=args.seed, parallel_regions=args.parallel_regions,
+                              settle_at=args.settle_at)
         # The whole-run limit counts from the command's start: tracing the model is part of the run.
         total = None if args.total_time is None else args.total_time - (time.monotonic() - started)
         if args.ray:

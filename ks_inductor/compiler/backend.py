@@ -10,7 +10,9 @@ What happens to a graph:
    key the optimizer and the cache use.
 2. Each region is looked up in the kernel cache for this machine's fingerprint. A hit is a verified kernel whose
    recorded speedup over Inductor is at least ``min_speedup`` (interpreter kernels are untimed and serve only the
-   interpreter). A miss follows the policy: ``fallback`` (Inductor compiles it), ``record`` (also a miss row for
+   interpreter). A region without one is served by eager's ops where its stored room (the judge's timing of eager
+   and Inductor on this machine, :mod:`ks_inductor.judge.room`) says they beat Inductor's code by
+   ``room.EAGER_MARGIN``: the fastest of the three per region. A miss follows the policy: ``fallback`` (Inductor compiles it), ``record`` (also a miss row for
    ``kernelsmith warm --from-misses``) or ``evolve`` (run the optimizer now, within the budget).
 3. Hits are swapped into a *copy* of the Dynamo graph as one call of a ``torch.library`` op (see
    :mod:`ks_inductor.compiler.kernel_ops`), and that graph goes to Inductor's ``compile_fx`` with the user's ``mode`` and
@@ -88,6 +90,11 @@ EVOLVED = "evolved"  # missed, then found by the optimizer during this compile
 UNSUPPORTED = "unsupported"
 ERROR = "error"
 UNUSABLE = "unusable"  # a verified kernel exists but this process cannot run it (see unrunnable_reason)
+EAGER = "eager"  # no faster kernel; the judge measured eager's ops faster than Inductor's code, so they are served
+
+
+# What a swap serves in place of Inductor's code for a region.
+SERVED = (HIT, EVOLVED, EAGER)
 
 
 class KernelsmithWarning(UserWarning):
@@ -148,6 +155,8 @@ class RegionReport:
     kernel_id: int | None = None
     note: str = ""
     symbolic: bool = False
+    # The region's stored room on this machine (``ks_inductor.judge.room.Room.to_json()``), where it was read.
+    room: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -176,9 +185,14 @@ class CompileReport:
     def misses(self) -> int:
         return sum(r.status == MISS for r in self.regions)
 
+    @property
+    def eager(self) -> int:
+        """Regions served by eager's ops (faster than Inductor's code there, and no faster kernel cached)."""
+        return sum(r.status == EAGER for r in self.regions)
+
     def to_json(self) -> dict[str, Any]:
         return {"regions": [r.to_json() for r in self.regions], "swapped": self.swapped, "hits": self.hits,
-                "misses": self.misses, "fallback_reason": self.fallback_reason, "analysis_s": self.analysis_s,
+                "misses": self.misses, "eager": self.eager, "fallback_reason": self.fallback_reason, "analysis_s": self.analysis_s,
                 "traced_nodes": self.traced_nodes, "traced_regions": self.traced_regions, "variant": self.variant,
                 "guard": self.guard.to_json() if self.guard is not None else None}
 
@@ -244,8 +258,36 @@ def _warn(msg: str) -> None:
 @dataclass
 class _Hit:
     region: Any
-    record: Any
+    record: Any  # a KernelRecord, or an EagerChoice
     report: RegionReport
+
+
+@dataclass(frozen=True)
+class EagerChoice:
+    """A region served by eager's own ops: what the graph guard keys and reads of a swap, as of a kernel record."""
+
+    problem_key: str
+    speedup_inductor: float  # Inductor's time over eager's, as the judge measured them
+    id: str = "eager"
+    sha256: str = "eager"
+    timed: bool = True
+
+
+def stored_room(store: Any, problem_key: str, fp: Any) -> dict[str, Any] | None:
+    """The room stored for a region's key on this machine, or None (none measured, or a store without rooms)."""
+    read = getattr(store, "room", None)
+    return read(problem_key, fp.id) if read is not None else None
+
+
+def _eager_choice(room: dict[str, Any] | None, problem: Any) -> EagerChoice | None:
+    """Eager's ops for ``problem`` where its room (``ks_inductor.judge.room``) says they beat Inductor's code by the
+    margin on this machine; None otherwise."""
+    from ks_inductor.judge.room import Room
+
+    if not room:
+        return None
+    r = Room.from_json(room)
+    return EagerChoice(problem.key, r.eager_gain or 1.0) if r.serves_eager else None
 
 
 def analyze(gm: fx.GraphModule, opts: BackendOptions, act_on_miss: bool = True,
@@ -279,19 +321,28 @@ def analyze(gm: fx.GraphModule, opts: BackendOptions, act_on_miss: bool = True,
         record = store.lookup(problem.key, fp)
         if record is None and act_on_miss:
             record = _on_miss(opts, store, problem, fp, rr)
+        if record is not None:
+            rr.kernel_id = record.id
+            rr.speedup = record.speedup_inductor
+            # min_speedup <= 0 asks for no measured speedup at all (tests of the mechanism, experiments).
+            if record.timed and opts.min_speedup > 0 and (record.speedup_inductor is None
+                                                          or record.speedup_inductor < opts.min_speedup):
+                rr.status = SLOWER
+                rr.note = (f"kernel {record.id}: speedup over Inductor {record.speedup_inductor} < "
+                           f"{opts.min_speedup}")
+                record = None
+            elif rr.status != EVOLVED:
+                rr.status = HIT
         if record is None:
-            continue
-        rr.kernel_id = record.id
-        rr.speedup = record.speedup_inductor
-        # min_speedup <= 0 asks for no measured speedup at all (tests of the mechanism, experiments).
-        if record.timed and opts.min_speedup > 0 and (record.speedup_inductor is None
-                                                      or record.speedup_inductor < opts.min_speedup):
-            rr.status = SLOWER
-            rr.note = (f"kernel {record.id}: speedup over Inductor {record.speedup_inductor} < "
-                       f"{opts.min_speedup}")
-            continue
-        if rr.status != EVOLVED:
-            rr.status = HIT
+            # The fastest of three: with no kernel to serve, eager's ops where they beat Inductor's code.
+            rr.room = stored_room(store, problem.key, fp)
+            eager = _eager_choice(rr.room, problem)
+            if eager is None:
+                continue
+            rr.status, rr.speedup = EAGER, eager.speedup_inductor
+            rr.note = (f"eager's ops, {eager.speedup_inductor:.2f}x Inductor's code here"
+                       + (f" ({rr.note})" if rr.note else ""))
+            record = eager
         hits.append(_Hit(region, record, rr))
     hits = _drop_unrunnable(hits)
     for op in sorted(set(part.unsupported)):
@@ -323,7 +374,7 @@ def _drop_unrunnable(hits: list[_Hit]) -> list[_Hit]:
     """The hits this process can run; the others' regions are marked :data:`UNUSABLE`, with the reason."""
     kept = []
     for h in hits:
-        reason = unrunnable_reason(h.region.device)
+        reason = None if isinstance(h.record, EagerChoice) else unrunnable_reason(h.region.device)
         if reason is None:
             kept.append(h)
         else:
@@ -392,8 +443,11 @@ def rewrite(gm: fx.GraphModule, hits: list[_Hit], use_triton_op: bool) -> tuple[
             in_vals = [rg.example_value(a) for a in region.inputs]
             out_vals = [rg.example_value(o) for o in region.outputs]
             spec = ko.OpSpec([ko.input_kind(v) for v in in_vals], len(out_vals), [v.dtype for v in out_vals])
-            kernel = ko.load_kernel(hit.record, wrap_triton=use_triton_op)
-            op = ko.register_region_op(kernel, hit.region.problem.key, reference, spec, triton=use_triton_op)
+            if isinstance(hit.record, EagerChoice):
+                op = ko.register_eager_op(hit.record.problem_key, reference, spec)
+            else:
+                kernel = ko.load_kernel(hit.record, wrap_triton=use_triton_op)
+                op = ko.register_region_op(kernel, hit.region.problem.key, reference, spec, triton=use_triton_op)
             if region.symbolic:
                 _specialize(region)
         except Exception as e:  # noqa: BLE001 - this region stays with Inductor
@@ -534,7 +588,7 @@ def kernelsmith_backend(gm: fx.GraphModule, example_inputs: list[Any], mode: str
         _log(report)
         return compiled
     for rr in report.regions:
-        if rr.status in (HIT, EVOLVED):
+        if rr.status in SERVED:
             rr.status, rr.note = ERROR, rr.note or "kernel not used (see warnings)"
     _log(report)
     return compile_fx(gm, example_inputs, config_patches=patches)
@@ -551,14 +605,14 @@ def _swapped_kernels(opts: BackendOptions, hits: list[_Hit]) -> list[Any] | None
     (``graph_guard`` off, or ``auto`` with an untimed kernel among them)."""
     if opts.graph_guard == "off" or (opts.graph_guard == "auto" and not all(h.record.timed for h in hits)):
         return None
-    return [h.record for h in hits if h.report.status in (HIT, EVOLVED)]
+    return [h.record for h in hits if h.report.status in SERVED]
 
 
 def _drop_swaps(report: CompileReport, hits: list[_Hit], result: Any) -> None:
     report.swapped, report.variant = 0, None
     report.fallback_reason = f"graph guard: {result.note}"
     for h in hits:
-        if h.report.status in (HIT, EVOLVED):
+        if h.report.status in SERVED:
             h.report.status = SLOWER
             h.report.note = "swapped graph not faster than Inductor alone (graph guard)"
 

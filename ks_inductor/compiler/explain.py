@@ -16,8 +16,16 @@ from typing import Any
 
 import torch
 
-from ks_inductor.compiler.backend import BackendOptions, CompileReport, RegionReport, analyze, open_store
+from ks_inductor.compiler.backend import (
+    BackendOptions,
+    CompileReport,
+    RegionReport,
+    analyze,
+    current_fingerprint,
+    open_store,
+)
 from ks_inductor.compiler.served import region_why, render
+from ks_inductor.judge.room import room_cell
 
 log = logging.getLogger(__name__)
 
@@ -44,16 +52,19 @@ class Explanation:
         from rich.table import Table
 
         t = Table(title=title)
-        for col in ("graph", "#", "kind", "key", "operations", "inputs", "status", "speedup vs Inductor", "why"):
+        for col in ("graph", "#", "kind", "key", "operations", "inputs", "status", "speedup vs Inductor", "room",
+                    "why"):
             t.add_column(col, overflow="fold")
-        colour = {"hit": "green", "evolved": "green", "miss": "yellow", "slower": "yellow", "unusable": "yellow"}
+        colour = {"hit": "green", "evolved": "green", "eager": "cyan", "miss": "yellow", "slower": "yellow",
+                  "unusable": "yellow"}
         for gi, g in enumerate(self.graphs):
             for r in g.regions:
                 sp = "-" if r.speedup is None else f"{r.speedup:.2f}x"
                 if r.status == "hit" and r.speedup is None:
                     sp = "untimed"
                 t.add_row(str(gi), "-" if r.index < 0 else str(r.index), r.kind, (r.key or "-")[:16], r.ops,
-                          r.signature, f"[{colour.get(r.status, 'red')}]{r.status}[/]", sp, region_why(r))
+                          r.signature, f"[{colour.get(r.status, 'red')}]{r.status}[/]", sp, room_cell(r.room),
+                          region_why(r))
         return t
 
     def __str__(self) -> str:
@@ -81,7 +92,7 @@ def explain(model: Any, *inputs: Any, db: str | None = None, judge_backend: str 
 
     def capture(gm: torch.fx.GraphModule, example_inputs: list[Any], **_: Any) -> Any:
         report, _hits, _store = analyze(gm, opts, act_on_miss=False, store=store)
-        _stored_whys(report, store)
+        _stored_whys(report, store, current_fingerprint(opts.judge_backend))
         result.graphs.append(report)
         for problem in report.problems:
             if problem.key not in seen:
@@ -95,8 +106,14 @@ def explain(model: Any, *inputs: Any, db: str | None = None, judge_backend: str 
     return result
 
 
-def _stored_whys(report: Any, store: Any) -> None:
-    """A missed region's note, where it has none: why the latest search of its key stored no kernel."""
+def _stored_whys(report: Any, store: Any, fp: Any) -> None:
+    """Each region's stored room where the analysis did not read it; and a missed region's note, where it has
+    none: why the latest search of its key stored no kernel."""
+    from ks_inductor.compiler.backend import stored_room
+
+    for r in report.regions:
+        if r.key and r.room is None:
+            r.room = stored_room(store, r.key, fp)
     last_why = getattr(store, "last_why", None)
     if last_why is None:
         return

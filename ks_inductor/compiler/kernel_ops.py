@@ -15,7 +15,10 @@ Two registrations:
   wrapper (no Python dispatch per call, part of Inductor's cache key). ``triton_op`` does not work under
   ``TRITON_INTERPRET=1`` (research note C §3.3), so it is only offered on CUDA.
 
-Both get ``register_autograd`` with the backward of the reference region (``torch.func.vjp``): AOTAutograd traces
+A region where the judge measured eager's ops faster than Inductor's code gets a third kind (:func:`register_eager_op`):
+an opaque op that runs the region's own graph as eager would, so that Inductor leaves it alone.
+
+All get ``register_autograd`` with the backward of the reference region (``torch.func.vjp``): AOTAutograd traces
 it into the backward graph that Inductor compiles, so gradients are those of eager.
 """
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import inspect
+import itertools
 import logging
 import os
 import tempfile
@@ -229,6 +233,44 @@ def register_region_op(
         return overload
 
 
+_EAGER_SERIAL = itertools.count()
+
+
+def register_eager_op(problem_key: str, reference: Callable[..., Any], spec: OpSpec) -> Any:
+    """An opaque op that runs ``reference`` (a region of the user's graph) as eager does, for a region where the
+    judge measured eager's ops faster than Inductor's code: Inductor calls it as it calls any extern op, and fuses
+    nothing into it. One op per region module, since the module holds that graph's own submodules and weights."""
+    name = (f"{OP_NAMESPACE}::e_{hashlib.sha256(f'{problem_key}|{spec.schema()}'.encode()).hexdigest()[:16]}_"
+            f"{next(_EAGER_SERIAL)}")
+    schema = spec.schema()
+
+    def impl(*args: Any) -> Any:
+        with torch.no_grad():
+            return _finish_outputs(_as_tuple(reference(*args)), args, spec, check_alias=True)
+
+    with _REGISTRY_LOCK:
+        op_def = torch.library.custom_op(name, impl, mutates_args=(), schema=schema)
+        op_def.register_fake(_fake_outputs(reference, spec))
+        _register_autograd(op_def, reference, spec)
+        ns, short = name.split("::")
+        overload = getattr(getattr(torch.ops, ns), short).default
+        _OPS[name] = overload
+    log.debug("registered eager op %s for region %s (%s)", name, problem_key, schema)
+    return overload
+
+
+def _fake_outputs(reference: Callable[..., Any], spec: OpSpec) -> Callable[..., Any]:
+    """The ops' fake implementation: the region's reference on fake tensors, so output shapes are right for symbolic
+    sizes too; its outputs are fresh and contiguous, as the ops' real outputs are."""
+
+    def fake(*args: Any) -> Any:
+        outs = _as_tuple(reference(*args))
+        fresh = [torch.empty_like(o, memory_format=torch.contiguous_format) for o in outs]
+        return fresh[0] if spec.num_outputs == 1 else tuple(fresh)
+
+    return fake
+
+
 def _make_custom_op(name: str, schema: str, kernel: LoadedKernel, reference: Callable[..., Any],
                     spec: OpSpec) -> Any:
     def impl(*args: Any) -> Any:
@@ -247,13 +289,7 @@ def _make_custom_op(name: str, schema: str, kernel: LoadedKernel, reference: Cal
             return _finish_outputs(_as_tuple(reference(*args)), args, spec, check_alias=True)
 
     op_def = torch.library.custom_op(name, impl, mutates_args=(), schema=schema)
-
-    def fake(*args: Any) -> Any:
-        outs = _as_tuple(reference(*args))
-        fresh = [torch.empty_like(o, memory_format=torch.contiguous_format) for o in outs]
-        return fresh[0] if spec.num_outputs == 1 else tuple(fresh)
-
-    op_def.register_fake(fake)
+    op_def.register_fake(_fake_outputs(reference, spec))
     return op_def
 
 

@@ -1,7 +1,8 @@
 """``ks_inductor.served()``: what the compiles made with ``backend="kernelsmith"`` served, region by region.
 
-Every region of a compiled graph runs either the cached kernel swapped in for it (``kernel``) or what Inductor
-generated for it (``inductor``); each row says why, in one line. The rows come from the reports the backend
+Every region of a compiled graph runs the cached kernel swapped in for it (``kernel``), eager's own ops where the
+judge measured them faster than Inductor's code (``eager``), or what Inductor generated for it (``inductor``); each
+row says why, in one line. The rows come from the reports the backend
 publishes as it compiles (``backend.compile_reports``), so they describe what the compiles did, not what a lookup
 would find now. Operations no region takes are listed too: Inductor compiles them.
 """
@@ -13,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ks_inductor.compiler.backend import (
+    EAGER,
     ERROR,
     EVOLVED,
     HIT,
@@ -27,6 +29,8 @@ from ks_inductor.compiler.backend import (
 )
 
 KERNEL, INDUCTOR = "kernel", "inductor"
+# Eager's ops, kept out of Inductor where the judge measured them faster than Inductor's code (and no kernel is).
+EAGER_OPS = "eager"
 # Longest "why" shown in a row; the full note stays in ``RegionReport.note``.
 WHY_CHARS = 160
 
@@ -68,7 +72,7 @@ class ServedRegion:
     kind: str
     ops: str
     key: str | None
-    served: str  # "kernel" or "inductor"
+    served: str  # "kernel", "eager" or "inductor"
     status: str  # the backend's region status (hit, miss, slower, ...)
     why: str
     kernel_id: int | None = None
@@ -89,12 +93,13 @@ class Served:
         for gi, rep in enumerate(reports):
             s.fallbacks.append(rep.fallback_reason)
             for r in rep.regions:
-                kernel = r.status in (HIT, EVOLVED) and rep.swapped > 0
+                swapped = r.status in (HIT, EVOLVED, EAGER) and rep.swapped > 0
                 why = region_why(r)
-                if r.status in (HIT, EVOLVED) and not kernel:
+                if r.status in (HIT, EVOLVED, EAGER) and not swapped:
                     why = one_line(rep.fallback_reason or "the graph was compiled without its kernels")
+                what = (EAGER_OPS if r.status == EAGER else KERNEL) if swapped else INDUCTOR
                 s.regions.append(ServedRegion(graph=gi, index=r.index, kind=r.kind, ops=r.ops, key=r.key,
-                                              served=KERNEL if kernel else INDUCTOR, status=r.status, why=why,
+                                              served=what, status=r.status, why=why,
                                               kernel_id=r.kernel_id, speedup=r.speedup))
         return s
 
@@ -113,7 +118,7 @@ class Served:
         for col in ("graph", "#", "kind", "key", "operations", "served", "why"):
             t.add_column(col, overflow="fold")
         for r in self.regions:
-            colour = "green" if r.served == KERNEL else "yellow"
+            colour = {KERNEL: "green", EAGER_OPS: "cyan"}.get(r.served, "yellow")
             t.add_row(str(r.graph), "-" if r.index < 0 else str(r.index), r.kind, (r.key or "-")[:16], r.ops,
                       f"[{colour}]{r.served}[/]", r.why)
         return t

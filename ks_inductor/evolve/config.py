@@ -64,6 +64,9 @@ class EvolveConfig:
     inductor_seeds: bool = True
     # Regions ``warm`` searches at once, sharing one judge; None: one per local device, at least 2 on the CPU.
     parallel_regions: int | None = None
+    # A region whose faster baseline runs at this fraction of its floor or above is settled: no search runs there
+    # (ks_inductor.judge.room). None: 0.9 where the judge times candidates; on the interpreter, no room is measured.
+    settle_at: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:

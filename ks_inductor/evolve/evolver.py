@@ -6,9 +6,11 @@ the verified winner is written to the cache at the end.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import random
 import statistics
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
@@ -20,6 +22,7 @@ from ks_inductor.evolve.archive import Archive, Program
 from ks_inductor.evolve.config import EvolveConfig
 from ks_inductor.evolve.mutators.base import Mutation
 from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
+from ks_inductor.judge.room import SETTLE_AT, Room
 from ks_inductor.judge.verdict import ACCEPTED, DEADLINE_ERROR, EvalResult
 from ks_inductor.problem import Problem
 from ks_inductor.seeds.families import FamilyMatch, classify, generic_match
@@ -74,6 +77,8 @@ class EvolveSummary:
     reused: int = 0
     # Why no kernel will be served, in one line; empty where a verified kernel was stored (``why_no_kernel``).
     why: str = ""
+    # The region's room (``ks_inductor.judge.room.Room.to_json()``) where the judge measured it.
+    room: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -83,7 +88,7 @@ class EvolveSummary:
             "seed_speedup": self.seed_speedup, "best_speedup": self.best_speedup, "family": self.family,
             "timed": self.timed, "failed_steps": self.failed_steps, "stop_reason": self.stop_reason,
             "tokens": self.tokens, "head_to_head": self.head_to_head, "note": self.note, "reused": self.reused,
-            "why": self.why,
+            "why": self.why, "room": self.room,
         }
 
 
@@ -156,6 +161,7 @@ class Evolver:
         self.end: float | None = None  # the run's deadline (time.monotonic), from time_limit_s
         # The search's judgments' own seconds and seconds holding the device alone, to foresee the final ones'.
         self.search_s: list[tuple[float, float]] = []
+        self.room: Room | None = None
         self.mutator = self._make_mutator()
 
     # ------------------------------------------------------------------ setup
@@ -219,7 +225,12 @@ class Evolver:
         if prepare is not None:
             prepare(self.problem, self.end)  # the reference runs while the seeds are made
         ctx = MutationContext(self.problem, self.family, archive, hardware_facts(self.judge), self.results)
-        seeds = [c for c in self.mutator.seeds(ctx) if not archive.is_seen(c.source_hash)]
+        made = _Background(self.mutator.seeds, ctx)  # the seeds' code generation, beside the room's measurement
+        self.room = self._measure_room()
+        at = self._settle_at()
+        if self.room is not None and at is not None and self.room.settled(at):
+            return self._finish(run_id, archive, self.wall_before + time.monotonic() - t0, "settled")
+        seeds = [c for c in made.result() if not archive.is_seen(c.source_hash)]
         if not seeds and not archive.correct_programs() and not archive.programs:
             raise EvolveError(
                 f"no seed for {self.problem.name} (ops: {', '.join(self.problem.op_summary)}): no op-family template "
@@ -345,6 +356,26 @@ class Evolver:
             raise
         bar.close()
         return self._finish(run_id, archive, self.wall_before + time.monotonic() - t0, stop_reason)
+
+    # ------------------------------------------------------------------ room
+    def _settle_at(self) -> float | None:
+        if self.config.settle_at is not None:
+            return self.config.settle_at
+        return SETTLE_AT if self.timed else None
+
+    def _measure_room(self) -> Room | None:
+        """The region's room, measured by the judge from the baselines the search is timed against, and stored for
+        explain and the backend; None on the interpreter unless a settle threshold was asked for."""
+        measure = getattr(self.judge, "room", None)
+        if measure is None or self._settle_at() is None:
+            return None
+        room = measure(self.problem, self.end)
+        log.info("%s: %s", self.problem.name, room.summary())
+        try:
+            self.store.put_room(self.problem.key, self.fp.id, room.to_json())
+        except Exception as e:  # noqa: BLE001 - a measurement the next run takes again
+            log.warning("could not store the room of %s: %s", self.problem.name, e)
+        return room
 
     # ------------------------------------------------------------------ time
     def _final_estimate(self, leaders: int | None = None) -> float:
@@ -554,10 +585,39 @@ class Evolver:
             best_speedup=best.score if best and self.timed else None,
             family=self.family.family if self.family else None, timed=self.timed, failed_steps=self.failed_steps,
             stop_reason=stop_reason, tokens=dict(self.tokens), head_to_head=dict(self.final_ratios), note=note,
-            reused=self.reused, why=why_no_kernel(record, best_res, note, list(self.results.values()), stop_reason))
+            reused=self.reused, why=why_no_kernel(record, best_res, note, list(self.results.values()), stop_reason),
+            room=self.room.to_json() if self.room is not None else None)
+        if stop_reason == "settled" and self.room is not None:
+            summary.why = _one_line(f"settled, no search: {self.room.summary()}")
         self._save(run_id, archive, wall)
         self.store.finish_run(run_id, summary.to_json())
         return summary
+
+
+class _Background:
+    """``fn(*args)`` on a daemon thread, in the caller's context (the code generation's deadline is a context
+    variable): a settled region does not wait for (or keep the process up for) seeds it will not judge."""
+
+    def __init__(self, fn: Any, *args: Any) -> None:
+        self._done = threading.Event()
+        self._value: Any = None
+        self._error: BaseException | None = None
+        ctx = contextvars.copy_context()
+        threading.Thread(target=self._run, args=(ctx, fn, args), daemon=True, name="ks-seeds").start()
+
+    def _run(self, ctx: contextvars.Context, fn: Any, args: tuple) -> None:
+        try:
+            self._value = ctx.run(fn, *args)
+        except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
+            self._error = e
+        finally:
+            self._done.set()
+
+    def result(self) -> Any:
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 # Longest one-line "why" a summary carries; the verdicts keep every reason in full.

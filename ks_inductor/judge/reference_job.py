@@ -150,10 +150,15 @@ def run_baselines(job: dict[str, Any]) -> dict[str, Any]:
             steady: dict[str, Any] = {}
             if cfg.get("steady") and device != "cpu":
                 steady = T.steady_state_samples(job, tools, sets, device)
-            bandwidth = T.measure_copy_bandwidth(device, 512 * 2**20) if device != "cpu" else None
+            # The floor's rates, measured beside the baselines (under the same lock, clocks and neighbours).
+            bandwidth = T.measure_copy_bandwidth(device, (512 if device != "cpu" else 64) * 2**20)
+            flops_rate = None
+            if job.get("flops_dtype"):
+                flops_rate = T.measure_matmul_peak(device, getattr(torch, job["flops_dtype"]),
+                                                   8192 if device != "cpu" else 512)
     finally:
         P.release("exclusive")
-    return {"samples": samples, "errors": errors, "bandwidth": bandwidth, **steady}
+    return {"samples": samples, "errors": errors, "bandwidth": bandwidth, "flops_rate": flops_rate, **steady}
 
 
 # Low-precision outputs get a float64 rerun of the reference (``_truth``) up to this many bytes of outputs a run.

@@ -29,6 +29,7 @@ from ks_inductor.judge.config import JudgeConfig
 from ks_inductor.judge.guards import compute_ops
 from ks_inductor.judge.inputs import trial_plan
 from ks_inductor.judge.pool import JobOutcome, WorkerPool
+from ks_inductor.judge.room import COMPUTE_OPS, Room, compute_dtype, floor_ms
 from ks_inductor.judge.scratch import shortfall_note
 from ks_inductor.judge.static_checks import static_check
 from ks_inductor.judge.verdict import (
@@ -84,6 +85,7 @@ class _Baselines:
         self.steady_skipped: str | None = result.get("steady_skipped")
         self.errors: dict[str, str] = {**(result.get("errors") or {}), **(result.get("steady_errors") or {})}
         self.bandwidth: float | None = result.get("bandwidth")
+        self.flops_rate: float | None = result.get("flops_rate")
         self.at = at
 
 
@@ -468,7 +470,9 @@ class Judge:
                        "output_specs": ref.trials[0]["outputs"], "l2_bytes": self._l2,
                        "order_seed": int.from_bytes(os.urandom(4), "little"),
                        "timing": {"min_reps": cfg.min_reps, **cfg.protocol(final)},
-                       "memory_limit_mb": cfg.memory_limit_mb, "device_memory_fraction": cfg.device_memory_fraction}
+                       "memory_limit_mb": cfg.memory_limit_mb, "device_memory_fraction": cfg.device_memory_fraction,
+                       "flops_dtype": (compute_dtype(problem.dtypes) if problem.op_summary.keys() & COMPUTE_OPS
+                                       else None)}
                 out = self._run(job, alone=self._alone(problem, ref.out_bytes), deadline=deadline)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
@@ -685,11 +689,11 @@ class Judge:
                 return
         # Reported against the bandwidth measured here (as the anchors are); the plausibility gate uses the
         # larger of measured and datasheet peaks so that it never quarantines an honest kernel.
-        measured = self._floor_ms(problem, base.bandwidth, nominal=False)
+        measured = self._floor_ms(problem, base, nominal=False)
         if measured:
             res.roofline_floor_ms = measured
             res.roofline_fraction = measured / cand_ms
-        floor = self._floor_ms(problem, base.bandwidth, nominal=True)
+        floor = self._floor_ms(problem, base, nominal=True)
         # Where the problem has a roofline floor, physics is the gate: a time above the floor is possible, however
         # far a slow baseline is behind it (a fused RMSNorm is 11x faster than the eager reference of seven ops
         # on the H200, and still at 74% of the floor). Without a floor, a speedup beyond
@@ -706,16 +710,42 @@ class Judge:
             res.flags.append("faster_than_roofline")
             res.reasons.append(f"{fastest_ms:.4f} ms is below the roofline floor {floor:.4f} ms: held for review")
 
-    def _floor_ms(self, problem: Problem, bandwidth: float | None, nominal: bool) -> float | None:
-        peaks = self.backend.nominal_peaks(self.fingerprint.device_name)
-        bw = max(bandwidth or 0.0, peaks.get("bandwidth", 0.0)) if nominal else (bandwidth or 0.0)
-        t_bytes = problem.bytes_moved / bw * 1e3 if bw else 0.0
-        dtype = next((d for d in ("bfloat16", "float16", "float32") if d in problem.dtypes), "float32")
-        peak = peaks.get(dtype)
-        t_flops = problem.flops / peak * 1e3 if peak and problem.op_summary.keys() & {"mm", "addmm", "bmm",
-                                                                                        "convolution"} else 0.0
-        floor = max(t_bytes, t_flops)
-        return floor or None
+    def _floor_ms(self, problem: Problem, base: _Baselines, nominal: bool) -> float | None:
+        """The floor at the rates measured beside the baselines, or (``nominal``) at the larger of those and the
+        datasheet's, so that the plausibility gate never quarantines an honest kernel."""
+        bw, rate = base.bandwidth, base.flops_rate
+        if nominal:
+            peaks = self.backend.nominal_peaks(self.fingerprint.device_name)
+            bw = max(bw or 0.0, peaks.get("bandwidth", 0.0)) or None
+            rate = max(rate or 0.0, peaks.get(compute_dtype(problem.dtypes), 0.0)) or None
+        return floor_ms(problem, bw, rate)[0]
+
+    def room(self, problem: Problem, deadline: float | None = None) -> Room:
+        """``problem``'s room: its floor against eager's and Inductor's times, from the baselines a search's
+        judgments are timed against (timed once per problem; on the interpreter, timed on the host CPU when asked
+        here). A baseline or reference that fails leaves its figure out, with a note that says why."""
+        room = Room(problem_key=problem.key, bytes_moved=problem.bytes_moved, flops=problem.flops,
+                    dtype=compute_dtype(problem.dtypes), device=self.fingerprint.device_name)
+        try:
+            ref = self._reference(problem, deadline)
+            base = self._baselines(problem, ref, False, deadline)
+        except RuntimeError as e:
+            room.note = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+            return room
+        from ks_inductor.judge import timing as T
+
+        for name, rounds in base.samples.items():
+            if name in ("eager", "inductor") and rounds:
+                setattr(room, f"{name}_ms", T.summarize(rounds).median_ms)
+        room.bandwidth, room.flops_rate = base.bandwidth, base.flops_rate
+        room.floor_ms, room.bound = floor_ms(problem, base.bandwidth, base.flops_rate)
+        room.note = "; ".join(f"{k} not timed: {v[:150]}" for k, v in base.errors.items())
+        return room
+
+    def submit_room(self, problem: Problem, deadline: float | None = None) -> Future[Room]:
+        """:meth:`room` in the background: a warm measures its regions' rooms at once (references in parallel, the
+        baselines' timing one region at a time per device)."""
+        return self._executor.submit(self.room, problem, deadline)
 
 
 def evaluate(problem: Problem, source: str, config: JudgeConfig | None = None) -> EvalResult:

@@ -370,26 +370,17 @@ def post_enqueue_ms(fn: Callable[[], Any], n: int, device: str) -> float:
 
 
 def measure_copy_bandwidth(device: str = "cuda", nbytes: int = 2 * 2**30) -> float:
-    """Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes written."""
+    """Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes written (host memory on the CPU)."""
     import torch
 
     x = torch.empty(nbytes // 2, dtype=torch.int16, device=device).random_()
     y = torch.empty_like(x)
     y.copy_(x)
-    _sync(device)
-    times = []
-    for _ in range(10):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        y.copy_(x)
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e) / 1e3)
-    return 2 * x.numel() * x.element_size() / statistics.median(times)
+    return 2 * x.numel() * x.element_size() / statistics.median(_seconds(lambda: y.copy_(x), device, 10))
 
 
 def measure_matmul_peak(device: str = "cuda", dtype: Any = None, n: int = 8192) -> float:
-    """Dense matmul rate (FLOP/s) on random data through torch (cuBLAS)."""
+    """Dense matmul rate (FLOP/s) on random data through torch (cuBLAS on a GPU)."""
     import torch
 
     dtype = dtype or torch.bfloat16
@@ -397,16 +388,28 @@ def measure_matmul_peak(device: str = "cuda", dtype: Any = None, n: int = 8192) 
     b = torch.randn(n, n, device=device, dtype=dtype)
     for _ in range(3):
         a @ b
+    return 2 * n**3 / statistics.median(_seconds(lambda: a @ b, device, 10))
+
+
+def _seconds(fn: Callable[[], Any], device: str, n: int) -> list[float]:
+    """Each of ``n`` calls' time in seconds: CUDA events on a GPU, the host clock on the CPU."""
+    import torch
+
     _sync(device)
     times = []
-    for _ in range(10):
+    for _ in range(n):
+        if device == "cpu":
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+            continue
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
-        a @ b
+        fn()
         e.record()
         torch.cuda.synchronize()
         times.append(s.elapsed_time(e) / 1e3)
-    return 2 * n**3 / statistics.median(times)
+    return times
 
 
 def refresher(active: list[Any], sets: list[list[Any]], out_specs: list[dict[str, Any]], device: str) -> Any:

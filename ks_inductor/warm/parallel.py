@@ -163,8 +163,8 @@ class RegionThreads:
             if left is not None and left <= 0:
                 return {"status": "not-run", "note": "the whole-run limit was reached before this region started"}
             t1 = time.monotonic()
-            outcome = evolve_region(problem, region_config(config, left), locked, judge,
-                                    progress=board.start(item))
+            outcome = evolve_region(problem, region_config(config, left, getattr(item, "time_limit_s", None)),
+                                    locked, judge, progress=board.start(item))
             outcome["wall_s"] = time.monotonic() - t1
             return outcome
 

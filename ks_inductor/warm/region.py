@@ -9,13 +9,16 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
-def region_config(config: Any, left: float | None) -> Any:
-    """``config`` with its per-region time limit cut to ``left`` seconds (what remains of the whole run)."""
+def region_config(config: Any, left: float | None, share_s: float | None = None) -> Any:
+    """``config`` with its per-region time limit cut to the region's share of it (``share_s``, from its room) and
+    to ``left`` seconds (what remains of the whole run)."""
     from dataclasses import replace
 
-    if left is not None and (config.time_limit_s is None or config.time_limit_s > left):
-        return replace(config, time_limit_s=left)
-    return config
+    limit = config.time_limit_s
+    for cap in (share_s, left):
+        if cap is not None and (limit is None or limit > cap):
+            limit = cap
+    return config if limit == config.time_limit_s else replace(config, time_limit_s=limit)
 
 
 def evolve_region(problem: Any, config: Any, store: Any, judge: Any, progress: bool = False) -> dict[str, Any]:

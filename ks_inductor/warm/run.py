@@ -32,6 +32,10 @@ class WarmItem:
     wall_s: float = 0.0
     note: str = ""
     worker: str = ""  # where the search ran, when not here (a Ray worker: node and pid)
+    # The region's room as the judge measured it before the searches (``Room.to_json()``), and the share of the
+    # time limit its search got from it.
+    room: dict[str, Any] | None = None
+    time_limit_s: float | None = None
 
 
 @dataclass
@@ -48,25 +52,34 @@ class WarmSummary:
     def found(self) -> int:
         return sum(i.status in ("found", "skipped") for i in self.items)
 
+    @property
+    def settled(self) -> int:
+        return sum(i.status == "settled" for i in self.items)
+
     def to_json(self) -> dict[str, Any]:
         return {"items": [asdict(i) for i in self.items], "wall_s": self.wall_s, "fingerprint": self.fingerprint,
-                "found": self.found, "judged": sum(i.judged for i in self.items), "gpu_util": self.gpu_util,
+                "found": self.found, "settled": self.settled, "judged": sum(i.judged for i in self.items), "gpu_util": self.gpu_util,
                 "gpu_util_source": self.gpu_util_source}
 
     def table(self) -> Any:
         from rich.table import Table
 
-        t = Table(title=f"kernelsmith warm: {self.found}/{len(self.items)} keys have a verified kernel "
+        from ks_inductor.judge.room import room_cell
+
+        settled = f", {self.settled} settled by their baselines" if self.settled else ""
+        t = Table(title=f"kernelsmith warm: {self.found}/{len(self.items)} keys have a verified kernel{settled} "
                         f"({self.wall_s:.0f}s)", caption=self.gpu_text() or None)
-        for col in ("key", "region", "inputs", "status", "judged", "accepted", "best speedup", "s"):
+        for col in ("key", "region", "inputs", "room", "status", "judged", "accepted", "best speedup", "s"):
             t.add_column(col, overflow="fold")
-        colour = {"found": "green", "skipped": "cyan", "no-kernel": "yellow", "not-run": "yellow", "failed": "red"}
+        colour = {"found": "green", "skipped": "cyan", "settled": "cyan", "no-kernel": "yellow", "not-run": "yellow",
+                  "failed": "red"}
         for i in self.items:
             sp = "-" if i.best_speedup is None else f"{i.best_speedup:.2f}x"
             if i.status in ("found", "skipped") and not i.timed:
                 sp = "untimed"
-            t.add_row(i.key[:16], i.name, i.signature, f"[{colour.get(i.status, 'white')}]{i.status}[/]",
-                      str(i.judged), str(i.accepted), sp, f"{i.wall_s:.0f}")
+            t.add_row(i.key[:16], i.name, i.signature, room_cell(i.room),
+                      f"[{colour.get(i.status, 'white')}]{i.status}[/]", str(i.judged), str(i.accepted), sp,
+                      f"{i.wall_s:.0f}")
         return t
 
     def gpu_text(self) -> str:
@@ -95,6 +108,8 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
     from ks_inductor.evolve import EvolveConfig
     from ks_inductor.evolve.evolver import search_judge
     from ks_inductor.judge.backends import current_fingerprint
+    from ks_inductor.warm.parallel import RegionThreads
+    from ks_inductor.warm.rooms import measure_rooms, plan, settle, settle_threshold
 
     console = console or Console(stderr=True)
     config = config or EvolveConfig()
@@ -123,9 +138,25 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
             console.print(f"[{n}/{len(distinct)}] {problem.name} {key[:12]}: [cyan]cached[/] (kernel {existing.id})")
             continue
         todo.append((item, problem))
+    local = executor is None or isinstance(executor, RegionThreads)
+    made = None  # a judge made here for the rooms, which the searches then share
+    at = settle_threshold(config, fp)
+    if todo and local and at is not None:
+        # The rooms first: where the baselines are near the floor, no search; the rest in the order of their room.
+        if judge is None:
+            judge = getattr(executor, "judge", None)
+            if judge is None:
+                judge = made = search_judge(config)
+            if executor is not None and executor.judge is None:
+                executor.judge = judge  # the searches reuse the baselines the rooms were measured from
+        left = None if total_time_s is None else total_time_s - (time.perf_counter() - t0)
+        rooms = measure_rooms(todo, judge, store, fp, None if left is None else time.monotonic() + left, console)
+        todo, settled = plan(todo, rooms, at, config.time_limit_s)
+        for item, room in settled:
+            settle(item, room)
     if executor is None and len(todo) > 1:
         # Several regions at once, one judge for all: see ks_inductor.warm.parallel.
-        from ks_inductor.warm.parallel import RegionThreads, default_parallel_regions
+        from ks_inductor.warm.parallel import default_parallel_regions
 
         n = getattr(config, "parallel_regions", None) or default_parallel_regions(fp, judge)
         if n > 1:
@@ -146,6 +177,8 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
             _end_gpu_sampler(gpu, summary)
             if prefetch is not None:
                 prefetch.close()
+            if made is not None:
+                made.close()
         return summary
     try:
         for item, problem in todo:
@@ -161,7 +194,8 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
                     judge = search_judge(config)
                     # The judge's start is part of the run: the region gets what is left after it.
                     left = None if total_time_s is None else total_time_s - (time.perf_counter() - t0)
-                outcome = evolve_region(problem, region_config(config, left), store, judge, progress=True)
+                outcome = evolve_region(problem, region_config(config, left, item.time_limit_s), store, judge,
+                                        progress=True)
             except KeyboardInterrupt:
                 item.status, item.note = "failed", "interrupted"
                 raise
