@@ -4,12 +4,16 @@ compile will look up, each searched from Inductor's own kernels and the op-famil
 
     python benchmarks/gpu/kernelbench_compile.py KERNELBENCH_DIR 1/19,1/23,2/12 TAG [--budget 32]
         [--time-limit SECONDS] [--total-time SECONDS] [--max-mib M] [--parallel P] [--backend triton-cuda]
+        [--phase both|warm|measure] [--db FILE]
 
-``--max-mib`` shrinks a problem's size constants (module-level ``NAME = int`` lines, the largest halved first) until
-its inputs and outputs fit in M MiB, so a whole set runs inside one device lease; the shapes used are recorded.
-Per problem: the warm's regions and verdicts, whether an Inductor seed was judged correct, the compile's regions
-served, and eager / Inductor / kernelsmith times (CUDA events, L2 flushed before each call, interleaved rounds,
-medians) with the largest difference from eager. Writes ``$OUT/kernelbench-compile-TAG.json``.
+Problems run at KernelBench's own sizes. ``--max-mib`` (off by default) shrinks a problem's size constants
+(module-level ``NAME = int`` lines, the largest halved first) until its inputs and outputs fit in M MiB; the shapes
+used are recorded. ``--phase warm`` stops after the warm (its database is ``$OUT/kernelbench-compile-TAG.db``);
+``--phase measure --db FILE`` measures against a database an earlier warm left, so the two fit separate device calls.
+Per problem: the warm's regions, their rooms and verdicts, whether an Inductor seed was judged correct, the compile's
+regions served, eager / Inductor / kernelsmith times (CUDA events, L2 flushed before each call, interleaved rounds,
+medians) with the largest difference from eager, and the problem's floor (its bytes at the copy rate measured in the
+same process, its FLOPs at the measured matmul rate). Writes ``$OUT/kernelbench-compile-TAG.json``.
 """
 
 from __future__ import annotations
@@ -121,8 +125,29 @@ def measure(path: str, db: str, rounds: int, device: str = "cuda") -> dict[str, 
     out["ms"] = med
     out["vs_inductor"] = med["inductor"] / med["kernelsmith"]
     out["vs_eager"] = med["eager"] / med["kernelsmith"]
+    out["vs_best"] = min(med["eager"], med["inductor"]) / med["kernelsmith"]
     out["inductor_vs_eager"] = med["eager"] / med["inductor"]
+    out.update(problem_floor(path, device, min(med["eager"], med["inductor"])))
     return out
+
+
+def problem_floor(path: str, device: str, best_ms: float) -> dict[str, Any]:
+    """The whole problem's floor at the rates measured here, and its faster baseline's share of it."""
+    import torch
+
+    from ks_inductor.judge import timing as T
+    from ks_inductor.judge.room import COMPUTE_OPS, compute_dtype, floor_ms
+    from ks_inductor.problem import problem_from_source
+
+    problem = problem_from_source(Path(path).read_text(), name=Path(path).stem)
+    if device == "cpu":
+        return {"floor_ms": None}
+    bw = T.measure_copy_bandwidth(device, 512 * 2**20)
+    rate = (T.measure_matmul_peak(device, getattr(torch, compute_dtype(problem.dtypes)))
+            if problem.op_summary.keys() & COMPUTE_OPS else None)
+    floor, bound = floor_ms(problem, bw, rate)
+    return {"floor_ms": floor, "bound": bound, "bytes_moved": problem.bytes_moved, "flops": problem.flops,
+            "bandwidth": bw, "flops_rate": rate, "best_of_floor": floor / best_ms if floor else None}
 
 
 # ----------------------------------------------------------------------------------------- driver
@@ -135,7 +160,9 @@ def main() -> None:
     ap.add_argument("tag")
     ap.add_argument("--budget", type=int, default=32)
     ap.add_argument("--time-limit", type=float, default=None, help="seconds per region for warm")
-    ap.add_argument("--max-mib", type=float, default=64.0)
+    ap.add_argument("--max-mib", type=float, default=None, help="shrink problems to fit M MiB (default: own sizes)")
+    ap.add_argument("--phase", choices=("both", "warm", "measure"), default="both")
+    ap.add_argument("--db", help="with --phase measure: the database an earlier warm left")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--backend", default="triton-cuda")
     ap.add_argument("--parallel", type=int, default=None, help="regions searched at once (warm --parallel-regions)")
@@ -148,7 +175,13 @@ def main() -> None:
         print(json.dumps(measure(path, db, a.rounds, "cpu" if a.backend == "triton-interpret" else "cuda")))
         return
     out_dir = Path(os.environ.get("OUT", "/tmp"))
-    db_file = out_dir / f"kernelbench-compile-{a.tag}.db"
+    db_file = Path(a.db) if a.db else out_dir / f"kernelbench-compile-{a.tag}.db"
+    if a.db and a.phase == "measure":
+        # The earlier warm's database is read-only where it came back from; measure against a copy.
+        import shutil
+
+        shutil.copyfile(a.db, out_dir / f"kernelbench-compile-{a.tag}.db")
+        db_file = out_dir / f"kernelbench-compile-{a.tag}.db"
     db = f"sqlite:///{db_file}"
     root = Path(a.kernelbench).expanduser()
     root = root / "KernelBench" if (root / "KernelBench").is_dir() else root
@@ -159,7 +192,8 @@ def main() -> None:
     for spec in a.problems.split(","):
         level, pid = (int(x) for x in spec.split("/"))
         src_file = next((root / f"level{level}").glob(f"{pid}_*.py"))
-        source, consts = shrink(src_file.read_text(), int(a.max_mib * 2**20))
+        source, consts = (shrink(src_file.read_text(), int(a.max_mib * 2**20)) if a.max_mib else
+                          (src_file.read_text(), {}))
         f = work / f"l{level}_{src_file.name}"
         f.write_text(source)
         files.append(f)
@@ -168,6 +202,22 @@ def main() -> None:
     # Warm as a user warms a folder of models: one `kernelsmith warm --kernelbench DIR`, its regions searched several
     # at once over every local GPU by one judge (whose per-device lock keeps timings alone on their device). Then
     # each problem is measured by itself on one GPU, up to one problem per GPU at a time.
+    warm_file = out_dir / f"kernelbench-compile-{a.tag}-warm.json"
+    if a.phase == "measure":
+        warm = json.loads(warm_file.read_text()) if warm_file.exists() else (
+            json.loads((Path(a.db).parent / warm_file.name).read_text()) if a.db and (Path(a.db).parent /
+                                                                                   warm_file.name).exists()
+            else {"items": []})
+    else:
+        warm = run_warm(a, work, db)
+        warm_file.write_text(json.dumps(warm, indent=1))
+        if a.phase == "warm":
+            return
+    by_key = {i["key"]: i for i in warm["items"]}
+    measure_all(a, rows, files, warm, by_key, db, db_file, result_file)
+
+
+def run_warm(a: argparse.Namespace, work: Path, db: str) -> dict[str, Any]:
     args = ["warm", "--kernelbench", str(work), "--budget", str(a.budget), "--db", db, "--backend", a.backend,
             "--json"]
     if a.time_limit:
@@ -181,13 +231,18 @@ def main() -> None:
     try:
         summary = json.loads(so.strip().splitlines()[-1])
         warm["items"] = [{k: i.get(k) for k in ("key", "name", "status", "judged", "accepted", "best_speedup",
-                                                 "note", "wall_s")} for i in summary["items"]]
+                                                 "note", "wall_s", "room", "time_limit_s")}
+                         for i in summary["items"]]
         warm["summary_wall_s"] = summary.get("wall_s")
+        warm["gpu_util"] = summary.get("gpu_util")
     except (ValueError, IndexError, KeyError):
         warm["items"] = []
-    by_key = {i["key"]: i for i in warm["items"]}
     print(json.dumps({"warm_rc": rc, "warm_wall_s": warm["wall_s"], "regions": len(warm["items"])}), flush=True)
+    return warm
 
+
+def measure_all(a: argparse.Namespace, rows: list[dict[str, Any]], files: list[Path], warm: dict[str, Any],
+                by_key: dict[str, Any], db: str, db_file: Path, result_file: Path) -> None:
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
@@ -245,8 +300,18 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     correct = [r for r in seeded if all(s["inductor_correct"] for s in r["seeds"].values() if s["inductor_seeds"])]
     timed = [r for r in rows if "vs_inductor" in r.get("measure", {})]
     ratios = [r["measure"]["vs_inductor"] for r in timed]
+    best = [r["measure"]["vs_best"] for r in timed]
+    # Problems with room: the faster of eager and Inductor under 70% of the floor.
+    roomy = [r["measure"]["vs_best"] for r in timed if (r["measure"].get("best_of_floor") or 1.0) < 0.7]
     return {
         "problems": len(rows),
+        "measured": len(timed),
+        "below_0.98x_best": sum(1 for x in best if x < 0.98),
+        "geomean_vs_best": math.exp(sum(math.log(x) for x in best) / len(best)) if best else None,
+        "with_room_under_70pct": len(roomy),
+        "with_room_at_1.1x_best": sum(1 for x in roomy if x >= 1.1),
+        "regions_settled": sum(1 for i in (r.get("warm") or [] for r in rows) for j in i
+                               if j.get("status") == "settled"),
         "with_inductor_seed": len(seeded),
         "inductor_seed_correct": len(correct),
         "served_any_region": sum(1 for r in timed if r["measure"]["served"] > 0),

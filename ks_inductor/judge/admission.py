@@ -28,6 +28,11 @@ def input_bytes(specs: Iterable[Any]) -> int:
                if s.kind == "tensor" and s.shape is not None)
 
 
+def output_bytes(specs: Iterable[Any]) -> int:
+    """Bytes of a problem's tensor outputs, from its traced output specs (``Problem.output_specs``)."""
+    return input_bytes(specs)
+
+
 def runs_alone(in_bytes: int, out_bytes: int, device_bytes: int) -> bool:
     """True when a job of these sizes should not share its device with other jobs."""
     if device_bytes <= 0:

@@ -21,7 +21,7 @@ from typing import Any
 
 from kernel_cache.fingerprint import EnvFingerprint
 from ks_inductor.candidate import normalized_source_hash
-from ks_inductor.judge.admission import input_bytes, runs_alone
+from ks_inductor.judge.admission import input_bytes, output_bytes, runs_alone
 from ks_inductor.judge.backends import JudgeBackend, detect_backend
 from ks_inductor.judge.clock import StageClock
 from ks_inductor.judge.compare import compare_outputs
@@ -256,9 +256,9 @@ class Judge:
 
     def _prepare(self, problem: Problem, deadline: float | None) -> None:
         with contextlib.suppress(Exception):  # kept in self._refs (or retried, past a deadline) for the judgments
-            ref = self._reference(problem, deadline)
             if self.backend.timed:
-                self._baselines(problem, ref, False, deadline)
+                self._side.submit(self._baselines, problem, False, deadline)
+            self._reference(problem, deadline)
 
     def evaluate(self, problem: Problem, source: str, timing: bool | None = None,
                  final: bool = False, deadline: float | None = None) -> EvalResult:
@@ -390,6 +390,13 @@ class Judge:
         h = int(hashlib.sha256(problem.key.encode()).hexdigest()[:8], 16)
         return (self._secret ^ h) & 0x7FFFFFFF
 
+    def _timing_sets(self, problem: Problem) -> list[tuple[int, str]]:
+        """(seed, distribution) of the problem's timing sets: the same for the reference, the baselines and every
+        candidate, so that the baselines need not wait for the reference's outputs."""
+        base = self._problem_seed(problem)
+        return [(base + 50_000 + k, TIMING_DISTRIBUTIONS[k % len(TIMING_DISTRIBUTIONS)])
+                for k in range(self.config.rotating_sets)]
+
     def _reference(self, problem: Problem, deadline: float | None = None) -> _Reference:
         with self._lock:
             lock = self._ref_locks.setdefault(problem.key, threading.Lock())
@@ -403,8 +410,7 @@ class Judge:
             n = self.config.trials
             trials = (trial_plan(n, self.config.distributions, base)
                       + trial_plan(n, self.config.distributions, base + 500))
-            timing_sets = [(base + 50_000 + k, TIMING_DISTRIBUTIONS[k % len(TIMING_DISTRIBUTIONS)])
-                           for k in range(self.config.rotating_sets)]
+            timing_sets = self._timing_sets(problem)
             work = tempfile.mkdtemp(dir=self._root, prefix="ref-")
             free = shutil.disk_usage(self._root).free
             job = {"kind": "reference", "device": self.backend.device, "workdir": work,
@@ -448,11 +454,11 @@ class Judge:
             self._refs[problem.key] = ref
             return ref
 
-    def _baselines(self, problem: Problem, ref: _Reference, final: bool,
-                   deadline: float | None = None) -> _Baselines:
+    def _baselines(self, problem: Problem, final: bool, deadline: float | None = None) -> _Baselines:
         """The baselines timed for ``problem`` with the search's protocol or the final one: once per problem for the
         search's, and for a final judgment again where the last timing is older than ``FINAL_BASELINES_FRESH_S``.
-        Timed by a worker that never loads candidate code, on the timing sets every candidate is timed on."""
+        Timed by a worker that never loads candidate code, on the timing sets every candidate is timed on. Needs
+        nothing of the reference's job, so the two run at once."""
         key = (problem.key, final)
         with self._lock:
             lock = self._ref_locks.setdefault(f"baselines:{final}:{problem.key}", threading.Lock())
@@ -466,14 +472,16 @@ class Judge:
                 job = {"kind": "baselines", "device": self.backend.device, "workdir": work,
                        "problem_source": problem.source, "init_seed": self._problem_seed(problem),
                        "specs": [s.__dict__ for s in problem.input_specs],
-                       "timing_sets": [(t["seed"], t["dist"]) for t in ref.timing],
-                       "output_specs": ref.trials[0]["outputs"], "l2_bytes": self._l2,
-                       "order_seed": int.from_bytes(os.urandom(4), "little"),
+                       "timing_sets": self._timing_sets(problem),
+                       "output_specs": [{"shape": list(o.shape or []), "dtype": o.dtype} for o in problem.output_specs
+                                        if o.kind == "tensor"],
+                       "l2_bytes": self._l2, "order_seed": int.from_bytes(os.urandom(4), "little"),
                        "timing": {"min_reps": cfg.min_reps, **cfg.protocol(final)},
                        "memory_limit_mb": cfg.memory_limit_mb, "device_memory_fraction": cfg.device_memory_fraction,
                        "flops_dtype": (compute_dtype(problem.dtypes) if problem.op_summary.keys() & COMPUTE_OPS
                                        else None)}
-                out = self._run(job, alone=self._alone(problem, ref.out_bytes), deadline=deadline)
+                out = self._run(job, alone=self._alone(problem, output_bytes(problem.output_specs)),
+                                deadline=deadline)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
             if out.failure == "deadline":
@@ -568,7 +576,7 @@ class Judge:
             res.reasons.append(str(e))
             return res
         # Timed (or found timed) while the candidate loads, compiles and is checked: the device lock orders the two.
-        pending = self._side.submit(self._baselines, problem, ref, final, deadline) if timed else None
+        pending = self._side.submit(self._baselines, problem, final, deadline) if timed else None
         base = self._problem_seed(problem)
         rng = random.Random(int.from_bytes(os.urandom(4), "little"))
         picked = ref.pick_trials(rng)
@@ -727,8 +735,7 @@ class Judge:
         room = Room(problem_key=problem.key, bytes_moved=problem.bytes_moved, flops=problem.flops,
                     dtype=compute_dtype(problem.dtypes), device=self.fingerprint.device_name)
         try:
-            ref = self._reference(problem, deadline)
-            base = self._baselines(problem, ref, False, deadline)
+            base = self._baselines(problem, False, deadline)
         except RuntimeError as e:
             room.note = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
             return room
