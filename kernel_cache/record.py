@@ -71,6 +71,9 @@ class StepRecord:
     child_speedup_lcb: float | None = None
     speedup_delta: float | None = None
     noise: float | None = None  # IQR / median of the child's timing
+    # The child's score over its parent's, where both were timed and correct: what the step's change (``mutation``: a
+    # structural operator, a parameter move, an LLM edit) gained. Kept in the row's detail, as the speedups are.
+    gain: float | None = None
     feedback: str = ""
     parent_source: str = ""
     child_source: str = ""

@@ -8,7 +8,9 @@ so they train the same local-improver behaviour as LLM steps.
 
 SFT rows are chat ``messages``; RL rows carry the reference code and the parent code, laid out like
 Kernel-Smith's released datasets (``data_source``, ``prompt``, ``reward_model.ground_truth``,
-``extra_info.parent_code``).
+``extra_info.parent_code``). Every row names its step: the operator that made the child (a structural operator of
+``ks_inductor.evolve.operators``, "param", an LLM edit), the parent's and the child's ids, and the gain (the child's
+score over the parent's). The export's statistics count every step by operator, kept or not.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import json
 import logging
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,20 @@ FORMATS = ("sft", "rl")
 
 
 @dataclass
+class OperatorStats:
+    """One operator's steps among those exported: how many, how many correct children, how many kept, and the best
+    gain among its steps."""
+
+    steps: int = 0
+    correct: int = 0
+    kept: int = 0
+    best_gain: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
 class ExportStats:
     steps: int = 0
     kept: int = 0
@@ -40,9 +56,42 @@ class ExportStats:
     dropped_gain: int = 0
     dropped_noise: int = 0
     rows: int = 0
+    operators: dict[str, OperatorStats] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, int]:
-        return dict(self.__dict__)
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {k: v for k, v in self.__dict__.items() if k != "operators"}
+        out["operators"] = {k: v.to_json() for k, v in self.operators.items()}
+        return out
+
+    def count(self, step: StepRecord, kept: bool = False) -> None:
+        op = self.operators.setdefault(step.mutation, OperatorStats())
+        if kept:
+            op.kept += 1
+            return
+        op.steps += 1
+        op.correct += int(step.correct)
+        g = gain_of(step)
+        if g is not None and (op.best_gain is None or g > op.best_gain):
+            op.best_gain = g
+
+    def operator_summary(self) -> str:
+        """One line: the steps by operator, most steps first (seeds are not steps)."""
+        parts = []
+        for name, op in sorted(self.operators.items(), key=lambda kv: (-kv[1].steps, kv[0])):
+            if name == "seed":
+                continue
+            gain = f", best gain {op.best_gain:.3f}x" if op.best_gain is not None else ""
+            parts.append(f"{name} {op.steps} ({op.correct} correct, {op.kept} kept{gain})")
+        return "; ".join(parts)
+
+
+def gain_of(step: StepRecord) -> float | None:
+    """The child's score over the parent's: the step's own, else from its speedups where both were measured."""
+    if step.gain is not None:
+        return step.gain
+    if step.correct and step.parent_speedup and step.child_speedup is not None:
+        return step.child_speedup / step.parent_speedup
+    return None
 
 
 def _revision_id(step: StepRecord) -> str:
@@ -57,6 +106,7 @@ def select_steps(steps: list[StepRecord], min_gain: float = 0.05, max_noise: flo
     by_rev: dict[str, list[StepRecord]] = defaultdict(list)
     for s in steps:
         st.steps += 1
+        st.count(s)
         if not s.parent_source or not s.child_source or s.parent_id is None:
             st.dropped_incorrect += 1  # seeds and failed steps are not revisions
             continue
@@ -81,6 +131,8 @@ def select_steps(steps: list[StepRecord], min_gain: float = 0.05, max_noise: flo
         if reason is None:
             kept.extend(group)
             st.kept += len(group)
+            for s in group:
+                st.count(s, kept=True)
         else:
             setattr(st, f"dropped_{reason}", getattr(st, f"dropped_{reason}") + len(group))
     return kept
@@ -104,7 +156,8 @@ def to_rows(steps: list[StepRecord], fmt: str, problems: dict[str, Any]) -> list
     for s in steps:
         prob = problems.get(s.problem_key)
         reference = prob.source if prob is not None else ""
-        gain = {"parent_speedup": s.parent_speedup, "child_speedup": s.child_speedup,
+        gain = {"operator": s.mutation, "parent_id": s.parent_id, "child_id": s.child_id, "gain": gain_of(s),
+                "parent_speedup": s.parent_speedup, "child_speedup": s.child_speedup,
                 "child_speedup_lcb": s.child_speedup_lcb, "noise": s.noise}
         if fmt == "sft":
             rows.append({"_id": s.run_id, "messages": _messages(s, reference, prob), "problem_key": s.problem_key,

@@ -20,6 +20,7 @@ from ks_inductor.evolve.archive import Archive, Program
 from ks_inductor.evolve.evolver import MutationContext
 from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
 from ks_inductor.evolve.mutators.llm import LLMClient, LLMMutator, LLMUnavailable
+from ks_inductor.evolve.operators import OPERATORS
 from ks_inductor.judge import Judge, JudgeConfig
 from ks_inductor.seeds.families import classify
 from tests.test_evolve_families import small_problem
@@ -145,7 +146,8 @@ def test_unconfigured_or_unreachable_endpoint(monkeypatch) -> None:
         strict.propose([(parent, 0)], ctx, random.Random(0))
     lenient = LLMMutator(LLMConfig(backoff_s=0.01, timeout_s=2, fallback="embedded"), EmbeddedMutator(fm))
     muts = lenient.propose([(parent, 0)], ctx, random.Random(0))
-    assert lenient.fallback_active and muts[0].candidate is not None and muts[0].kind in ("param", "variant")
+    assert lenient.fallback_active and muts[0].candidate is not None
+    assert muts[0].kind in {"param", *OPERATORS} and muts[0].operator == muts[0].kind
 
 
 def test_llm_loop_records_every_outcome(llm, tmp_path) -> None:
@@ -172,6 +174,9 @@ def test_llm_loop_records_every_outcome(llm, tmp_path) -> None:
     assert "syntax error" in fb and "try/except" in fb
     llm_steps = [s for s in steps if s.mutation.startswith("llm")]
     assert all(s.prompt and "class Model" in s.prompt and "Hardware" in s.prompt for s in llm_steps)
+    # Once a step was judged, later prompts list the changes tried on the problem and how they fared.
+    assert "already tried on this problem" not in llm_steps[0].prompt
+    assert "- llm-diff: 1 children, 1 correct" in llm_steps[-1].prompt
     assert summary.tokens["prompt_tokens"] == 500 and summary.tokens["retries"] == 1
     assert summary.best is not None and summary.best.timed is False
     store.close()

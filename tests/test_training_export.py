@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from kernel_cache.record import StepRecord
 from kernel_cache.store import KernelStore
 from kernel_cache.testing import h200
@@ -58,9 +60,15 @@ def test_export_rows(tmp_path) -> None:
     assert [m["role"] for m in synth["messages"]] == ["system", "user", "assistant"]
     assert "class Model" in synth["messages"][1]["content"]  # the reference is in the prompt
     assert apply_blocks(PARENT, parse_blocks(synth["messages"][-1]["content"])) == CHILD
+    # Each row names its step: the operator, the parent and the child, and the gain (child over parent speedup).
+    assert (synth["operator"], synth["parent_id"], synth["child_id"]) == ("param", "p", "c")
+    assert synth["gain"] == pytest.approx(1.25)
+    # The statistics count every step by operator, kept or not.
+    assert stats.operators["param"].to_json() == {"steps": 3, "correct": 3, "kept": 2, "best_gain": pytest.approx(1.25)}
     export_trajectories(store, "rl", tmp_path / "rl.jsonl", min_gain=0.05)
     rl = [json.loads(x) for x in (tmp_path / "rl.jsonl").read_text().splitlines()]
     assert len(rl) == 2 and rl[0]["data_source"] == "kernel_rl"
     assert rl[0]["reward_model"]["ground_truth"] == problem.source
     assert rl[0]["extra_info"]["parent_code"] == PARENT and rl[0]["prompt"][-1]["role"] == "user"
+    assert rl[0]["extra_info"]["operator"] == "param" and rl[0]["extra_info"]["gain"] == pytest.approx(1.25)
     store.close()

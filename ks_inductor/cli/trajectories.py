@@ -1,4 +1,5 @@
-"""``kernelsmith export-trajectories``: the correctness-preserving, high-gain evolution steps as training data."""
+"""``kernelsmith export-trajectories``: the correctness-preserving, high-gain evolution steps as training data, each
+row naming its operator, parent, child and gain; the steps of every operator counted on stderr."""
 
 from __future__ import annotations
 
@@ -52,4 +53,7 @@ def run(args: argparse.Namespace) -> int:
                         f"(from {stats.steps} steps; dropped: {stats.dropped_incorrect} incorrect or not revisions, "
                         f"{stats.dropped_untimed} untimed, {stats.dropped_gain} below the gain, "
                         f"{stats.dropped_noise} too noisy)", markup=False)
+    summary = stats.operator_summary()
+    if summary:
+        err_console().print(f"steps by operator: {summary}", markup=False)
     return EXIT_OK

@@ -470,6 +470,8 @@ class Evolver:
         delta = None
         if parent is not None and parent.timed and prog.timed and prog.correct:
             delta = prog.score - parent.score
+        from ks_inductor.evolve.operators.feedback import step_gain
+
         self.store.add_step(StepRecord(
             run_id=run_id, problem_key=self.problem.key, child_id=cand.id, mutation=mut.kind,
             parent_id=parent.id if parent else None, diff=mut.diff, prompt=mut.prompt, response=mut.response,
@@ -478,6 +480,7 @@ class Evolver:
             child_speedup=prog.score if prog.timed else None,
             parent_speedup_lcb=parent.lcb if parent and parent.timed else None,
             child_speedup_lcb=prog.lcb if prog.timed else None, speedup_delta=delta, noise=noise,
+            gain=step_gain(parent, prog) if parent is not None else None,
             feedback=res.feedback_text()[-4000:], parent_source=parent_src, child_source=cand.source,
             island=info["island"], tokens=mut.tokens))
         bar.set_best(archive.best())

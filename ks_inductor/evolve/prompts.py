@@ -1,9 +1,13 @@
 """The local improver's prompt: the task, the hardware, the reference, the parent with its metrics and the
-judge's feedback, top and diverse inspirations, and the ask: one targeted change as SEARCH/REPLACE blocks."""
+judge's feedback, the room left to its roofline floor, the changes already tried on the problem with their gains,
+top and diverse inspirations, and the ask: one targeted change as SEARCH/REPLACE blocks."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+from ks_inductor.evolve.operators.feedback import OperatorRecord
 
 SYSTEM = (
     "You are a Triton GPU kernel optimization engineer. You work inside an evolving system that improves a "
@@ -50,10 +54,29 @@ def _fmt_metrics(m: dict[str, Any], score: float | None) -> str:
     return ", ".join(items) or "correct (no timing)"
 
 
+def _fmt_room(m: dict[str, Any]) -> str | None:
+    fraction = m.get("roofline_fraction")
+    if not fraction:
+        return None
+    return (f"The current program reaches {100 * fraction:.1f}% of its roofline floor (the time its bytes and FLOPs "
+            f"take at the device's peaks): at most {1 / fraction:.2f}x faster is possible.")
+
+
+def _fmt_tried(tried: Mapping[str, OperatorRecord]) -> str:
+    lines = []
+    for name, rec in sorted(tried.items(), key=lambda kv: (-(kv[1].best_gain or 0.0), kv[0])):
+        gain = f", best gain {rec.best_gain:.3f}x" if rec.best_gain is not None else ""
+        lines.append(f"- {name}: {rec.tries} children, {rec.correct} correct{gain}")
+    return "\n".join(lines)
+
+
 def build_messages(reference: str, problem_info: str, hardware: dict[str, Any], parent_source: str,
                    parent_metrics: dict[str, Any], parent_score: float | None, feedback: str,
-                   inspirations: list[tuple[str, str, str]]) -> list[dict[str, str]]:
-    """Chat messages for one improvement step. ``inspirations``: (label, metrics text, source)."""
+                   inspirations: list[tuple[str, str, str]],
+                   tried: Mapping[str, OperatorRecord] | None = None) -> list[dict[str, str]]:
+    """Chat messages for one improvement step. ``inspirations``: (label, metrics text, source); ``tried``: per step
+    kind (a structural operator, "param", "llm-diff", ...) how its children fared on this problem so far, as
+    ``operators.history`` counts them. A gain is a child's score over its parent's."""
     parts = [
         "# Hardware\n" + _fmt_hw(hardware),
         "# Reference (PyTorch, KernelBench format)\n```python\n" + reference.strip() + "\n```",
@@ -65,6 +88,12 @@ def build_messages(reference: str, problem_info: str, hardware: dict[str, Any], 
                  + parent_source.strip() + "\n```")
     if feedback.strip():
         parts.append("# Judge's feedback on the current program\n" + feedback.strip()[-3000:])
+    room = _fmt_room(parent_metrics)
+    if room:
+        parts.append("# Room\n" + room)
+    if tried:
+        parts.append("# Changes already tried on this problem (gain: child speedup over its parent's)\n"
+                     + _fmt_tried(tried))
     parts.append("# Task\n" + _ASK)
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
 

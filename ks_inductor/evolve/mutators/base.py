@@ -14,7 +14,9 @@ from ks_inductor.seeds.families.template import block_class
 @dataclass
 class Mutation:
     """One attempted step. ``candidate`` is None when the step failed before the judge (a diff that did not
-    apply, an unreachable model): that is recorded as a failed step with ``error`` as its feedback."""
+    apply, an unreachable model): that is recorded as a failed step with ``error`` as its feedback. ``kind`` is what
+    the step records as its mutation; ``operator`` names what made the change: a structural operator
+    (``ks_inductor.evolve.operators``), or the kind itself ("param", "tweak", "llm-diff", ...)."""
 
     kind: str
     candidate: Candidate | None = None
@@ -24,6 +26,11 @@ class Mutation:
     error: str | None = None
     tokens: dict[str, int] = field(default_factory=dict)
     descriptor: dict[str, Any] | None = None
+    operator: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.operator:
+            self.operator = self.kind
 
 
 def unified_diff(parent: str, child: str) -> str:

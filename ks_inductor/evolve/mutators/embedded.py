@@ -1,10 +1,14 @@
-"""The embedded mutator: no model, no endpoint. It moves one tunable parameter a template declares (block sizes,
-warps, stages, GROUP_M, rows per program, waves of a persistent grid, ...) to a neighbouring or random value, or
-switches to another structural variant of the template (one-pass or chunked softmax, persistent or not).
-For programs no template rendered it nudges their integer launch parameters instead."""
+"""The embedded mutator: no model, no endpoint. A step either applies a structural operator
+(``ks_inductor.evolve.operators``: split a reduction, one pass instead of a chunked sweep, a persistent grid, more
+rows per program, split-K, split-KV, ...), drawn among those that apply to the parent by how strongly the judge's
+feedback calls for each, or moves one tunable parameter a template declares (block sizes, warps, stages, GROUP_M,
+rows per program, waves of a persistent grid, ...) to a neighbouring or random value. The further the parent is
+from its roofline floor, the likelier a structural step. For programs no template rendered it nudges their integer
+launch parameters instead."""
 
 from __future__ import annotations
 
+import logging
 import random
 import re
 from typing import Any
@@ -12,9 +16,15 @@ from typing import Any
 from ks_inductor.candidate import Candidate
 from ks_inductor.evolve.archive import Program
 from ks_inductor.evolve.mutators.base import Mutation, describe_source, unified_diff
+from ks_inductor.evolve.operators import Feedback, feedback_for, pick
 from ks_inductor.seeds.families import FamilyMatch, Template, TemplateError, seed_templates, template_named
 
+log = logging.getLogger(__name__)
+
 _FEASIBLE_TRIES = 20
+# Operators tried for one step before it falls back to a parameter move (one that does not render, or renders a
+# program already judged, gives way to the next).
+_OPERATOR_TRIES = 3
 _TWEAKABLE = re.compile(r"\b(num_warps|num_stages|BLOCK\w*|GROUP_M|ROWS|WAVES)\s*=\s*(\d+)")
 
 
@@ -58,50 +68,83 @@ class EmbeddedMutator:
 
     # ------------------------------------------------------------------ mutation
     def propose(self, parents: list[tuple[Program, int]], ctx: Any, rng: random.Random) -> list[Mutation]:
-        return [self.mutate(p, rng) for p, _ in parents]
+        return [self.mutate(p, rng, ctx) for p, _ in parents]
 
-    def mutate(self, parent: Program, rng: random.Random) -> Mutation:
+    def mutate(self, parent: Program, rng: random.Random, ctx: Any = None) -> Mutation:
+        """One step from ``parent``. ``ctx`` (the evolver's ``MutationContext``), where given, adds the device's
+        facts and the archive (what each operator gained on the problem so far, what was judged already) to the
+        feedback the operators are weighed by."""
         pc = Candidate.from_json(parent.candidate)
         if pc.template and self.fm is not None:
             try:
-                return self._mutate_template(pc, parent, rng)
+                return self._mutate_template(pc, parent, rng, ctx)
             except (KeyError, TemplateError) as e:
                 return Mutation("param", error=f"template could not render: {e}")
         return self._tweak_source(pc, parent, rng)
 
-    def _mutate_template(self, pc: Candidate, parent: Program, rng: random.Random) -> Mutation:
+    def feedback(self, parent: Program, ctx: Any = None) -> Feedback:
+        """What the operators are weighed by for a step from ``parent``."""
+        assert self.fm is not None
+        return feedback_for(self.fm, parent, getattr(ctx, "hardware", None), getattr(ctx, "archive", None))
+
+    def structural_chance(self, fb: Feedback) -> float:
+        """The chance that a step is structural: ``variant_prob`` where the parent's distance to its floor is
+        unknown, up to half as much again far from it, less close to it."""
+        return min(1.0, self.variant_prob * (0.5 + fb.room))
+
+    def _mutate_template(self, pc: Candidate, parent: Program, rng: random.Random, ctx: Any) -> Mutation:
+        # The parent as the archive knows it: its id and generation are the step's.
+        pc.id, pc.generation = parent.id, parent.generation
+        fb = self.feedback(parent, ctx)
+        if rng.random() < self.structural_chance(fb):
+            mut = self._operator_step(pc, rng, fb, ctx)
+            if mut is not None:
+                return mut
+        return self._param_step(pc, rng)
+
+    def _operator_step(self, pc: Candidate, rng: random.Random, fb: Feedback, ctx: Any) -> Mutation | None:
+        assert self.fm is not None
+        archive = getattr(ctx, "archive", None)
+        tried: set[str] = set()
+        for _ in range(_OPERATOR_TRIES):
+            op = pick(pc, self.fm, fb, rng, self.templates, exclude=tried)
+            if op is None:
+                return None
+            tried.add(op.name)
+            try:
+                child = op.apply(pc, self.fm, rng, self.templates, fb)
+            except (KeyError, TemplateError) as e:
+                log.debug("%s did not apply to %s/%s: %s", op.name, pc.template, pc.variant, e)
+                continue
+            if archive is not None and archive.is_seen(child.source_hash):
+                continue
+            t = template_named(child.template or "")
+            return Mutation(op.name, child, diff=unified_diff(pc.source, child.source),
+                            descriptor=t.descriptor(self.fm, child.params, child.variant or ""), operator=op.name)
+        return None
+
+    def _param_step(self, pc: Candidate, rng: random.Random) -> Mutation:
         assert self.fm is not None
         t = template_named(pc.template or "")
         variants = t.variants(self.fm)
-        others = [(tt, v) for tt in self.templates for v in tt.variants(self.fm)
-                  if (tt.name, v) != (t.name, pc.variant)]
+        v = pc.variant if pc.variant in variants else variants[0]
+        space = t.space(self.fm, v)
+        keys = [k for k, vals in space.items() if len(vals) > 1]
+        if not keys:
+            return Mutation("param", error=f"{t.name}/{v} has no parameter with a choice")
         for _ in range(_FEASIBLE_TRIES):
-            if others and rng.random() < self.variant_prob:
-                tt, v = rng.choice(others)
-                params = tt.default(self.fm, v, self.fm.target)
-                space = tt.space(self.fm, v)
-                for k, val in pc.params.items():  # carry over what the variant shares
-                    if k in space and val in space[k]:
-                        params[k] = val
-                kind = "variant"
-            else:
-                tt, v = t, pc.variant if pc.variant in variants else variants[0]
-                space = tt.space(self.fm, v)
-                params = tt.coerce(self.fm, dict(pc.params), v)
-                keys = [k for k, vals in space.items() if len(vals) > 1]
-                n = 2 if rng.random() < self.two_param_prob and len(keys) > 1 else 1
-                for k in rng.sample(keys, n):
-                    params[k] = _move(space[k], params[k], rng)
-                kind = "param"
-            if tt.feasible(self.fm, params, v):
+            params = t.coerce(self.fm, dict(pc.params), v)
+            n = 2 if rng.random() < self.two_param_prob and len(keys) > 1 else 1
+            for k in rng.sample(keys, n):
+                params[k] = _move(space[k], params[k], rng)
+            if t.feasible(self.fm, params, v):
                 break
         else:
-            return Mutation(kind, error="no feasible neighbour of the parent's parameters was found")
-        src = tt.render(self.fm, params, v)
-        child = Candidate(src, params=params, parent_id=parent.id, mutation=kind, template=tt.name, variant=v,
-                          generation=parent.generation + 1)
-        return Mutation(kind, child, diff=unified_diff(pc.source, src),
-                        descriptor=tt.descriptor(self.fm, params, v))
+            return Mutation("param", error="no feasible neighbour of the parent's parameters was found")
+        src = t.render(self.fm, params, v)
+        child = Candidate(src, params=params, parent_id=pc.id, mutation="param", template=t.name, variant=v,
+                          generation=pc.generation + 1)
+        return Mutation("param", child, diff=unified_diff(pc.source, src), descriptor=t.descriptor(self.fm, params, v))
 
     def _tweak_source(self, pc: Candidate, parent: Program, rng: random.Random) -> Mutation:
         sites = list(_TWEAKABLE.finditer(pc.source))

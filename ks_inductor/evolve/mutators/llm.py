@@ -1,10 +1,11 @@
 """The LLM local improver, through the ``openai`` client against any OpenAI-compatible endpoint.
 
 One targeted change to a working kernel per step (SEARCH/REPLACE blocks, a full rewrite allowed), with the
-reference, the hardware, the parent's metrics and the judge's feedback, and top and diverse inspirations in the
-prompt. Rate limits, server errors and time-outs are retried with exponential back-off; a step that still fails,
-or whose edit does not apply, is a failed step with feedback, never a silent no-op. Where no template covers the
-problem, the model writes the first seed from the reference.
+reference, the hardware, the parent's metrics, the judge's feedback, the room left to the roofline floor, the
+changes already tried on the problem with their gains, and top and diverse inspirations in the prompt. Rate limits,
+server errors and time-outs are retried with exponential back-off; a step that still fails, or whose edit does not
+apply, is a failed step with feedback, never a silent no-op. Where no template covers the problem, the model writes
+the first seed from the reference.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ks_inductor.evolve.config import LLMConfig
 from ks_inductor.evolve.diffs import DiffError, apply_response, parse_rewrite
 from ks_inductor.evolve.mutators.base import Mutation, describe_source, unified_diff
 from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
+from ks_inductor.evolve.operators import history
 from ks_inductor.evolve.prompts import build_messages, build_seed_messages, problem_info
 
 log = logging.getLogger(__name__)
@@ -178,7 +180,8 @@ class LLMMutator:
             score = f"speedup {p.score:.3f}x" if p.timed else "correct"
             insp.append((label, score, Candidate.from_json(p.candidate).source))
         messages = build_messages(ctx.problem.source, problem_info(ctx.problem), ctx.hardware, pc.source,
-                                  parent.metrics, parent.score if parent.timed else None, parent.feedback, insp)
+                                  parent.metrics, parent.score if parent.timed else None, parent.feedback, insp,
+                                  tried=history(ctx.archive))
         prompt = messages[-1]["content"]
         try:
             text, usage = self.client.chat(messages)
