@@ -8,6 +8,7 @@ files in the job's own folder, never pickled.
 from __future__ import annotations
 
 import os
+import random
 import sys
 from typing import Any
 
@@ -120,19 +121,40 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+_POISON_RNG = random.Random(int.from_bytes(os.urandom(8), "little"))
+# The share of calls whose poison is NaN; the others get a finite value drawn per call.
+POISON_NAN_SHARE = 0.25
+
+
+def poison_value(floating: bool) -> float | int:
+    """One call's poison: NaN now and then, else a large finite value of random sign and magnitude (integers: a
+    random integer). Drawn per call, checked or timed alike, so the contents of an output block before a call tell a
+    kernel nothing: one that works only when its output reads NaN, which every poisoned block would, skips its work
+    on most checked calls and is rejected."""
+    if not floating:
+        return _POISON_RNG.choice((-1, 1)) * _POISON_RNG.randint(3, 100)  # within int8
+    if _POISON_RNG.random() < POISON_NAN_SHARE:
+        return float("nan")
+    # Up to 3e4: finite in float16 too.
+    return _POISON_RNG.choice((-1.0, 1.0)) * 10 ** _POISON_RNG.uniform(2.0, 4.5)
+
+
 def poison(outs_like: list[dict[str, Any]], device: str, wait: bool = True) -> None:
-    """Fill freed allocator blocks of the outputs' sizes with NaN (integers with -7), so a kernel that leaves part of
-    its output unwritten returns garbage instead of whatever an earlier call left there. Without ``wait`` the fills
-    stay queued: the next allocation of those blocks on the same stream comes after them anyway."""
+    """Fill freed allocator blocks of the outputs' sizes with this call's poison (:func:`poison_value`), so a kernel
+    that leaves part of its output unwritten returns garbage instead of whatever an earlier call left there. Without
+    ``wait`` the fills stay queued: the next allocation of those blocks on the same stream comes after them anyway."""
     import torch
 
     junk = []
+    value = {True: poison_value(True), False: poison_value(False)}
     for spec in outs_like:
         t = torch.empty(spec["shape"], dtype=getattr(torch, spec["dtype"]), device=device)
-        if t.is_floating_point():
-            t.fill_(float("nan"))
+        if t.dtype == torch.bool:
+            t.fill_(bool(_POISON_RNG.getrandbits(1)))
+        elif not t.is_floating_point() and not t.is_signed():
+            t.fill_(abs(value[False]) % 250 + 3)  # unsigned: a value the type holds
         else:
-            t.fill_(-7)
+            t.fill_(value[t.is_floating_point()])
         junk.append(t)
     if wait:
         sync(device)
