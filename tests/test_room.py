@@ -209,3 +209,23 @@ def _text(table) -> str:
     from ks_inductor.compiler.served import render
 
     return render(table)
+
+
+BIG = ADD.replace("torch.randn(256, 1024), torch.randn(256, 1024)", "torch.randn(4096, 4096), torch.randn(4096)")
+OUT_BYTES = 4096 * 4096 * 4
+
+
+def test_a_finished_search_leaves_no_gb_scale_reference_on_the_scratch_disk(judge, tmp_path) -> None:
+    # 64 MiB of outputs a trial; two draws of two trials and three timing sets kept: over the threshold a shared judge
+    # drops.
+    problem = problem_from_source(BIG, name="big_add")
+    judge.prepare(problem).result()
+    held = judge.scratch_bytes()
+    assert held >= 7 * OUT_BYTES
+    judge.release(problem)
+    assert judge.scratch_bytes() <= held - 7 * OUT_BYTES
+    # Judged again later, the reference is computed again: nothing refers to the files that were removed.
+    assert judge.room(problem).eager_ms is not None
+    judge.prepare(problem).result()
+    assert judge.scratch_bytes() >= 7 * OUT_BYTES
+    judge.release(problem)

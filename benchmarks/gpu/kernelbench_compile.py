@@ -136,14 +136,14 @@ def problem_floor(path: str, device: str, best_ms: float) -> dict[str, Any]:
     import torch
 
     from ks_inductor.judge import timing as T
-    from ks_inductor.judge.room import COMPUTE_OPS, compute_dtype, floor_ms
+    from ks_inductor.judge.room import COMPUTE_OPS, compute_dtype, floor_ms, tf32_rate
     from ks_inductor.problem import problem_from_source
 
     problem = problem_from_source(Path(path).read_text(), name=Path(path).stem)
     if device == "cpu":
         return {"floor_ms": None}
     bw = T.measure_copy_bandwidth(device, 512 * 2**20)
-    rate = (T.measure_matmul_peak(device, getattr(torch, compute_dtype(problem.dtypes)))
+    rate = (T.measure_matmul_peak(device, getattr(torch, compute_dtype(problem.dtypes)), tf32=tf32_rate(problem))
             if problem.op_summary.keys() & COMPUTE_OPS else None)
     floor, bound = floor_ms(problem, bw, rate)
     return {"floor_ms": floor, "bound": bound, "bytes_moved": problem.bytes_moved, "flops": problem.flops,

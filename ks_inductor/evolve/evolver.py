@@ -766,3 +766,5 @@ def evolve_problem(problem: Problem, config: EvolveConfig, store: Any, judge: An
     finally:
         if own:
             judge.close()
+        elif hasattr(judge, "release"):
+            judge.release(problem)  # a shared judge (warm) keeps no GB-scale reference of a finished search

@@ -155,7 +155,7 @@ def run_baselines(job: dict[str, Any]) -> dict[str, Any]:
             flops_rate = None
             if job.get("flops_dtype"):
                 flops_rate = T.measure_matmul_peak(device, getattr(torch, job["flops_dtype"]),
-                                                   8192 if device != "cpu" else 512)
+                                                   8192 if device != "cpu" else 512, tf32=bool(job.get("tf32")))
     finally:
         P.release("exclusive")
     return {"samples": samples, "errors": errors, "bandwidth": bandwidth, "flops_rate": flops_rate, **steady}

@@ -26,8 +26,20 @@ EAGER_MARGIN = 0.05
 FULL_SHARE_BELOW = 0.5
 MIN_SHARE = 0.25
 # Ops whose FLOPs can bind a region to the compute rate rather than the copy rate.
-COMPUTE_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "convolution", "_scaled_dot_product_flash_attention",
+COMPUTE_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "convolution", "sdpa", "_scaled_dot_product_flash_attention",
                          "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention"})
+
+
+def tf32_rate(problem: Any) -> bool:
+    """Whether the floor takes float32 FLOPs at the TF32 rate: where eager runs them there (cuDNN's float32
+    convolutions by default, matmuls where torch allows TF32), so the floor stays below what eager itself reaches."""
+    import torch
+
+    if compute_dtype(problem.dtypes) != "float32":
+        return False
+    ops = problem.op_summary.keys()
+    return bool(("convolution" in ops and torch.backends.cudnn.allow_tf32)
+                or (ops & {"mm", "addmm", "bmm", "baddbmm"} and torch.backends.cuda.matmul.allow_tf32))
 
 
 def compute_dtype(dtypes: Any) -> str:

@@ -29,7 +29,7 @@ from ks_inductor.judge.config import JudgeConfig
 from ks_inductor.judge.guards import compute_ops
 from ks_inductor.judge.inputs import trial_plan
 from ks_inductor.judge.pool import JobOutcome, WorkerPool
-from ks_inductor.judge.room import COMPUTE_OPS, Room, compute_dtype, floor_ms
+from ks_inductor.judge.room import COMPUTE_OPS, Room, compute_dtype, floor_ms, tf32_rate
 from ks_inductor.judge.scratch import shortfall_note
 from ks_inductor.judge.static_checks import static_check
 from ks_inductor.judge.verdict import (
@@ -48,6 +48,9 @@ COST_SAMPLES = 50  # judgments per protocol that ``Judge.typical_cost`` takes it
 # A final judgment's baselines are timed again when older than this: what gets stored is compared with baselines
 # timed close to it, while the leaders judged together share one timing of them.
 FINAL_BASELINES_FRESH_S = 120.0
+# A problem with at least this many bytes of inputs has its reference computed alone (``_reference``), and a
+# reference holding this much scratch disk is dropped when its search is done (``release``).
+SCRATCH_SERIAL_BYTES = 256 * 2**20
 # Distributions of the timing sets, in turn: the re-check after timing sees NaN, large and shifted inputs too.
 TIMING_DISTRIBUTIONS = ("normal", "nan", "large", "normal_shifted")
 
@@ -60,7 +63,8 @@ _REJECTING_FLAGS = frozenset({
 
 class _Reference:
     def __init__(self, trials: list[dict[str, Any]], timing: list[dict[str, Any]], note: str = "",
-                 out_bytes: int = 0, state_file: str | None = None, per_draw: int = 0) -> None:
+                 out_bytes: int = 0, state_file: str | None = None, per_draw: int = 0, work: str = "") -> None:
+        self.work = work  # the folder holding its files
         # Two draws of every configured trial, the second draws after all the first, as many as the disk holds.
         self.trials = trials
         self.timing = timing
@@ -191,6 +195,7 @@ class Judge:
         self._alone_said: set[str] = set()
         self._sandbox_said = False
         self._ref_locks: dict[str, threading.Lock] = {}
+        self._scratch_lock = threading.Lock()
         self._lock = threading.Lock()
         self._fingerprint: EnvFingerprint | None = None
         self._l2 = self.backend.l2_bytes() if self.backend.device != "cpu" else 0
@@ -259,6 +264,30 @@ class Judge:
             if self.backend.timed:
                 self._side.submit(self._baselines, problem, False, deadline)
             self._reference(problem, deadline)
+
+    def scratch_bytes(self) -> int:
+        """Bytes the judge's scratch folder holds now (references' outputs, candidates' outputs in flight)."""
+        total = 0
+        for dirpath, _, files in os.walk(self._root):
+            for f in files:
+                with contextlib.suppress(OSError):
+                    total += os.path.getsize(os.path.join(dirpath, f))
+        return total
+
+    def release(self, problem: Problem) -> None:
+        """Drop what the judge keeps for ``problem`` when it holds much scratch disk (its reference's outputs of
+        every trial and timing set): a warm of many GB-scale regions would otherwise fill the disk with the regions
+        it is done with. A later judgment of the problem computes them again."""
+        with self._lock:
+            lock = self._ref_locks.setdefault(problem.key, threading.Lock())
+        with lock:
+            ref = self._refs.get(problem.key)
+            if not isinstance(ref, _Reference):
+                return
+            if ref.out_bytes * (len(ref.trials) + len(ref.timing)) < SCRATCH_SERIAL_BYTES:
+                return
+            del self._refs[problem.key]
+            shutil.rmtree(ref.work, ignore_errors=True)
 
     def evaluate(self, problem: Problem, source: str, timing: bool | None = None,
                  final: bool = False, deadline: float | None = None) -> EvalResult:
@@ -406,53 +435,60 @@ class Judge:
                 raise cached
             if cached is not None:
                 return cached
-            base = self._problem_seed(problem)
-            n = self.config.trials
-            trials = (trial_plan(n, self.config.distributions, base)
-                      + trial_plan(n, self.config.distributions, base + 500))
-            timing_sets = self._timing_sets(problem)
-            work = tempfile.mkdtemp(dir=self._root, prefix="ref-")
-            free = shutil.disk_usage(self._root).free
-            job = {"kind": "reference", "device": self.backend.device, "workdir": work,
-                   "problem_source": problem.source, "init_seed": base, "trials": trials,
-                   "timing_sets": timing_sets, "scratch": {"free": free, "in_flight": self._in_flight},
-                   "specs": [s.__dict__ for s in problem.input_specs],
-                   "memory_limit_mb": self.config.memory_limit_mb,
-                   "device_memory_fraction": self.config.device_memory_fraction}
-            out = self._run(job, alone=self._alone(problem, None), deadline=deadline)
-            if out.failure == "deadline":
-                # Not the problem's failure: the next judgment with time left computes it.
-                shutil.rmtree(work, ignore_errors=True)
-                raise RuntimeError(DEADLINE_ERROR)
-            if out.result is None or not out.result.get("ok"):
-                detail = out.detail or (out.result or {}).get("error", "")
-                if (out.result or {}).get("no_space"):
-                    detail = self._no_space_message(detail)
-                err = RuntimeError(f"the reference failed ({out.failure or 'error'} in stage {out.stage}): {detail}")
-                self._refs[problem.key] = err
-                raise err
-            unstable = self._unstable_reference(out.result.get("repeat_file"))
-            if unstable:
-                err = RuntimeError(
-                    f"the reference is not a function of its inputs: two runs on the same inputs differ ({unstable}). "
-                    "Random operations (dropout in training mode, sampling) leave nothing to compare a kernel with; "
-                    "make the problem deterministic (dropout p=0, or call eval() in Model.__init__) to judge it")
-                self._refs[problem.key] = err
-                raise err
-            got_trials, got_sets = out.result["trials"], out.result["timing"]
-            note = shortfall_note(min(len(got_trials), n), n, len(got_sets), len(timing_sets),
-                                  int(out.result.get("out_bytes") or 0), free)
-            if note:
-                log.warning("%s: %s", problem.name, note)
-            ref = _Reference(got_trials, got_sets, note, int(out.result.get("out_bytes") or 0),
-                             out.result.get("state_file"), per_draw=n)
-            nonfinite = [i for i, t in enumerate(ref.trials) if not t["finite"]]
-            if len(nonfinite) == len(ref.trials):
-                err = RuntimeError("the reference produces NaN or inf on every trial; the problem cannot be judged")
-                self._refs[problem.key] = err
-                raise err
-            self._refs[problem.key] = ref
-            return ref
+            # A large problem's reference fits its trials to the free scratch disk, which is only known once the
+            # references before it have written theirs: those run one at a time.
+            serial = self._scratch_lock if input_bytes(problem.input_specs) >= SCRATCH_SERIAL_BYTES else None
+            with serial or contextlib.nullcontext():
+                return self._compute_reference(problem, deadline)
+
+    def _compute_reference(self, problem: Problem, deadline: float | None) -> _Reference:
+        base = self._problem_seed(problem)
+        n = self.config.trials
+        trials = (trial_plan(n, self.config.distributions, base)
+                  + trial_plan(n, self.config.distributions, base + 500))
+        timing_sets = self._timing_sets(problem)
+        work = tempfile.mkdtemp(dir=self._root, prefix="ref-")
+        free = shutil.disk_usage(self._root).free
+        job = {"kind": "reference", "device": self.backend.device, "workdir": work,
+               "problem_source": problem.source, "init_seed": base, "trials": trials,
+               "timing_sets": timing_sets, "scratch": {"free": free, "in_flight": self._in_flight},
+               "specs": [s.__dict__ for s in problem.input_specs],
+               "memory_limit_mb": self.config.memory_limit_mb,
+               "device_memory_fraction": self.config.device_memory_fraction}
+        out = self._run(job, alone=self._alone(problem, None), deadline=deadline)
+        if out.failure == "deadline":
+            # Not the problem's failure: the next judgment with time left computes it.
+            shutil.rmtree(work, ignore_errors=True)
+            raise RuntimeError(DEADLINE_ERROR)
+        if out.result is None or not out.result.get("ok"):
+            detail = out.detail or (out.result or {}).get("error", "")
+            if (out.result or {}).get("no_space"):
+                detail = self._no_space_message(detail)
+            err = RuntimeError(f"the reference failed ({out.failure or 'error'} in stage {out.stage}): {detail}")
+            self._refs[problem.key] = err
+            raise err
+        unstable = self._unstable_reference(out.result.get("repeat_file"))
+        if unstable:
+            err = RuntimeError(
+                f"the reference is not a function of its inputs: two runs on the same inputs differ ({unstable}). "
+                "Random operations (dropout in training mode, sampling) leave nothing to compare a kernel with; "
+                "make the problem deterministic (dropout p=0, or call eval() in Model.__init__) to judge it")
+            self._refs[problem.key] = err
+            raise err
+        got_trials, got_sets = out.result["trials"], out.result["timing"]
+        note = shortfall_note(min(len(got_trials), n), n, len(got_sets), len(timing_sets),
+                              int(out.result.get("out_bytes") or 0), free)
+        if note:
+            log.warning("%s: %s", problem.name, note)
+        ref = _Reference(got_trials, got_sets, note, int(out.result.get("out_bytes") or 0),
+                         out.result.get("state_file"), per_draw=n, work=work)
+        nonfinite = [i for i, t in enumerate(ref.trials) if not t["finite"]]
+        if len(nonfinite) == len(ref.trials):
+            err = RuntimeError("the reference produces NaN or inf on every trial; the problem cannot be judged")
+            self._refs[problem.key] = err
+            raise err
+        self._refs[problem.key] = ref
+        return ref
 
     def _baselines(self, problem: Problem, final: bool, deadline: float | None = None) -> _Baselines:
         """The baselines timed for ``problem`` with the search's protocol or the final one: once per problem for the
@@ -479,7 +515,7 @@ class Judge:
                        "timing": {"min_reps": cfg.min_reps, **cfg.protocol(final)},
                        "memory_limit_mb": cfg.memory_limit_mb, "device_memory_fraction": cfg.device_memory_fraction,
                        "flops_dtype": (compute_dtype(problem.dtypes) if problem.op_summary.keys() & COMPUTE_OPS
-                                       else None)}
+                                       else None), "tf32": tf32_rate(problem)}
                 out = self._run(job, alone=self._alone(problem, output_bytes(problem.output_specs)),
                                 deadline=deadline)
             finally:

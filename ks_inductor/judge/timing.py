@@ -379,16 +379,22 @@ def measure_copy_bandwidth(device: str = "cuda", nbytes: int = 2 * 2**30) -> flo
     return 2 * x.numel() * x.element_size() / statistics.median(_seconds(lambda: y.copy_(x), device, 10))
 
 
-def measure_matmul_peak(device: str = "cuda", dtype: Any = None, n: int = 8192) -> float:
-    """Dense matmul rate (FLOP/s) on random data through torch (cuBLAS on a GPU)."""
+def measure_matmul_peak(device: str = "cuda", dtype: Any = None, n: int = 8192, tf32: bool = False) -> float:
+    """Dense matmul rate (FLOP/s) on random data through torch (cuBLAS on a GPU); ``tf32``: float32 on the TF32
+    tensor cores, as cuDNN runs float32 convolutions by default."""
     import torch
 
     dtype = dtype or torch.bfloat16
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
-    for _ in range(3):
-        a @ b
-    return 2 * n**3 / statistics.median(_seconds(lambda: a @ b, device, 10))
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32 or before
+    try:
+        for _ in range(3):
+            a @ b
+        return 2 * n**3 / statistics.median(_seconds(lambda: a @ b, device, 10))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
 
 
 def _seconds(fn: Callable[[], Any], device: str, n: int) -> list[float]:
