@@ -40,6 +40,7 @@ OPS = {
     "cross_entropy": "cross_entropy_fp32.py",
     "gemm_gelu": "gemm_gelu_bf16.py",
     "decode_attention": "decode_attention_bf16.py",
+    "prefill_attention": "prefill_attention_bf16.py",
 }
 
 
