@@ -127,7 +127,13 @@ def test_the_backend_serves_eager_where_its_room_says_eager_is_faster(tmp_path, 
     import torch._dynamo
 
     import ks_inductor
-    from ks_inductor.compiler.backend import EAGER, clear_reports, compile_reports, current_fingerprint, forget_stores
+    from ks_inductor.compiler.backend import (
+        EAGER,
+        clear_reports,
+        compile_reports,
+        current_fingerprint,
+        forget_stores,
+    )
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     db = f"sqlite:///{tmp_path}/k.db"
