@@ -36,6 +36,9 @@ def test_a_job_too_large_to_share_the_device_waits_for_the_jobs_in_flight(judge)
     assert runs_alone(16 * gib, 2 * gib, int(139.8 * gib))  # 45: 16 GiB in, 2 GiB out, on an H200
     assert not runs_alone(32 * 2**20, 32 * 2**20, int(139.8 * gib))  # a serving norm
     assert not runs_alone(16 * gib, 16 * gib, 0)  # no size known: nothing is held back
+    # The baselines' job holds its three timing sets at once: an 8 GiB reduction's (the sum of KernelBench level 1)
+    # runs alone, where a candidate's job of it shares the device.
+    assert not runs_alone(8 * gib, 0, int(139.8 * gib)) and runs_alone(8 * gib, 0, int(139.8 * gib), hold=6)
 
     problem = load_problem(PROBLEMS / "rmsnorm.py")
     src = (CANDIDATES / "rmsnorm_ok.py").read_text()

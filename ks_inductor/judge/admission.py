@@ -33,8 +33,9 @@ def output_bytes(specs: Iterable[Any]) -> int:
     return input_bytes(specs)
 
 
-def runs_alone(in_bytes: int, out_bytes: int, device_bytes: int) -> bool:
-    """True when a job of these sizes should not share its device with other jobs."""
+def runs_alone(in_bytes: int, out_bytes: int, device_bytes: int, hold: float = HOLD_FACTOR) -> bool:
+    """True when a job of these sizes should not share its device with other jobs. ``hold``: how many times over the
+    job holds its inputs and outputs (the baselines' job holds every timing set at once, and Inductor's buffers)."""
     if device_bytes <= 0:
         return False
-    return HOLD_FACTOR * (in_bytes + out_bytes) > ALONE_SHARE * device_bytes
+    return hold * (in_bytes + out_bytes) > ALONE_SHARE * device_bytes

@@ -21,7 +21,7 @@ from typing import Any
 
 from kernel_cache.fingerprint import EnvFingerprint
 from ks_inductor.candidate import normalized_source_hash
-from ks_inductor.judge.admission import input_bytes, output_bytes, runs_alone
+from ks_inductor.judge.admission import HOLD_FACTOR, input_bytes, output_bytes, runs_alone
 from ks_inductor.judge.backends import JudgeBackend, detect_backend
 from ks_inductor.judge.clock import StageClock
 from ks_inductor.judge.compare import compare_outputs
@@ -406,10 +406,10 @@ class Judge:
         finally:
             gate.release(mode)
 
-    def _alone(self, problem: Problem, out_bytes: int | None) -> bool:
+    def _alone(self, problem: Problem, out_bytes: int | None, hold: float = HOLD_FACTOR) -> bool:
         in_b = input_bytes(problem.input_specs)
         # The reference's outputs are not known before it runs: taken as large as its inputs.
-        alone = runs_alone(in_b, in_b if out_bytes is None else out_bytes, self._device_bytes)
+        alone = runs_alone(in_b, in_b if out_bytes is None else out_bytes, self._device_bytes, hold)
         if alone and problem.key not in self._alone_said:
             self._alone_said.add(problem.key)
             log.info("%s: inputs of %.1f GiB; its jobs run alone on the device", problem.name, in_b / 2**30)
@@ -516,7 +516,10 @@ class Judge:
                        "memory_limit_mb": cfg.memory_limit_mb, "device_memory_fraction": cfg.device_memory_fraction,
                        "flops_dtype": (compute_dtype(problem.dtypes) if problem.op_summary.keys() & COMPUTE_OPS
                                        else None), "tf32": tf32_rate(problem)}
-                out = self._run(job, alone=self._alone(problem, output_bytes(problem.output_specs)),
+                # It holds every timing set at once, the active copy, both tools' outputs and Inductor's buffers:
+                # two such jobs of a GB-scale problem ran an H200 out of memory in a warm's room phase.
+                hold = len(job["timing_sets"]) + 3
+                out = self._run(job, alone=self._alone(problem, output_bytes(problem.output_specs), hold),
                                 deadline=deadline)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
