@@ -45,6 +45,9 @@ class _TimedJudge:
     """The interpreter judge dressed as a GPU's: the search's verdicts come with times (the candidate 1.2x eager's
     speed), and a final judgment takes longer than any limit (it runs until its deadline cuts it off)."""
 
+    # Its baselines are the interpreter's, which a GPU judge's search would not time again for a room: no room.
+    room = None
+
     def __init__(self, judge) -> None:
         self._judge = judge
         self.fingerprint = h200()

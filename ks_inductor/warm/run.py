@@ -150,10 +150,12 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
             if executor is not None and executor.judge is None:
                 executor.judge = judge  # the searches reuse the baselines the rooms were measured from
         left = None if total_time_s is None else total_time_s - (time.perf_counter() - t0)
-        rooms = measure_rooms(todo, judge, store, fp, None if left is None else time.monotonic() + left, console)
-        todo, settled = plan(todo, rooms, at, config.time_limit_s)
-        for item, room in settled:
-            settle(item, room)
+        if hasattr(judge, "submit_room"):  # a judge that measures no rooms leaves the order as it is
+            rooms = measure_rooms(todo, judge, store, fp, None if left is None else time.monotonic() + left,
+                                  console)
+            todo, settled = plan(todo, rooms, at, config.time_limit_s)
+            for item, room in settled:
+                settle(item, room)
     if executor is None and len(todo) > 1:
         # Several regions at once, one judge for all: see ks_inductor.warm.parallel.
         from ks_inductor.warm.parallel import default_parallel_regions
