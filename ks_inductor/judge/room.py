@@ -110,12 +110,12 @@ class Room:
 
     @property
     def weight(self) -> float:
-        """A region's claim on a warm's time: the time its best baseline spends above the floor (ms per call), or
-        its whole time where there is no floor. Settled regions claim nothing."""
+        """A region's place in a warm's order: the time its best baseline spends above the floor (ms per call), or
+        its whole time where there is no floor."""
         best = self.best_ms
-        if best is None or self.settled():
+        if best is None:
             return 0.0
-        return best - (self.floor_ms or 0.0)
+        return max(0.0, best - (self.floor_ms or 0.0))
 
     def summary(self) -> str:
         """One line: the baselines against the floor."""
