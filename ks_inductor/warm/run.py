@@ -58,8 +58,8 @@ class WarmSummary:
 
     def to_json(self) -> dict[str, Any]:
         return {"items": [asdict(i) for i in self.items], "wall_s": self.wall_s, "fingerprint": self.fingerprint,
-                "found": self.found, "settled": self.settled, "judged": sum(i.judged for i in self.items), "gpu_util": self.gpu_util,
-                "gpu_util_source": self.gpu_util_source}
+                "found": self.found, "settled": self.settled, "judged": sum(i.judged for i in self.items),
+                "gpu_util": self.gpu_util, "gpu_util_source": self.gpu_util_source}
 
     def table(self) -> Any:
         from rich.table import Table
