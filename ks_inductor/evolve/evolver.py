@@ -369,7 +369,11 @@ class Evolver:
         measure = getattr(self.judge, "room", None)
         if measure is None or self._settle_at() is None:
             return None
-        room = measure(self.problem, self.end)
+        try:
+            room = measure(self.problem, self.end)
+        except Exception as e:  # noqa: BLE001 - without a room the search runs, as it would on the interpreter
+            log.warning("%s: the room was not measured (%s: %s); searching", self.problem.name, type(e).__name__, e)
+            return None
         log.info("%s: %s", self.problem.name, room.summary())
         try:
             self.store.put_room(self.problem.key, self.fp.id, room.to_json())
