@@ -177,11 +177,15 @@ def main() -> None:
     out_dir = Path(os.environ.get("OUT", "/tmp"))
     db_file = Path(a.db) if a.db else out_dir / f"kernelbench-compile-{a.tag}.db"
     if a.db and a.phase == "measure":
-        # The earlier warm's database is read-only where it came back from; measure against a copy.
-        import shutil
-
-        shutil.copyfile(a.db, out_dir / f"kernelbench-compile-{a.tag}.db")
+        # The earlier warm's database is read-only where it came back from; measure against a copy, made through
+        # SQLite so that what its write-ahead log still holds comes along.
         db_file = out_dir / f"kernelbench-compile-{a.tag}.db"
+        src, dst = sqlite3.connect(f"file:{a.db}?mode=ro", uri=True), sqlite3.connect(db_file)
+        try:
+            src.backup(dst)
+        finally:
+            src.close()
+            dst.close()
     db = f"sqlite:///{db_file}"
     root = Path(a.kernelbench).expanduser()
     root = root / "KernelBench" if (root / "KernelBench").is_dir() else root
@@ -204,10 +208,9 @@ def main() -> None:
     # each problem is measured by itself on one GPU, up to one problem per GPU at a time.
     warm_file = out_dir / f"kernelbench-compile-{a.tag}-warm.json"
     if a.phase == "measure":
-        warm = json.loads(warm_file.read_text()) if warm_file.exists() else (
-            json.loads((Path(a.db).parent / warm_file.name).read_text()) if a.db and (Path(a.db).parent /
-                                                                                   warm_file.name).exists()
-            else {"items": []})
+        # The warm's summary, where it was left beside its database (or here); without it rows carry no warm items.
+        found = [f for f in (warm_file, Path(a.db or ".").parent / warm_file.name) if f.exists()]
+        warm = json.loads(found[0].read_text()) if found else {"items": []}
     else:
         warm = run_warm(a, work, db)
         warm_file.write_text(json.dumps(warm, indent=1))
