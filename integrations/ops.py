@@ -11,6 +11,8 @@ Ops covered:
 
 * ``rmsnorm``: an RMSNorm over the last dim with a weight: inputs (hidden_states, weight).
 * ``silu_mul``: a gated MLP's ``act_fn(gate) * up``: inputs (gate, up).
+* ``rope``: rotary position embedding of an attention's queries and keys, as the model's own
+  ``apply_rotary_pos_emb(q, k, cos, sin)`` computes it: inputs (q, k, cos, sin), outputs (q_embed, k_embed).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from .signature import call_signature, meta_inputs
 
 OP_RMSNORM = "rmsnorm"
 OP_SILU_MUL = "silu_mul"
+OP_ROPE = "rope"
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,17 @@ def silu_mul_binding(act_fn: torch.nn.Module | Callable[..., Any]) -> Binding:
     return Binding(OP_SILU_MUL, reference, (type(act_fn), settings))
 
 
+def rope_binding(apply_rotary: Callable[..., Any]) -> Binding:
+    """A model's own ``apply_rotary_pos_emb(q, k, cos, sin)`` at its default ``unsqueeze_dim``: every model file
+    carries its own copy of the function, so the function itself is the group (the key tells copies apart)."""
+
+    def reference(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> Any:
+        return apply_rotary(q, k, cos, sin)
+
+    return Binding(OP_ROPE, reference, (getattr(apply_rotary, "__module__", ""),
+                                        getattr(apply_rotary, "__qualname__", repr(apply_rotary))))
+
+
 def layer_problem(binding: Binding, inputs: list[torch.Tensor], name: str | None = None) -> Any:
     """The problem a binding computes at these inputs' signature (what a pack for this layer must hold)."""
     from ks_inductor.problem import problem_from_callable
@@ -103,6 +117,15 @@ def key_function(binding: Binding) -> Callable[[tuple], str | None]:
 
 # ============================================================================================ the pack a deployment needs
 
+# What each stack runs for a layer where no pack kernel serves, and so what a pack's kernels must beat: transformers
+# runs the model's own layers eagerly; the others run their own kernels, often inside compiled or graphed code,
+# for which eager and Inductor both stand.
+STACK_BASELINES: dict[str, tuple[str, ...]] = {"transformers": ("eager",)}
+
+
+def stack_baselines(stack: str) -> tuple[str, ...]:
+    return STACK_BASELINES.get(stack, ("eager", "inductor"))
+
 
 @dataclass
 class PackBuild:
@@ -115,14 +138,22 @@ class PackBuild:
 def pack_for_problems(problems: list[Any], path: str | os.PathLike[str], *, db: str | None = None,
                       config: Any = None, judge: Any = None, sign_key: str | os.PathLike[str] | None = None,
                       console: Any = None, vector_cap_bytes: int = 64 * 2**20, vectors: bool = True,
-                      min_speedup: float | None = None) -> PackBuild:
+                      min_speedup: float | None = None, baselines: tuple[str, ...] | None = None) -> PackBuild:
     """Warm the kernel cache (``db``) for the layer problems a deployment meets, then export exactly their
     verified kernels for this machine, with golden vectors, to the pack at ``path`` (nothing is written when
-    none has a kernel). ``min_speedup`` leaves out kernels whose recorded speedup is lower."""
+    none has a kernel). ``min_speedup`` leaves out kernels whose recorded speedup is lower. ``baselines``: what
+    the stack runs where no kernel serves (``stack_baselines``), which the search aims at; it replaces the
+    config's."""
     from kernel_cache.pack import ExportFilters, export_pack
     from ks_inductor.compiler.backend import current_fingerprint, open_store
     from ks_inductor.warm import warm
 
+    if baselines is not None:
+        from dataclasses import replace
+
+        from ks_inductor.evolve import EvolveConfig
+
+        config = replace(config if config is not None else EvolveConfig(), baselines=tuple(baselines))
     store = open_store(db)
     summary = warm(problems, store, config=config, judge=judge, console=console, origin="model-layers")
     fp = judge.fingerprint if judge is not None else current_fingerprint(getattr(config, "backend", None))

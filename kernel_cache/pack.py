@@ -173,7 +173,7 @@ def golden_vectors(problem: Any, n: int = N_VECTORS, cap_bytes: int = VECTOR_CAP
     try:
         # fork_rng: seeding here must not disturb the caller's random streams.
         with torch.random.fork_rng(devices=[]):
-            tensors, init, n_out = _run_reference(problem, n)
+            tensors, init, n_out, strides = _run_reference(problem, n)
     except _NoVectors as e:
         return None, str(e)
     except Exception as e:  # noqa: BLE001 - a reference that will not run on CPU: no vectors
@@ -184,6 +184,8 @@ def golden_vectors(problem: Any, n: int = N_VECTORS, cap_bytes: int = VECTOR_CAP
     try:
         meta = {"n_vectors": str(n), "n_outputs": str(n_out), "init_inputs": json.dumps(init),
                 "problem_key": problem.key}
+        if strides:
+            meta["strides"] = json.dumps(strides)
     except TypeError:
         return None, "get_init_inputs() returns values JSON cannot carry"
     return save(tensors, metadata=meta), ""
@@ -193,7 +195,7 @@ class _NoVectors(Exception):
     pass
 
 
-def _run_reference(problem: Any, n: int) -> tuple[dict[str, Any], list[Any], int]:
+def _run_reference(problem: Any, n: int) -> tuple[dict[str, Any], list[Any], int, dict[str, list[int]]]:
     import torch
 
     from kernel_cache.problem import exec_problem_source
@@ -205,6 +207,9 @@ def _run_reference(problem: Any, n: int) -> tuple[dict[str, Any], list[Any], int
     tensors: dict[str, torch.Tensor] = {f"state.{k}": v.detach().cpu().contiguous()
                                         for k, v in model.state_dict().items()}
     n_out = 0
+    # safetensors holds dense tensors only: an input laid out otherwise (a transposed view, as an attention's q
+    # and k are) is carried dense with the strides it is laid out again at, since a kernel may assume them.
+    strides: dict[str, list[int]] = {}
     for i in range(n):
         torch.manual_seed(1000 + i)
         inputs = list(mod.get_inputs())
@@ -216,9 +221,11 @@ def _run_reference(problem: Any, n: int) -> tuple[dict[str, Any], list[Any], int
         n_out = len(outs)
         for j, x in enumerate(inputs):
             tensors[f"v{i}.in{j}"] = x.contiguous()
+            if not x.is_contiguous():
+                strides[f"v{i}.in{j}"] = list(x.stride())
         for j, o in enumerate(outs):
             tensors[f"v{i}.out{j}"] = o.detach().cpu().contiguous()
-    return tensors, init, n_out
+    return tensors, init, n_out, strides
 
 
 def export_pack(store: KernelStore, path: str | os.PathLike[str], filters: ExportFilters | None = None, *,
@@ -525,10 +532,15 @@ def read_pack(path: str | os.PathLike[str], trust_keys: list[Any] | None,
 def golden_inputs(blob: bytes) -> tuple[list[Any], list[tuple[list[Any], list[Any]]], dict[str, Any] | None]:
     """A problem's golden vectors (safetensors bytes) → (init inputs, [(inputs, reference outputs)], the
     reference's state dict or None)."""
+    import torch
     from safetensors.torch import load
 
     tensors = load(blob)
     meta = _safetensors_metadata(blob)
+    for name, stride in json.loads(meta.get("strides", "{}")).items():
+        dense = tensors.get(name)
+        if dense is not None and len(stride) == dense.dim():
+            tensors[name] = torch.empty_strided(dense.shape, stride, dtype=dense.dtype).copy_(dense)
     vecs = []
     for i in range(int(meta.get("n_vectors", "0"))):
         ins = [tensors[f"v{i}.in{j}"] for j in range(_count(tensors, f"v{i}.in"))]

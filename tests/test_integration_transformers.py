@@ -1,4 +1,5 @@
-"""Serving a pack in transformers' own layer classes (LlamaRMSNorm, LlamaMLP in a tiny random LlamaForCausalLM),
+"""Serving a pack in transformers' own layer classes (LlamaRMSNorm, LlamaMLP and LlamaAttention's rotary embedding in
+a tiny random LlamaForCausalLM),
 under the Triton interpreter: the pack is built by the real pipeline (layer problems -> warm -> export), and every
 fallback path leaves the model computing what it computes without us."""
 
@@ -17,6 +18,8 @@ from integrations.transformers import apply_kernelsmith, layer_problems, pack_fo
 from tests.stacks import require_stack
 
 SEQ = 8
+ml = pytest.importorskip("transformers.models.llama.modeling_llama")
+ROPE_OWN = ml.apply_rotary_pos_emb  # the model file's own rotary embedding, as imported
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -70,7 +73,12 @@ def _no_env(monkeypatch):
 
 def test_layer_problems_are_the_ops_the_model_runs(built):
     assert sorted((p.name, p.signature()) for p in built["build"].problems) == [
-        ("rmsnorm", "float32[2, 8, 64], float32[64]"), ("silu_mul", "float32[2, 8, 128], float32[2, 8, 128]")]
+        ("rmsnorm", "float32[2, 8, 64], float32[64]"),
+        ("rope", "float32[2, 4, 8, 16], float32[2, 2, 8, 16], float32[1, 8, 16], float32[1, 8, 16]"),
+        ("silu_mul", "float32[2, 8, 128], float32[2, 8, 128]")]
+    rope = next(p for p in built["build"].problems if p.name == "rope")
+    # q and k as the attention makes them: a view of the projection, heads transposed ahead of positions
+    assert [s.stride for s in rope.input_specs[:2]] == [[512, 16, 64, 1], [256, 16, 32, 1]]
 
 
 def test_swap_matches_and_counts_hits(built):
@@ -79,19 +87,67 @@ def test_swap_matches_and_counts_hits(built):
     report = apply_kernelsmith(model, built["pack"])
     assert report.refused == ""
     assert sorted(report.swapped) == sorted(
-        [f"model.layers.{i}.{n}" for i in range(2) for n in ("input_layernorm", "post_attention_layernorm", "mlp")]
-        + ["model.norm"])
+        [f"model.layers.{i}.{n}" for i in range(2)
+         for n in ("input_layernorm", "post_attention_layernorm", "mlp", "self_attn")] + ["model.norm"])
     assert report.ops["model.layers.0.mlp"] == "silu_mul" and report.ops["model.norm"] == "rmsnorm"
+    assert report.ops["model.layers.1.self_attn"] == "rope"
     got = logits(model, ids())
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     stats = report.stats()
-    assert stats["hits"] == {"rmsnorm": 5, "silu_mul": 2}
+    assert stats["hits"] == {"rmsnorm": 5, "rope": 2, "silu_mul": 2}
     assert stats["fallbacks"] == {}
-    assert list(stats["kernels"].values()) == [["passed"], ["passed"]]
+    assert list(stats["kernels"].values()) == [["passed"]] * 3
 
-    assert remove_kernelsmith(model) == 7
+    assert remove_kernelsmith(model) == 9
     torch.testing.assert_close(logits(model, ids()), want)
-    assert report.stats()["hits"] == {"rmsnorm": 5, "silu_mul": 2}
+    assert report.stats()["hits"] == {"rmsnorm": 5, "rope": 2, "silu_mul": 2}
+    assert ml.apply_rotary_pos_emb is ROPE_OWN
+
+
+def test_rope_serves_only_the_model_it_was_applied_to(built):
+    served, other = tiny_llama(), tiny_llama()
+    want = logits(other, ids())
+    report = apply_kernelsmith(served, built["pack"])
+    assert ml.apply_rotary_pos_emb is not ROPE_OWN  # bound to the dispatcher while a model is served
+    # another model of the same file runs the file's own function, uncounted
+    torch.testing.assert_close(logits(other, ids()), want, atol=0, rtol=0)
+    assert report.stats()["hits"] == {} and report.stats()["fallbacks"] == {}
+    assert remove_kernelsmith(served) == 9 and ml.apply_rotary_pos_emb is ROPE_OWN
+
+
+def test_rope_call_forms_it_was_not_verified_for_run_the_models_own(built, monkeypatch):
+    from transformers.models.llama.modeling_llama import LlamaAttention
+
+    q, k = torch.randn(2, 4, SEQ, 16), torch.randn(2, 2, SEQ, 16)
+    cos, sin = torch.randn(2, SEQ, 16), torch.randn(2, SEQ, 16)
+    own_forward, seen = LlamaAttention.forward, []
+
+    def forward(self, *args, **kwargs):  # an attention that also rotates with an explicit unsqueeze_dim
+        seen.append(ml.apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1))
+        return own_forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(LlamaAttention, "forward", forward)
+    model = tiny_llama()
+    report = apply_kernelsmith(model, built["pack"])
+    logits(model, ids())
+    assert len(seen) == 2
+    for got in seen:
+        torch.testing.assert_close(got, ROPE_OWN(q, k, cos, sin), atol=0, rtol=0)
+    assert report.stats()["hits"]["rope"] == 2
+    assert report.stats()["fallbacks"] == {"rope": {"call form": 2}}
+    remove_kernelsmith(model)
+
+
+def test_a_dropped_model_releases_the_rotary_function(built):
+    import gc
+
+    gc.collect()  # the models earlier tests served and dropped
+    before = ml.apply_rotary_pos_emb
+    assert before is ROPE_OWN
+    report = apply_kernelsmith(tiny_llama(), built["pack"])
+    assert report.ops["model.layers.0.self_attn"] == "rope" and ml.apply_rotary_pos_emb is not before
+    gc.collect()
+    assert ml.apply_rotary_pos_emb is before
 
 
 def test_single_layer_class(built):
@@ -123,16 +179,16 @@ def test_unverified_shape_falls_back(built):
     torch.testing.assert_close(logits(model, ids(5)), want)
     stats = report.stats()
     assert stats["hits"] == {}
-    assert stats["fallbacks"] == {"rmsnorm": {"shape": 5}, "silu_mul": {"shape": 2}}
+    assert stats["fallbacks"] == {"rmsnorm": {"shape": 5}, "rope": {"shape": 2}, "silu_mul": {"shape": 2}}
 
 
 def test_wrong_dtype_falls_back(built):
     model = tiny_llama(torch.bfloat16)
     want = logits(model, ids())
     report = apply_kernelsmith(model, built["pack"])
-    assert len(report.swapped) == 7  # the layers compute the pack's ops; only their float32 calls are verified
+    assert len(report.swapped) == 9  # the layers compute the pack's ops; only their float32 calls are verified
     torch.testing.assert_close(logits(model, ids()), want, atol=0, rtol=0)
-    assert report.stats()["fallbacks"] == {"rmsnorm": {"dtype": 5}, "silu_mul": {"dtype": 2}}
+    assert report.stats()["fallbacks"] == {"rmsnorm": {"dtype": 5}, "rope": {"dtype": 2}, "silu_mul": {"dtype": 2}}
     assert report.stats()["hits"] == {}
 
 
@@ -190,12 +246,13 @@ def test_configured_by_environment(built, monkeypatch, tmp_path):
     want = logits(model, ids())
     monkeypatch.setenv(G.ENV_PACK, str(built["pack"]))
     report = apply_kernelsmith(model)
-    assert len(report.swapped) == 7
+    assert len(report.swapped) == 9
 
     # the kill switch, at load and while serving
     monkeypatch.setenv(G.ENV_DISABLE, "1")
     torch.testing.assert_close(logits(model, ids()), want)
-    assert report.stats()["fallbacks"] == {"rmsnorm": {"disabled": 5}, "silu_mul": {"disabled": 2}}
+    assert report.stats()["fallbacks"] == {"rmsnorm": {"disabled": 5}, "rope": {"disabled": 2},
+                                           "silu_mul": {"disabled": 2}}
     assert apply_kernelsmith(tiny_llama()).swapped == []
     monkeypatch.delenv(G.ENV_DISABLE)
 
@@ -207,7 +264,7 @@ def test_configured_by_environment(built, monkeypatch, tmp_path):
     with KernelStore(built["db"]) as s:
         export_pack(s, tmp_path / "signed.kspack", sign_key=priv)
     served = apply_kernelsmith(tiny_llama(), tmp_path / "signed.kspack")
-    assert len(served.swapped) == 7 and served.guard.report.signature_checked
+    assert len(served.swapped) == 9 and served.guard.report.signature_checked
 
 
 def test_kernel_cache_and_packs_without_vectors(built, tmp_path):
@@ -217,16 +274,16 @@ def test_kernel_cache_and_packs_without_vectors(built, tmp_path):
     model = tiny_llama()
     want = logits(model, ids())
     report = apply_kernelsmith(model, db=built["db"])
-    assert len(report.swapped) == 7
+    assert len(report.swapped) == 9
     torch.testing.assert_close(logits(model, ids()), want, atol=1e-5, rtol=1e-5)
-    assert report.stats()["hits"] == {"rmsnorm": 5, "silu_mul": 2}
+    assert report.stats()["hits"] == {"rmsnorm": 5, "rope": 2, "silu_mul": 2}
 
     # a problem too large for golden vectors: its kernel is proven against the layer's own computation instead
     with KernelStore(built["db"]) as s:
         export_pack(s, tmp_path / "novec.kspack", vectors=False)
     report = apply_kernelsmith(model, tmp_path / "novec.kspack")
     torch.testing.assert_close(logits(model, ids()), want, atol=1e-5, rtol=1e-5)
-    assert report.stats()["hits"] == {"rmsnorm": 5, "silu_mul": 2}
+    assert report.stats()["hits"] == {"rmsnorm": 5, "rope": 2, "silu_mul": 2}
     assert {k.note for ks in report.guard.kernels.values() for k in ks} == {
         "a check against transformers's own computation"}
 
@@ -242,9 +299,32 @@ def test_kernel_cache_and_packs_without_vectors(built, tmp_path):
 
 
 def test_layer_problems_follow_the_deployment_shapes():
+    before = ml.apply_rotary_pos_emb
     problems = layer_problems(tiny_llama(), [(ids(4),), {"input_ids": ids(1)}])
     sigs = sorted((p.name, p.input_specs[0].shape[1]) for p in problems)
-    assert sigs == [("rmsnorm", 1), ("rmsnorm", 4), ("silu_mul", 1), ("silu_mul", 4)]
+    assert sigs == [("rmsnorm", 1), ("rmsnorm", 4), ("rope", 4), ("rope", 4), ("silu_mul", 1), ("silu_mul", 4)]
+    # the positions of a decode step (one token) are the third dim of q
+    assert sorted(p.input_specs[0].shape[2] for p in problems if p.name == "rope") == [1, 4]
+    assert ml.apply_rotary_pos_emb is before  # recording binds the model file's function only while it runs
+
+    # as generation runs the model: the prompt's prefill, then one-token decode steps over a cache
+    generated = layer_problems(tiny_llama(), [lambda m: m.generate(ids(4), max_new_tokens=2, do_sample=False)])
+    assert sorted((p.name, p.input_specs[0].shape[-2 if p.name == "rope" else 1]) for p in generated) == [
+        ("rmsnorm", 1), ("rmsnorm", 4), ("rope", 1), ("rope", 4), ("silu_mul", 1), ("silu_mul", 4)]
+
+
+def test_a_transformers_pack_is_searched_against_the_models_own_layers():
+    from ks_inductor.evolve import EvolveConfig
+    from ks_inductor.evolve.evolver import search_judge_config
+    from integrations.ops import stack_baselines
+
+    assert stack_baselines("transformers") == ("eager",)  # transformers runs the layers eagerly, never Inductor
+    assert stack_baselines("vllm") == ("eager", "inductor")
+    jc = search_judge_config(EvolveConfig(baselines=stack_baselines("transformers")))
+    assert jc.baselines == jc.final_baselines == ("eager",)
+    assert search_judge_config(EvolveConfig()).final_baselines == ("eager", "inductor")
+    with pytest.raises(ValueError, match="liger"):
+        search_judge_config(EvolveConfig(baselines=("eager", "liger")))
 
 
 def test_version_parsing():
@@ -271,21 +351,24 @@ def test_pack_export_for_a_model_serves_that_model(tmp_path, capsys, monkeypatch
                "--json"])
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     B.forget_stores()
-    assert rc == 0 and out["missing"] == [] and out["kernels"] == 4 and out["with_vectors"] == 4, out
-    assert sorted((p["name"], p["inputs"]) for p in out["problems"]) == [
+    assert rc == 0 and out["missing"] == [] and out["kernels"] == 6 and out["with_vectors"] == 6, out
+    assert sorted((p["name"], p["inputs"]) for p in out["problems"] if p["name"] != "rope") == [
         ("rmsnorm", "float32[2, 1, 32], float32[32]"), ("rmsnorm", "float32[2, 3, 32], float32[32]"),
         ("silu_mul", "float32[2, 1, 64], float32[2, 1, 64]"), ("silu_mul", "float32[2, 3, 64], float32[2, 3, 64]")]
+    assert sorted(p["inputs"].split("], ")[0] for p in out["problems"] if p["name"] == "rope") == [
+        "float32[2, 2, 1, 16", "float32[2, 2, 3, 16"]
 
     overrides = parse_overrides([kv for kv in TINY if kv != "--hf-set"])
     model, _ = hf_model("llama", overrides, 2, 3, "float32", "cpu")
     x = torch.randint(0, 64, (2, 3), generator=torch.Generator().manual_seed(1))
     want = logits(model, x)
     report = apply_kernelsmith(model, pack)
-    assert report.refused == "" and sorted(report.swapped) == [  # the one layer's two norms and MLP, the last norm
+    assert report.refused == "" and sorted(report.swapped) == [  # the one layer's norms, MLP, attention; the last norm
         "model.layers.0.input_layernorm", "model.layers.0.mlp", "model.layers.0.post_attention_layernorm",
-        "model.norm"]
+        "model.layers.0.self_attn", "model.norm"]
     torch.testing.assert_close(logits(model, x), want, atol=1e-4, rtol=1e-4)
-    assert report.stats()["hits"] == {"rmsnorm": 3, "silu_mul": 1}
+    assert report.stats()["hits"] == {"rmsnorm": 3, "rope": 1, "silu_mul": 1}
+    remove_kernelsmith(model)
 
 
 def test_pack_export_for_refuses_mistakes_on_one_line(tmp_path, capsys):

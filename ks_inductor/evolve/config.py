@@ -67,6 +67,10 @@ class EvolveConfig:
     # A region whose faster baseline runs at this fraction of its floor or above is settled: no search runs there
     # (ks_inductor.judge.room). None: 0.9 where the judge times candidates; on the interpreter, no room is measured.
     settle_at: float | None = None
+    # What a kernel must beat: the paths the deployment would otherwise run. None: eager and Inductor (what
+    # ``backend="kernelsmith"`` chooses among); ("eager",) for a stack that runs the model's own layers, such as a
+    # transformers pack, whose kernels are then stored without a speedup over Inductor and never serve a compile.
+    baselines: tuple[str, ...] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:

@@ -743,12 +743,24 @@ class _Bar:
 
 def search_judge(config: EvolveConfig) -> Any:
     """The judge an optimizer run makes for itself: the short search protocol, the run's backend and trials."""
-    from ks_inductor.judge import Judge, JudgeConfig
+    from ks_inductor.judge import Judge
+
+    return Judge(search_judge_config(config))
+
+
+def search_judge_config(config: EvolveConfig) -> Any:
+    """The settings of :func:`search_judge`'s judge: what a search is timed with and against."""
+    from ks_inductor.judge import JudgeConfig
 
     jc = JudgeConfig.for_search(backend=config.backend)
+    if config.baselines:
+        unknown = set(config.baselines) - {"eager", "inductor"}
+        if unknown:
+            raise ValueError(f"baselines {sorted(unknown)}: a search times eager and inductor only")
+        jc.baselines = jc.final_baselines = tuple(config.baselines)
     if config.judge_trials:
         jc.trials = config.judge_trials
-    return Judge(jc)
+    return jc
 
 
 def evolve_problem(problem: Problem, config: EvolveConfig, store: Any, judge: Any | None = None,

@@ -310,6 +310,15 @@ def _steady_state(job: dict[str, Any], model: Any, sets: list[list[Any]], flags:
     return {"steady_samples": got["steady_samples"], "steady_errors": errors, "graphs": handed["n"]}
 
 
+def _laid_out(dense: Any, stride: list[int] | None, device: str) -> Any:
+    """A golden input, carried dense, on ``device`` at the strides it was given at."""
+    import torch
+
+    if not stride or len(stride) != dense.dim():
+        return dense.to(device)
+    return torch.empty_strided(dense.shape, stride, dtype=dense.dtype, device=device).copy_(dense)
+
+
 def run_vectors(job: dict[str, Any]) -> dict[str, Any]:
     import torch
     from safetensors.torch import load_file
@@ -328,9 +337,10 @@ def run_vectors(job: dict[str, Any]) -> dict[str, Any]:
     P.stage("correctness")
     P.acquire("shared")
     files, flags = [], []
+    strides = job.get("input_strides") or [{}] * len(job["input_files"])
     for i, path in enumerate(job["input_files"]):
         data = load_file(path)
-        inputs = [data[f"in{j}"].to(device) for j in range(len(data))]
+        inputs = [_laid_out(data[f"in{j}"], strides[i].get(str(j)), device) for j in range(len(data))]
         with torch.no_grad(), guards.TorchOpRecorder() as rec:
             outs = P.as_outputs(model(*inputs))
         P.sync(device)

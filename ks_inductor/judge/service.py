@@ -302,18 +302,20 @@ class Judge:
         if self._static(res, source):
             return res
         with self._workdir("vec-") as work:
-            files = []
+            files, strides = [], []
             for i, (inputs, _) in enumerate(vectors):
                 path = os.path.join(work, f"vec_in_{i}.safetensors")
                 save_file({f"in{j}": t.contiguous() for j, t in enumerate(inputs)}, path)
                 files.append(path)
+                # safetensors is dense: the worker lays each input out again as given (a kernel may rely on it)
+                strides.append({str(j): list(t.stride()) for j, t in enumerate(inputs) if not t.is_contiguous()})
             state_file = None
             if state:
                 state_file = os.path.join(work, "state.safetensors")
                 save_file({k: v.contiguous() for k, v in state.items()}, state_file)
             job = {"kind": "vectors", "device": self.backend.device, "workdir": work, "candidate_source": source,
-                   "init_inputs": init_inputs, "input_files": files, "state_file": state_file,
-                   "memory_limit_mb": self.config.memory_limit_mb,
+                   "init_inputs": init_inputs, "input_files": files, "input_strides": strides,
+                   "state_file": state_file, "memory_limit_mb": self.config.memory_limit_mb,
                    "device_memory_fraction": self.config.device_memory_fraction}
             out = self._run(job)
             if not self._absorb_outcome(res, out):
