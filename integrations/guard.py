@@ -129,7 +129,19 @@ class PackKernel:
     note: str = ""
     loaded: Any = None  # kernel_ops.LoadedKernel
     race_us: tuple[float, float] | None = None  # median µs per call: (ours, the stack's own), where it was raced
+    # Its launches replayed without its Python forward (``launch_plan``), made once it passed its check on a GPU;
+    # None where it has none (``plan_note`` says why).
+    plan: Any = None
+    plan_note: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def call(self, *args: Any) -> Any:
+        """The kernel's outputs for ``args``: through its launch plan where it has one, else its forward."""
+        if self.plan is not None:
+            out = self.plan(*args)
+            if out is not None:
+                return out
+        return self.loaded.model(*args)
 
 
 def _rank(ke: dict[str, Any]) -> float:
@@ -396,6 +408,15 @@ class PackGuard:
             k.state, k.note = ("none" if why == R_NO_VECTORS else "failed"), why
             log.warning("kernelsmith: kernel %s for %s not served: %s", k.record.sha256[:12], key[:12], why)
         else:
+            if device.type == "cuda":
+                from .launch_plan import make_plan
+
+                sig = spec_signature(k.problem.input_specs)
+                if sig is not None:
+                    k.plan, k.plan_note = make_plan(k.loaded.model, random_inputs(sig, device))
+                    log.info("kernelsmith: kernel %s for %s %s", k.record.sha256[:12], key[:12],
+                             "launches without its forward" if k.plan is not None
+                             else f"keeps its forward: {k.plan_note}")
             # The state is set once the race is over: a kernel another thread sees "passed" has won it.
             slower = self._race(k, key, device, own) if self.race and own is not None else ""
             if slower:
@@ -414,7 +435,7 @@ class PackGuard:
         """Time a proven kernel against the stack's own path at its signature (``k.race_us``); returns why it is
         not served where it does not win by the margin, else ""."""
         sig = spec_signature(k.problem.input_specs)
-        ours = k.loaded.model
+        ours = k.call
         if isinstance(own, OnCopies):
             ours = OnCopies(ours, own.positions)
         _RACING.on = True
@@ -453,7 +474,10 @@ class PackGuard:
                      if any(pk.race_us for pk in v)}
             return {"hits": dict(sorted(self.hits.items())), "fallbacks": fb,
                     "kernels": {k[:12]: [pk.state for pk in v] for k, v in self.kernels.items()},
-                    "race_us": races}
+                    "race_us": races,
+                    "plans": {k[:12]: ["planned" if pk.plan is not None else pk.plan_note for pk in v]
+                              for k, v in self.kernels.items() if any(pk.plan is not None or pk.plan_note
+                                                                      for pk in v)}}
 
 
 def _rounded(race_us: tuple[float, float] | None) -> list[float] | None:
@@ -462,7 +486,7 @@ def _rounded(race_us: tuple[float, float] | None) -> list[float] | None:
 
 def empty_stats() -> dict[str, Any]:
     """``PackGuard.stats()`` where nothing is served."""
-    return {"hits": {}, "fallbacks": {}, "kernels": {}, "race_us": {}}
+    return {"hits": {}, "fallbacks": {}, "kernels": {}, "race_us": {}, "plans": {}}
 
 
 def installed_version(module: str) -> str | None:
@@ -632,9 +656,9 @@ class ServedOp:
         try:
             if grad:
                 with torch.no_grad():
-                    out = kernel.loaded.model(*args)
+                    out = kernel.call(*args)
             else:
-                out = kernel.loaded.model(*args)
+                out = kernel.call(*args)
         except Exception as e:  # noqa: BLE001 - never a broken model: the stack computes it instead
             self._broken(kernel, e)
             return self._miss(R_ERROR)

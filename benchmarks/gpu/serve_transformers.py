@@ -189,6 +189,7 @@ def _measure(args, model, ids, work: Path, result: dict) -> int:
         per_call["norm_breakdown"] = {
             "kernel_module": _per_call_us(lambda: served.loaded.model(x1, w)),
             "kernel_forward": _per_call_us(lambda: served.loaded.model.forward(x1, w)),
+            "kernel_plan": _per_call_us(lambda: served.plan(x1, w)) if served.plan is not None else None,
             "layer": _per_call_us(lambda: norm(x1)),
             "torch_empty": _per_call_us(lambda: torch.empty_like(x1)),
             "torch_add": _per_call_us(lambda: x1 + x1),
