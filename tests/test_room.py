@@ -4,6 +4,9 @@ nothing there, and the room is stored where explain and the backend read it."""
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import pytest
 
 from kernel_cache.store import KernelStore
@@ -48,7 +51,10 @@ def test_the_judge_measures_both_baselines_and_the_floor(judge) -> None:
     assert room.bound == "memory" and room.flops_rate is None
     # Three fp32 tensors of 256 x 1024 cross memory once each.
     assert room.bytes_moved == 3 * 256 * 1024 * 4
-    assert room.floor_ms == pytest.approx(room.bytes_moved / room.bandwidth * 1e3)
+    # The floor holds one launch of a minimal kernel, timed beside the copy rate (host clock on the interpreter).
+    assert room.launch_ms and 0 < room.launch_ms < 1.0
+    assert room.floor_ms == pytest.approx(room.bytes_moved / room.bandwidth * 1e3 + room.launch_ms)
+    assert f"{room.launch_ms:.2g} ms launch" in room.summary()
     assert room.best in ("eager", "inductor") and room.fraction == pytest.approx(room.floor_ms / room.best_ms)
     # Measured once per problem: asking again reads the same baselines.
     assert judge.room(problem).eager_ms == room.eager_ms
@@ -60,7 +66,7 @@ def test_a_matmul_region_gets_a_flop_rate_and_a_compute_floor_where_flops_bind()
         room = j.room(problem)
     assert room.flops_rate and room.flops_rate > 1e6 and room.dtype == "float32"
     assert room.flops == 2 * 64 * 96 * 80
-    expect, bound = floor_ms(problem, room.bandwidth, room.flops_rate)
+    expect, bound = floor_ms(problem, room.bandwidth, room.flops_rate, room.launch_ms)
     assert room.floor_ms == pytest.approx(expect) and room.bound == bound
 
 
@@ -76,6 +82,45 @@ def test_the_rule_reads_the_same_way_everywhere() -> None:
     assert "settled" in near.summary() and "room" in far.summary()
     # No floor (no copy rate measured): never settled, the whole time is its claim.
     assert not Room("k", eager_ms=1.0, inductor_ms=2.0).settled()
+
+
+class _Counts:
+    """A problem's counts, as the floor reads them."""
+
+    def __init__(self, bytes_moved: int, flops: int = 0, ops: tuple[str, ...] = ("add",)) -> None:
+        self.bytes_moved, self.flops, self.op_summary = bytes_moved, flops, dict.fromkeys(ops, 1)
+
+
+def test_the_floor_adds_one_launch_and_a_small_region_settles_by_it() -> None:
+    small = _Counts(bytes_moved=3 * 2**20)  # 3 MiB at 3 TB/s: about 1 us
+    bare, bound = floor_ms(small, 3e12, None)
+    assert bound == "memory" and bare == pytest.approx(3 * 2**20 / 3e12 * 1e3)
+    with_launch, _ = floor_ms(small, 3e12, None, 0.003)
+    assert with_launch == pytest.approx(bare + 0.003)
+    # A compute-bound floor gets the same single launch on top of the FLOPs' time.
+    mm = _Counts(bytes_moved=2**20, flops=10**9, ops=("mm",))
+    ms, bound = floor_ms(mm, 3e12, 1e12, 0.003)
+    assert bound == "compute" and ms == pytest.approx(1.0 + 0.003)
+    # No copy rate, no floor, whatever the launch.
+    assert floor_ms(small, None, None, 0.003) == (None, "")
+    # A 4.4 us baseline of a 1 us region: far from the bandwidth alone, within 10% of one launch more.
+    assert not Room("k", floor_ms=bare, eager_ms=0.0044).settled()
+    assert Room("k", floor_ms=with_launch, launch_ms=0.003, eager_ms=0.0044).settled()
+
+
+def test_a_room_stored_without_a_launch_term_still_decodes(tmp_path) -> None:
+    room = Room("k", floor_ms=0.01, bound="memory", bandwidth=1e12, launch_ms=0.004, eager_ms=0.02, inductor_ms=0.03)
+    assert Room.from_json(room.to_json()) == room
+    older = {k: v for k, v in room.to_json().items() if k != "launch_ms"}
+    decoded = Room.from_json(older)
+    assert decoded.launch_ms is None and decoded.floor_ms == 0.01 and decoded.fraction == pytest.approx(0.5)
+    assert "launch" not in decoded.summary()
+    store = KernelStore(f"sqlite:///{tmp_path}/k.db")
+    store.put_room("a", "fp", room.to_json())
+    store.put_room("b", "fp", older)
+    assert Room.from_json(store.room("a", "fp")).launch_ms == 0.004
+    assert Room.from_json(store.room("b", "fp")) == decoded
+    store.close()
 
 
 def test_a_settled_region_is_not_searched_and_its_room_is_stored(judge, tmp_path) -> None:
@@ -171,7 +216,24 @@ def test_the_backend_serves_eager_where_its_room_says_eager_is_faster(tmp_path, 
         forget_stores()
 
 
-def test_warm_measures_every_room_first_and_skips_the_settled(judge, tmp_path) -> None:
+def _searches(monkeypatch, first: Any = None) -> list[tuple[str, float]]:
+    """Every search a warm starts, as (problem key, start time); ``first`` (an event) is set as one starts."""
+    import ks_inductor.evolve as E
+
+    started: list[tuple[str, float]] = []
+    original = E.evolve_problem
+
+    def noted(problem, *args, **kwargs):
+        started.append((problem.key, time.monotonic()))
+        if first is not None:
+            first.set()
+        return original(problem, *args, **kwargs)
+
+    monkeypatch.setattr(E, "evolve_problem", noted)
+    return started
+
+
+def test_warm_skips_the_settled_regions_and_shares_time_by_room(judge, tmp_path, monkeypatch) -> None:
     from rich.console import Console
 
     from ks_inductor.warm import warm
@@ -179,9 +241,11 @@ def test_warm_measures_every_room_first_and_skips_the_settled(judge, tmp_path) -
     problems = [small_problem("rmsnorm_bf16"), problem_from_source(ADD, name="add")]
     store = KernelStore(f"sqlite:///{tmp_path}/k.db")
     quiet = Console(file=open(tmp_path / "log.txt", "w"), width=200)
+    started = _searches(monkeypatch)
     summary = warm(problems, store, EvolveConfig(budget=1, settle_at=0.0, inductor_seeds=False), judge=judge,
                    console=quiet)
     assert [i.status for i in summary.items] == ["settled", "settled"] and summary.settled == 2
+    assert started == []  # no search began for either
     assert all(i.judged == 0 and i.note.startswith("settled, no search:") for i in summary.items)
     for p in problems:
         assert store.room(p.key, judge.fingerprint.id)["floor_ms"] > 0
@@ -189,9 +253,53 @@ def test_warm_measures_every_room_first_and_skips_the_settled(judge, tmp_path) -
     # Nothing settles: each region is searched with its room and its share of the time limit.
     summary = warm(problems, store, EvolveConfig(budget=1, settle_at=1e9, time_limit_s=100.0, inductor_seeds=False),
                    judge=judge, console=quiet)
+    assert sorted(k for k, _ in started) == sorted(p.key for p in problems)
     for item in summary.items:
         assert item.status == "found" and item.room is not None
         assert item.time_limit_s == pytest.approx(100.0 * time_share(Room.from_json(item.room)))
+    store.close()
+
+
+# How long the last region's room is held waiting for a search to start before the test gives up on it.
+HOLD_S = 60.0
+
+
+@pytest.mark.parametrize("regions", [1, 2])
+def test_a_warm_starts_searching_before_the_last_room_is_measured(judge, tmp_path, monkeypatch, regions) -> None:
+    """The last region's room is held until a search has started: a warm that measured every room before its first
+    search would wait here until the hold gives up. One region at a time and two at once alike."""
+    import threading
+
+    from rich.console import Console
+
+    from ks_inductor.warm import warm
+
+    problems = [problem_from_source(ADD, name="add"), problem_from_source(MM, name="mm")]
+    last = problems[-1].key
+    searching = threading.Event()
+    started = _searches(monkeypatch, searching)
+    held: dict[str, bool] = {}
+    measured: dict[str, float] = {}
+    room = judge.room
+
+    def held_room(problem, deadline=None):
+        if problem.key == last and "waited" not in held:
+            held["waited"] = searching.wait(HOLD_S)
+        got = room(problem, deadline)
+        measured.setdefault(problem.key, time.monotonic())
+        return got
+
+    monkeypatch.setattr(judge, "room", held_room)
+    quiet = Console(file=open(tmp_path / "log.txt", "w"), width=200)
+    store = KernelStore(f"sqlite:///{tmp_path}/k.db")
+    summary = warm(problems, store, EvolveConfig(budget=1, settle_at=1e9, inductor_seeds=False,
+                                                 parallel_regions=regions), judge=judge, console=quiet)
+    assert held["waited"], "no search started while the last room was being measured"
+    assert started[0][0] == problems[0].key and started[0][1] < measured[last]
+    # Both regions were still searched with their rooms, and the rooms stored.
+    assert [i.status for i in summary.items] == ["found", "found"], [(i.status, i.note) for i in summary.items]
+    assert all(i.room is not None and i.room["floor_ms"] for i in summary.items)
+    assert all(store.room(p.key, judge.fingerprint.id) is not None for p in problems)
     store.close()
 
 
@@ -209,6 +317,53 @@ def test_the_plan_searches_most_room_first_and_shares_time_by_room() -> None:
     limits = {i.key: i.time_limit_s for i, _ in order}
     assert limits["b"] == 60.0 and limits["d"] == 60.0
     assert limits["a"] == pytest.approx(60.0 * max(0.25, (1 - 0.5 / 0.6) / 0.5))
+
+
+def test_the_queue_hands_out_regions_as_their_rooms_arrive(tmp_path) -> None:
+    from concurrent.futures import Future
+
+    from ks_inductor.warm.rooms import RegionQueue
+    from ks_inductor.warm.run import WarmItem
+
+    asked: dict[str, Future] = {}
+
+    class Rooms:
+        """Rooms the test hands back when it chooses: ``submit_room`` as the judge offers it."""
+
+        device_count = 1
+
+        def submit_room(self, problem, deadline=None):
+            asked[problem.key] = Future()
+            return asked[problem.key]
+
+    def arrive(key: str, **times: float) -> None:
+        asked[key].set_result(Room(key, floor_ms=1.0, **times))
+
+    store = KernelStore(f"sqlite:///{tmp_path}/k.db")
+    fp = type("F", (), {"id": "fp"})()
+    todo = [(WarmItem(k, k, "model", ""), type("P", (), {"key": k, "name": k})()) for k in "abcde"]
+    queue = RegionQueue(todo, Rooms(), store, fp, 0.9, 60.0, None, None, in_flight=2)
+    assert list(asked) == ["a", "b"] and queue.take() is None and not queue.exhausted
+    arrive("b", eager_ms=2.5)  # at 40% of its floor: searched as soon as it is known, with its whole limit
+    item, problem = queue.take()
+    assert problem.key == "b" and item.time_limit_s == 60.0 and item.room["floor_ms"] == 1.0
+    assert queue.passed("b") and list(asked) == ["a", "b", "c"]  # the next room asked in its place
+    arrive("a", eager_ms=1.02)  # settled: never handed out
+    arrive("c", eager_ms=4.0)
+    queue.poll()
+    arrive("d", eager_ms=2.0)
+    asked["e"].set_exception(RuntimeError("the reference failed"))
+    # Among the rooms known, most time above the floor first; the one without a room last.
+    assert [queue.take()[1].key for _ in range(3)] == ["c", "d", "e"]
+    assert [i.key for i, _ in queue.settled] == ["a"] and todo[0][0].status == "settled" and queue.passed("a")
+    assert queue.take() is None and queue.exhausted
+    assert store.room("e", "fp")["note"].startswith("RuntimeError")
+    # Rooms still out when the whole run's limit comes: their regions are handed back to be reported.
+    late = RegionQueue(todo[:3], Rooms(), store, fp, 0.9, None, None, None, in_flight=1, idle=1)
+    assert len(late.waiting()) == 2  # one more room asked for while a search has nothing to start
+    assert not late.wait(0.01)
+    assert [i.key for i in late.abandon()] == ["a", "b", "c"] and late.exhausted
+    store.close()
 
 
 def _text(table) -> str:

@@ -142,11 +142,12 @@ def run_baselines(job: dict[str, Any]) -> dict[str, Any]:
     P.acquire("exclusive")
     P.stage("timing")
     try:
+        flush = T.make_l2_flush(device, job.get("l2_bytes", 0))
         with torch.no_grad():
             samples = T.benchmark_interleaved(
                 fns, rounds=cfg["rounds"], warmup_ms=cfg["warmup_ms"], rep_ms=cfg["rep_ms"],
                 min_reps=cfg["min_reps"], max_reps=cfg["max_reps"], before_each=before_each,
-                seed=job["order_seed"], device=device, flush=T.make_l2_flush(device, job.get("l2_bytes", 0)))
+                seed=job["order_seed"], device=device, flush=flush)
             steady: dict[str, Any] = {}
             if cfg.get("steady") and device != "cpu":
                 steady = T.steady_state_samples(job, tools, sets, device)
@@ -156,9 +157,11 @@ def run_baselines(job: dict[str, Any]) -> dict[str, Any]:
             if job.get("flops_dtype"):
                 flops_rate = T.measure_matmul_peak(device, getattr(torch, job["flops_dtype"]),
                                                    8192 if device != "cpu" else 512, tf32=bool(job.get("tf32")))
+            launch_ms = T.measure_launch_ms(device, flush)
     finally:
         P.release("exclusive")
-    return {"samples": samples, "errors": errors, "bandwidth": bandwidth, "flops_rate": flops_rate, **steady}
+    return {"samples": samples, "errors": errors, "bandwidth": bandwidth, "flops_rate": flops_rate,
+            "launch_ms": launch_ms, **steady}
 
 
 # Low-precision outputs get a float64 rerun of the reference (``_truth``) up to this many bytes of outputs a run.

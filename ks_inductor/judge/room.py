@@ -1,10 +1,11 @@
 """A region's room: how far the faster of eager and Inductor is from the floor the hardware sets.
 
 The floor is the larger of the bytes the problem must move at the device's measured copy rate and, for problems with
-a matrix product or a convolution, its FLOPs at the device's measured dense rate for the dtype. A region whose best
-baseline is already within ``SETTLE_AT`` of its floor is *settled*: no kernel can be much faster, so a search spends
-nothing there and the backend serves the faster baseline. Everything else has room, and the share of a warm's time a
-region gets follows it.
+a matrix product or a convolution, its FLOPs at the device's measured dense rate for the dtype, plus one kernel
+launch as the judge's timing measures a call (a serving-size region moves so few bytes that the launch is most of
+any kernel's time). A region whose best baseline is already within ``SETTLE_AT`` of its floor is *settled*: no
+kernel can be much faster, so a search spends nothing there and the backend serves the faster baseline. Everything
+else has room, and the share of a warm's time a region gets follows it.
 
 One place for the rule: the judge builds a :class:`Room` from the baselines it times once per problem; the evolver,
 warm, explain and the backend read the same dataclass (stored beside the kernels, see
@@ -47,14 +48,17 @@ def compute_dtype(dtypes: Any) -> str:
     return next((d for d in ("bfloat16", "float16", "float32") if d in dtypes), "float32")
 
 
-def floor_ms(problem: Any, bandwidth: float | None, flops_rate: float | None) -> tuple[float | None, str]:
-    """The problem's floor in ms and what binds it ("memory" or "compute"); (None, "") without a copy rate."""
+def floor_ms(problem: Any, bandwidth: float | None, flops_rate: float | None,
+             launch_ms: float | None = None) -> tuple[float | None, str]:
+    """The problem's floor in ms and what binds it ("memory" or "compute"); (None, "") without a copy rate.
+    ``launch_ms``: one minimal kernel's time as the protocol measures a call, added once, since a region served by
+    a single kernel still pays its launch (left out, the floor is the roofline's alone)."""
     t_bytes = problem.bytes_moved / bandwidth * 1e3 if bandwidth else 0.0
     t_flops = (problem.flops / flops_rate * 1e3
                if flops_rate and problem.op_summary.keys() & COMPUTE_OPS else 0.0)
     if not t_bytes and not t_flops:
         return None, ""
-    return max(t_bytes, t_flops), "compute" if t_flops > t_bytes else "memory"
+    return max(t_bytes, t_flops) + (launch_ms or 0.0), "compute" if t_flops > t_bytes else "memory"
 
 
 @dataclass
@@ -69,6 +73,9 @@ class Room:
     flops: int = 0
     bandwidth: float | None = None  # bytes/s, device-to-device copy, measured beside the baselines
     flops_rate: float | None = None  # FLOP/s of a dense matmul in ``dtype``, measured likewise
+    # One minimal kernel's time per call (ms), measured likewise and part of ``floor_ms``; None in a room stored
+    # without it, whose floor has no launch term.
+    launch_ms: float | None = None
     dtype: str = ""
     eager_ms: float | None = None
     inductor_ms: float | None = None
@@ -126,7 +133,8 @@ class Room:
         if self.fraction is None:
             return ", ".join(parts) + " (no floor on this device)"
         state = "settled" if self.settled() else "room"
-        return (f"{', '.join(parts)}; floor {self.floor_ms:.4g} ms ({self.bound}): best ({self.best}) at "
+        launch = f" with a {self.launch_ms:.2g} ms launch" if self.launch_ms else ""
+        return (f"{', '.join(parts)}; floor {self.floor_ms:.4g} ms ({self.bound}{launch}): best ({self.best}) at "
                 f"{100 * self.fraction:.0f}% of the floor, {state}")
 
     def to_json(self) -> dict[str, Any]:

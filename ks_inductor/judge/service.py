@@ -90,6 +90,7 @@ class _Baselines:
         self.errors: dict[str, str] = {**(result.get("errors") or {}), **(result.get("steady_errors") or {})}
         self.bandwidth: float | None = result.get("bandwidth")
         self.flops_rate: float | None = result.get("flops_rate")
+        self.launch_ms: float | None = result.get("launch_ms")
         self.at = at
 
 
@@ -785,8 +786,8 @@ class Judge:
         for name, rounds in base.samples.items():
             if name in ("eager", "inductor") and rounds:
                 setattr(room, f"{name}_ms", T.summarize(rounds).median_ms)
-        room.bandwidth, room.flops_rate = base.bandwidth, base.flops_rate
-        room.floor_ms, room.bound = floor_ms(problem, base.bandwidth, base.flops_rate)
+        room.bandwidth, room.flops_rate, room.launch_ms = base.bandwidth, base.flops_rate, base.launch_ms
+        room.floor_ms, room.bound = floor_ms(problem, base.bandwidth, base.flops_rate, base.launch_ms)
         room.note = "; ".join(f"{k} not timed: {v[:150]}" for k, v in base.errors.items())
         return room
 

@@ -379,6 +379,19 @@ def measure_copy_bandwidth(device: str = "cuda", nbytes: int = 2 * 2**30) -> flo
     return 2 * x.numel() * x.element_size() / statistics.median(_seconds(lambda: y.copy_(x), device, 10))
 
 
+def measure_launch_ms(device: str = "cuda", flush: Callable[[], None] | None = None, n: int = 50) -> float:
+    """The time of one minimal kernel (a one-element fill) as the protocol times a call: per call, after the L2
+    flush and the lead, an event pair around the launch alone; the median (ms). No kernel a region is served by
+    measures less (the host clock on the CPU, as for the copy rate)."""
+    import torch
+
+    x = torch.zeros(1, device=device)
+    for _ in range(3):  # the fill's first launches load its module
+        x.fill_(1.0)
+    _sync(device)
+    return statistics.median(_time_calls(lambda: x.fill_(1.0), n, device, flush or (lambda: None), None, 0))
+
+
 def measure_matmul_peak(device: str = "cuda", dtype: Any = None, n: int = 8192, tf32: bool = False) -> float:
     """Dense matmul rate (FLOP/s) on random data through torch (cuBLAS on a GPU); ``tf32``: float32 on the TF32
     tensor cores, as cuDNN runs float32 convolutions by default."""

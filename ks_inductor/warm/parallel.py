@@ -82,6 +82,7 @@ class _Board:
         self.total, self.console, self.workers, self.gpu = total, console, workers, gpu
         self.running: dict[str, _Region] = {}
         self.finished = 0
+        self.settled = 0  # regions whose room settled them: done without a search
         self.judgments = 0
         self.t0 = time.monotonic()
         self.live: Any = None
@@ -103,7 +104,7 @@ class _Board:
     def render(self) -> Any:
         from rich.table import Table
 
-        t = Table(title=f"warm: {self.finished}/{self.total} regions done, {len(self.running)} in flight "
+        t = Table(title=f"warm: {self.finished + self.settled}/{self.total} regions done, {len(self.running)} in flight "
                         f"(up to {self.workers}), {self.judgments} judgments, {self.rate():.0f}/min, "
                         f"{time.monotonic() - self.t0:.0f}s{self._gpu_now()}", title_justify="left")
         for col in ("region", "key", "judged", "in flight", "best", "s"):
@@ -143,20 +144,24 @@ class RegionThreads:
 
         return self.judge.fingerprint if self.judge is not None else current_fingerprint(config.backend)
 
-    def run(self, todo: list[tuple[Any, Any]], config: Any, store: Any, deadline: float | None, apply: Any,
+    def run(self, todo: Any, config: Any, store: Any, deadline: float | None, apply: Any,
             console: Any) -> None:
         """Search every region of ``todo``, ``workers`` at a time; ``deadline`` (``time.time()``) bounds the whole
         run: each region's search gets at most what is left of it when it starts, and a region that does not
-        start in time is ``not-run``."""
+        start in time is ``not-run``. ``todo``: a list of ``(item, problem)``, searched in its order, or a
+        :class:`ks_inductor.warm.rooms.RegionQueue`, whose regions start as their rooms arrive (the loop waits on
+        the rooms and the searches at once, so a free thread takes a region the moment its room is known)."""
         from ks_inductor.evolve.evolver import search_judge
         from ks_inductor.warm.region import evolve_region, region_config
+        from ks_inductor.warm.rooms import RegionQueue
 
-        if not todo:
+        queue = todo if isinstance(todo, RegionQueue) else RegionQueue(list(todo))
+        if queue.exhausted:
             return
         own = self.judge is None
         judge = self.judge or search_judge(config)
-        locked = LockedStore(store)
-        board = _Board(len(todo), console, self.workers, self.gpu)
+        locked = store if isinstance(store, LockedStore) else LockedStore(store)
+        board = _Board(queue.total, console, self.workers, self.gpu)
 
         def one(item: Any, problem: Any) -> dict[str, Any]:
             left = None if deadline is None else deadline - time.time()
@@ -168,25 +173,47 @@ class RegionThreads:
             outcome["wall_s"] = time.monotonic() - t1
             return outcome
 
+        def finish(item: Any, outcome: dict[str, Any]) -> None:
+            with locked.lock:
+                apply(item, outcome)
+            board.end(item, outcome)
+
         pool = ThreadPoolExecutor(self.workers, thread_name_prefix="ks-warm-region")
         futures: dict[Future[dict[str, Any]], Any] = {}
+        searched = 0
         finished = False
         try:
             with board:
-                for item, problem in todo:
-                    futures[pool.submit(one, item, problem)] = item
-                pending = set(futures)
-                while pending:
-                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                while True:
+                    # Rooms that arrived are read (and stored) whether or not a thread is free, so that the next
+                    # ones are asked for meanwhile.
+                    with locked.lock:
+                        queue.poll(idle=self.workers - len(futures))
+                        board.settled = len(queue.settled)
+                    while len(futures) < self.workers and (nxt := queue.take(self.workers - len(futures))):
+                        futures[pool.submit(one, *nxt)] = nxt[0]
+                        searched += 1
+                    if not futures and queue.exhausted:
+                        break
+                    # With no search in flight, only a room can end the wait: not past the whole run's limit.
+                    timeout = None if futures or deadline is None else max(0.0, deadline - time.time())
+                    done, _ = wait(set(futures) | set(queue.waiting()), timeout=timeout,
+                                   return_when=FIRST_COMPLETED)
+                    if not done and not futures:
+                        for item in queue.abandon():
+                            finish(item, {"status": "not-run",
+                                          "note": "the whole-run limit was reached before this region's room "
+                                                  "was measured"})
+                        break
                     for fut in done:
-                        item = futures[fut]
+                        item = futures.pop(fut, None)
+                        if item is None:
+                            continue  # a room: the next pass takes its region
                         try:
                             outcome = fut.result()
                         except Exception as e:  # noqa: BLE001 - one region failing must not stop the others
                             outcome = {"status": "failed", "note": f"{type(e).__name__}: {e}"[:300]}
-                        with locked.lock:
-                            apply(item, outcome)
-                        board.end(item, outcome)
+                        finish(item, outcome)
             finished = True
         finally:
             self.judgments, self.rate = board.judgments, board.rate()
@@ -201,7 +228,7 @@ class RegionThreads:
                     judge.close()
                 pool.shutdown(wait=False, cancel_futures=True)
         gpu = self.gpu.text() if self.gpu is not None else ""
-        console.print(f"searched {len(todo)} regions, up to {self.workers} at once: {self.judgments} judgments, "
+        console.print(f"searched {searched} regions, up to {self.workers} at once: {self.judgments} judgments, "
                       f"{self.rate:.0f} per minute" + (f"; average utilisation {gpu}" if gpu else ""))
 
     def close(self) -> None:

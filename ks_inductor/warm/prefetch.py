@@ -3,9 +3,10 @@
 A region's search seeds from Inductor's kernels, and their code generation (a throwaway process, forked from a warm
 parent, that lowers the region: about a second per region, more for the first of a process) runs before the region's
 first judgment. The regions of a warm are all known before the first search starts, so their generations run here in
-the background, in the order the searches start: a search that starts later finds its plans made (they are memoized
-per process, :func:`ks_inductor.seeds.inductor.generate.inductor_programs`) and a search that starts while its
-plans are being made waits for that generation instead of starting a second one.
+the background, in the order the regions are listed, less those whose room settled them or whose search already
+started by their turn: a search that starts later finds its plans made (they are memoized per process,
+:func:`ks_inductor.seeds.inductor.generate.inductor_programs`) and a search that starts while its plans are being
+made waits for that generation instead of starting a second one.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -37,8 +38,9 @@ class CodegenPrefetch:
     ``deadline`` (``time.monotonic()``; None: the generation's own timeout) and within ``limit_s`` of its start."""
 
     def __init__(self, problems: Sequence[Any], target: str, deadline: float | None = None,
-                 limit_s: float | None = None, workers: int | None = None) -> None:
-        self.target, self.deadline, self.limit_s = target, deadline, limit_s
+                 limit_s: float | None = None, workers: int | None = None,
+                 skip: Callable[[str], bool] | None = None) -> None:
+        self.target, self.deadline, self.limit_s, self.skip = target, deadline, limit_s, skip
         self._pool = ThreadPoolExecutor(workers or prefetch_workers(), thread_name_prefix="ks-warm-codegen")
         self._futures = [self._pool.submit(self._one, p) for p in problems]
 
@@ -52,6 +54,8 @@ class CodegenPrefetch:
         at = min(ends) if ends else None
         if at is not None and at <= time.monotonic():
             return
+        if self.skip is not None and self.skip(problem.key):
+            return  # settled by its room, or its search already generates it
         try:
             with codegen_deadline(at):
                 inductor_programs(problem, self.target)
@@ -64,11 +68,12 @@ class CodegenPrefetch:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def start_prefetch(problems: Sequence[Any], config: Any, target: str | None,
-                   deadline: float | None) -> CodegenPrefetch | None:
+def start_prefetch(problems: Sequence[Any], config: Any, target: str | None, deadline: float | None,
+                   skip: Callable[[str], bool] | None = None) -> CodegenPrefetch | None:
     """A started :class:`CodegenPrefetch` for the searches of ``problems`` about to run here (``config``'s
-    per-search limit bounding each generation), or None where there is nothing to generate ahead, the
-    searches seed from no Inductor code (``config.inductor_seeds`` off) or the judge's device is not known."""
+    per-search limit bounding each generation; a region whose key ``skip`` names when its turn comes is left out),
+    or None where there is nothing to generate ahead, the searches seed from no Inductor code
+    (``config.inductor_seeds`` off) or the judge's device is not known."""
     if not problems or not getattr(config, "inductor_seeds", True) or target is None:
         return None
-    return CodegenPrefetch(problems, target, deadline, getattr(config, "time_limit_s", None))
+    return CodegenPrefetch(problems, target, deadline, getattr(config, "time_limit_s", None), skip=skip)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -32,8 +32,8 @@ class WarmItem:
     wall_s: float = 0.0
     note: str = ""
     worker: str = ""  # where the search ran, when not here (a Ray worker: node and pid)
-    # The region's room as the judge measured it before the searches (``Room.to_json()``), and the share of the
-    # time limit its search got from it.
+    # The region's room as the judge measured it before its search (``Room.to_json()``), and the share of the time
+    # limit its search got from it.
     room: dict[str, Any] | None = None
     time_limit_s: float | None = None
 
@@ -108,8 +108,8 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
     from ks_inductor.evolve import EvolveConfig
     from ks_inductor.evolve.evolver import search_judge
     from ks_inductor.judge.backends import current_fingerprint
-    from ks_inductor.warm.parallel import RegionThreads
-    from ks_inductor.warm.rooms import measure_rooms, plan, settle, settle_threshold
+    from ks_inductor.warm.parallel import LockedStore, RegionThreads
+    from ks_inductor.warm.rooms import RegionQueue, settle_threshold
 
     console = console or Console(stderr=True)
     config = config or EvolveConfig()
@@ -141,21 +141,16 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
     local = executor is None or isinstance(executor, RegionThreads)
     made = None  # a judge made here for the rooms, which the searches then share
     at = settle_threshold(config, fp)
+    queue = RegionQueue(todo)
+    rooms = False
     if todo and local and at is not None:
-        # The rooms first: where the baselines are near the floor, no search; the rest in the order of their room.
         if judge is None:
             judge = getattr(executor, "judge", None)
             if judge is None:
                 judge = made = search_judge(config)
             if executor is not None and executor.judge is None:
                 executor.judge = judge  # the searches reuse the baselines the rooms were measured from
-        left = None if total_time_s is None else total_time_s - (time.perf_counter() - t0)
-        if hasattr(judge, "submit_room"):  # a judge that measures no rooms leaves the order as it is
-            rooms = measure_rooms(todo, judge, store, fp, None if left is None else time.monotonic() + left,
-                                  console)
-            todo, settled = plan(todo, rooms, at, config.time_limit_s)
-            for item, room in settled:
-                settle(item, room)
+        rooms = hasattr(judge, "submit_room")  # a judge that measures no rooms leaves the order as it is
     if executor is None and len(todo) > 1:
         # Several regions at once, one judge for all: see ks_inductor.warm.parallel.
         from ks_inductor.warm.parallel import default_parallel_regions
@@ -165,14 +160,23 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
             executor = RegionThreads(judge, n)
             # Each search keeps time for its final judgments assuming the searches beside it do the same at once.
             config = replace(config, parallel_regions=min(n, len(todo)))
+    if rooms:
+        # Each region's room is measured beside the searches: a region's search starts once its own room is known
+        # (none where the room settles it), the most room first among the regions whose rooms are known. The rooms
+        # are stored from the loop that hands out regions, beside the searches' own writes.
+        left = None if total_time_s is None else total_time_s - (time.perf_counter() - t0)
+        store = LockedStore(store)
+        queue = RegionQueue(todo, judge, store, fp, at, config.time_limit_s,
+                            None if left is None else time.monotonic() + left, console,
+                            idle=executor.workers if isinstance(executor, RegionThreads) else 1)
     gpu = _gpu_sampler(fp, executor, todo)
-    prefetch = _start_prefetch(todo, config, judge, executor, total_time_s, t0)
+    prefetch = _start_prefetch(todo, config, judge, executor, total_time_s, t0, queue.passed)
     if executor is not None:
         if gpu is not None and hasattr(executor, "gpu"):
             executor.gpu = gpu
         try:
             deadline = None if total_time_s is None else time.time() + total_time_s - (time.perf_counter() - t0)
-            executor.run(todo, config, store, deadline,
+            executor.run(queue if isinstance(executor, RegionThreads) else todo, config, store, deadline,
                          lambda item, outcome: apply_outcome(item, outcome, store, fp, console), console)
         finally:
             summary.wall_s = time.perf_counter() - t0
@@ -183,8 +187,20 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
                 made.close()
         return summary
     try:
-        for item, problem in todo:
+        while True:
             left = None if total_time_s is None else total_time_s - (time.perf_counter() - t0)
+            nxt = queue.take(idle=1)
+            if nxt is None:
+                if queue.exhausted:
+                    break
+                # The next region's room is still being measured.
+                if not queue.wait(None if left is None else max(0.0, left)):
+                    for item in queue.abandon():
+                        item.status, item.note = "not-run", (f"the whole-run limit of {total_time_s:g} s was "
+                                                             "reached before this region's room was measured")
+                    break
+                continue
+            item, problem = nxt
             if left is not None and left <= 0:
                 item.status, item.note = "not-run", f"the whole-run limit of {total_time_s:g} s was reached"
                 continue
@@ -216,10 +232,11 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
 
 
 def _start_prefetch(todo: list[Any], config: Any, judge: Any, executor: Any, total_time_s: float | None,
-                    t0: float) -> Any:
+                    t0: float, passed: Callable[[str], bool] | None = None) -> Any:
     """Inductor's code generation for every region to search here, started in the background (see
     :mod:`ks_inductor.warm.prefetch`), or None for searches elsewhere (a Ray cluster: its workers are other
-    processes, whose memo this one cannot fill)."""
+    processes, whose memo this one cannot fill). ``passed(key)``: the region's search started, or its room settled
+    it, so its generation is not started ahead."""
     from ks_inductor.warm.parallel import RegionThreads
     from ks_inductor.warm.prefetch import start_prefetch
 
@@ -229,7 +246,7 @@ def _start_prefetch(todo: list[Any], config: Any, judge: Any, executor: Any, tot
     # wait behind a search's generation of the same region while later regions start.
     first = executor.workers if executor is not None else 1
     deadline = None if total_time_s is None else time.monotonic() + total_time_s - (time.perf_counter() - t0)
-    return start_prefetch([p for _, p in todo[first:]], config, _judge_device(judge, config), deadline)
+    return start_prefetch([p for _, p in todo[first:]], config, _judge_device(judge, config), deadline, passed)
 
 
 def _judge_device(judge: Any, config: Any) -> str | None:
