@@ -93,12 +93,15 @@ def _recording() -> Any:
 
 
 def _hooks_set() -> bool:
+    """Whether anything (a profiler) hooks Triton's launches: a plan launches without them."""
     try:
         from triton import knobs
 
-        return bool(knobs.runtime.launch_enter_hook or knobs.runtime.launch_exit_hook)
+        hooks = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
     except (ImportError, AttributeError):
         return True  # a Triton whose hooks cannot be read: never skip them
+    # Triton keeps its hooks in chains that are there, empty, when nothing hooks in.
+    return any(h is not None and (not hasattr(h, "calls") or len(h.calls) > 0) for h in hooks)
 
 
 class _NotPlannable(Exception):
