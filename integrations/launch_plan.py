@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -261,6 +262,8 @@ def make_plan(forward: Any, signature_of: Sequence[torch.Tensor]) -> tuple[Launc
     """Record ``forward`` twice at the signature of ``signature_of`` and check a replay against it: (plan, "")
     or (None, why not). The calls run on inputs of its own making, never on the tensors given (a forward may
     write into its inputs, as a fused residual add does)."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return None, "the Triton interpreter runs the kernels: there is no launcher to replay"
     if not signature_of or signature_of[0].device.type != "cuda":
         return None, "not on a GPU"
     if _hooks_set():
@@ -271,6 +274,8 @@ def make_plan(forward: Any, signature_of: Sequence[torch.Tensor]) -> tuple[Launc
         from ks_inductor.judge.guards import TorchOpRecorder
 
         first, second = [_like(x) for x in signature_of], [_like(x) for x in signature_of]
+        with torch.no_grad():
+            forward(*_copy(first))  # compiles and autotunes, which a recording must not see
         seen = []
         for _ in range(2):
             ins = _copy(first)

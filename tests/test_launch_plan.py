@@ -1,7 +1,7 @@
 """Served kernels replayed from their recorded launches (``integrations.launch_plan``).
 
-A plan needs compiled kernels and their launchers, so the replay itself runs only on a GPU; on the CPU a kernel
-keeps its forward, and that is what the first test checks."""
+A plan needs compiled kernels and their launchers, so the replay itself runs only on a GPU (``KS_TEST_GPU=1``); on
+the CPU, and under the Triton interpreter, a kernel keeps its forward, and that is what the first tests check."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import torch
 
 from integrations.launch_plan import make_plan
 
-CUDA = torch.cuda.is_available()
-gpu = pytest.mark.skipif(not CUDA, reason="launch plans replay compiled kernels: a GPU only")
+# The project's GPU marker: skipped unless a GPU runs compiled kernels (KS_TEST_GPU=1, tests/conftest.py).
+gpu = pytest.mark.gpu
 
 SOURCE = '''
 import torch
@@ -58,9 +58,17 @@ def _model(tmp_path, mode: str = "plain"):
     return model
 
 
-def test_no_plan_without_a_gpu(tmp_path):
+def test_no_plan_without_a_gpu(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     plan, why = make_plan(lambda x, w: x * w, [torch.randn(4, 8), torch.randn(8)])
     assert plan is None and why == "not on a GPU"
+
+
+def test_no_plan_under_the_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    meta = torch.empty(4, 8, device="meta")
+    plan, why = make_plan(lambda x: x, [meta])
+    assert plan is None and "interpreter" in why
 
 
 @gpu
@@ -98,6 +106,19 @@ def test_forwards_that_write_memory_outside_kernels_keep_their_forward(tmp_path,
     x = torch.randn(256, 4, device="cuda").t() if mode == "contiguous" else torch.randn(4, 256, device="cuda")
     plan, why = make_plan(model, [x, torch.randn(256, device="cuda")])
     assert plan is None and "write memory" in why, why
+
+
+@gpu
+def test_no_plan_while_something_hooks_tritons_launches(tmp_path):
+    from triton import knobs
+
+    seen = []
+    knobs.runtime.launch_enter_hook.add(seen.append)
+    try:
+        plan, why = make_plan(_model(tmp_path), [torch.randn(4, 256, device="cuda"), torch.randn(256, device="cuda")])
+    finally:
+        knobs.runtime.launch_enter_hook.remove(seen.append)
+    assert plan is None and "hooks" in why
 
 
 @gpu
