@@ -157,10 +157,14 @@ def _estimate_bytes(problem: Any) -> int | None:
     return total
 
 
-def golden_vectors(problem: Any, n: int = N_VECTORS, cap_bytes: int = VECTOR_CAP_BYTES) -> tuple[bytes | None, str]:
-    """Inputs at the problem's own shapes (seeded) and the trusted reference's outputs on CPU, as safetensors.
+def golden_vectors(problem: Any, n: int = N_VECTORS, cap_bytes: int = VECTOR_CAP_BYTES,
+                   device: str = "cpu") -> tuple[bytes | None, str]:
+    """Inputs at the problem's own shapes (seeded, on CPU) and the trusted reference's outputs, computed on
+    ``device``, as safetensors.
 
-    Returns (bytes, "") or (None, why not). The reference is this database's own trusted problem source.
+    Returns (bytes, "") or (None, why not). The reference is this database's own trusted problem source. Kernels
+    for a GPU are judged against the reference run on the GPU, whose 16-bit rounding can differ from the CPU's by
+    an ulp: their vectors are made on the GPU where there is one, else a kernel the judge passed can miss them.
     """
     import torch
     from safetensors.torch import save
@@ -173,7 +177,10 @@ def golden_vectors(problem: Any, n: int = N_VECTORS, cap_bytes: int = VECTOR_CAP
     try:
         # fork_rng: seeding here must not disturb the caller's random streams.
         with torch.random.fork_rng(devices=[]):
-            tensors, init, n_out, strides = _run_reference(problem, n)
+            try:
+                tensors, init, n_out, strides = _run_reference(problem, n, device)
+            except torch.cuda.OutOfMemoryError:
+                tensors, init, n_out, strides = _run_reference(problem, n, "cpu")
     except _NoVectors as e:
         return None, str(e)
     except Exception as e:  # noqa: BLE001 - a reference that will not run on CPU: no vectors
@@ -191,11 +198,23 @@ def golden_vectors(problem: Any, n: int = N_VECTORS, cap_bytes: int = VECTOR_CAP
     return save(tensors, metadata=meta), ""
 
 
+def _vector_device(records: list[Any]) -> str:
+    """Where a problem's golden outputs are computed: on this machine's GPU when its kernels are for one."""
+    import torch
+
+    from kernel_cache.fingerprint import BACKEND_CPU_INTERPRET
+
+    if os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available():
+        return "cpu"
+    return "cpu" if any(r.backend == BACKEND_CPU_INTERPRET for r in records) else "cuda"
+
+
 class _NoVectors(Exception):
     pass
 
 
-def _run_reference(problem: Any, n: int) -> tuple[dict[str, Any], list[Any], int, dict[str, list[int]]]:
+def _run_reference(problem: Any, n: int, device: str = "cpu") -> tuple[dict[str, Any], list[Any], int,
+                                                                       dict[str, list[int]]]:
     import torch
 
     from kernel_cache.problem import exec_problem_source
@@ -206,6 +225,7 @@ def _run_reference(problem: Any, n: int) -> tuple[dict[str, Any], list[Any], int
     model = mod.Model(*init).eval()
     tensors: dict[str, torch.Tensor] = {f"state.{k}": v.detach().cpu().contiguous()
                                         for k, v in model.state_dict().items()}
+    model = model.to(device)
     n_out = 0
     # safetensors holds dense tensors only: an input laid out otherwise (a transposed view, as an attention's q
     # and k are) is carried dense with the strides it is laid out again at, since a kernel may assume them.
@@ -216,7 +236,7 @@ def _run_reference(problem: Any, n: int) -> tuple[dict[str, Any], list[Any], int
         if not all(isinstance(x, torch.Tensor) and x.device.type == "cpu" for x in inputs):
             raise _NoVectors("get_inputs() does not return CPU tensors only")
         with torch.no_grad():
-            out = model(*[x.clone() for x in inputs])
+            out = model(*[x.to(device, copy=True) for x in inputs])
         outs = [o for o in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(o, torch.Tensor)]
         n_out = len(outs)
         for j, x in enumerate(inputs):
@@ -262,7 +282,8 @@ def export_pack(store: KernelStore, path: str | os.PathLike[str], filters: Expor
         entries[name] = json.dumps(p.to_json(), sort_keys=True, indent=1).encode()
         entry: dict[str, Any] = {"key": key, "name": p.name, "file": name, "vectors": None, "vectors_note": ""}
         if vectors:
-            blob, why = golden_vectors(p, cap_bytes=vector_cap_bytes)
+            blob, why = golden_vectors(p, cap_bytes=vector_cap_bytes, device=_vector_device(
+                [r for r in records if r.problem_key == key]))
         else:
             blob, why = None, "exported without vectors (--no-vectors)"
         if blob is not None:
