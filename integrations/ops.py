@@ -17,6 +17,7 @@ Ops covered:
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Callable
@@ -144,19 +145,24 @@ def pack_for_problems(problems: list[Any], path: str | os.PathLike[str], *, db: 
     none has a kernel). ``min_speedup`` leaves out kernels whose recorded speedup is lower. ``baselines``: what
     the stack runs where no kernel serves (``stack_baselines``), which the search aims at; it replaces the
     config's."""
+    from dataclasses import replace
+
     from kernel_cache.pack import ExportFilters, export_pack
     from ks_inductor.compiler.backend import current_fingerprint, open_store
+    from ks_inductor.evolve import EvolveConfig
     from ks_inductor.warm import warm
 
+    config = config if config is not None else EvolveConfig()
     if baselines is not None:
-        from dataclasses import replace
-
-        from ks_inductor.evolve import EvolveConfig
-
-        config = replace(config if config is not None else EvolveConfig(), baselines=tuple(baselines))
+        config = replace(config, baselines=tuple(baselines))
+    fp = judge.fingerprint if judge is not None else current_fingerprint(getattr(config, "backend", None))
+    if config.settle_at is None and fp.timed:
+        # A room is device time against the floor; a served call in a stack costs mostly the host's (what launch
+        # plans cut), so a region near its floor on the device can still be served faster: none is settled
+        # unless asked (--settle-at).
+        config = replace(config, settle_at=math.inf)
     store = open_store(db)
     summary = warm(problems, store, config=config, judge=judge, console=console, origin="model-layers")
-    fp = judge.fingerprint if judge is not None else current_fingerprint(getattr(config, "backend", None))
     keys = [p.key for p in problems if store.lookup(p.key, fp) is not None]
     missing = [p.key for p in problems if p.key not in keys]
     result = None

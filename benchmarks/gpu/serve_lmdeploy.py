@@ -1,9 +1,10 @@
 """LMDeploy's own layers (``RMSNorm`` with and without the residual add, ``SiluAndMul``) with their Triton kernels,
 against the same layer classes serving a pack through ``integrations.lmdeploy``, op by op, in one process.
 
-The pack is built on the spot for the token counts given (``layer_problems`` -> warm -> export); an op whose
-kernel was not faster than Inductor is not packed, and its served layer then runs LMDeploy's own kernel (the
-guard's fallback), so its timing shows the guard's cost alone.
+The pack is built on the spot for the token counts given, as ``kernelsmith pack export --stack lmdeploy`` builds
+it (``layer_problems`` -> ``pack_for_problems``: warm, export); an op with no kernel in the pack, or whose kernel
+loses its race to LMDeploy's own, runs LMDeploy's kernel through the guard's fallback, so its timing shows the
+guard's cost alone.
 
     python benchmarks/gpu/serve_lmdeploy.py --budget 12 --out $OUT/serve_lmdeploy.json
 """
@@ -56,10 +57,9 @@ def main() -> int:
     from rich.console import Console
 
     from integrations import lmdeploy as L
-    from kernel_cache.pack import ExportFilters, export_pack
+    from integrations.ops import pack_for_problems, stack_baselines
     from kernel_cache.store import KernelStore
     from ks_inductor.evolve import EvolveConfig
-    from ks_inductor.warm import warm
 
     dt, eps, h, inter = torch.bfloat16, 1e-6, args.hidden, args.intermediate
     result: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "lmdeploy": lmdeploy_version,
@@ -68,18 +68,18 @@ def main() -> int:
     problems = L.layer_problems(norms, [((1, t, 2 * inter), dt) for t in tokens], norms)
     work = Path(tempfile.mkdtemp(prefix="ks-lmdeploy-bench-"))
     t0 = time.perf_counter()
+    # The path ``kernelsmith pack export --stack lmdeploy`` takes: warm, then export what has a kernel.
+    build = pack_for_problems(problems, work / "lmdeploy.kspack", db=str(work / "k.db"),
+                              config=EvolveConfig(budget=args.budget, time_limit_s=args.time_per_op,
+                                                  backend="triton-cuda"),
+                              console=Console(stderr=True), baselines=stack_baselines("lmdeploy"))
     with KernelStore(str(work / "k.db")) as store:
-        summary = warm(problems, store, EvolveConfig(budget=args.budget, time_limit_s=args.time_per_op,
-                                                     backend="triton-cuda"), console=Console(stderr=True))
-        packed = [i.key for i in summary.items if i.status == "found"]
         result["problems"] = [{"name": pr.name, "inputs": pr.signature(), "status": i.status,
                                "speedup_inductor": i.best_speedup,
                                "kernels": [{"status": k.status, "speedup_inductor": k.speedup_inductor,
                                             "speedup_eager": k.speedup_eager}
                                            for k in store.kernels(problem_key=pr.key)]}
-                              for pr, i in zip(problems, summary.items)]
-        if packed:
-            export_pack(store, work / "lmdeploy.kspack", ExportFilters(keys=packed), vector_cap_bytes=64 * 2**20)
+                              for pr, i in zip(problems, build.warm.items)]
     result["pack_build_s"] = time.perf_counter() - t0
 
     def build():
@@ -90,7 +90,7 @@ def main() -> int:
         return norm, SiluAndMul(inplace=False)
 
     own_norm, own_act = build()
-    st = L.install(work / "lmdeploy.kspack" if packed else work / "none")
+    st = L.install(work / "lmdeploy.kspack" if build.export is not None else work / "none")
     result["refused"] = st.refused
     ks_norm, ks_act = build()
     ops = []
