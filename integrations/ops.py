@@ -158,8 +158,8 @@ def pack_for_problems(problems: list[Any], path: str | os.PathLike[str], *, db: 
     fp = judge.fingerprint if judge is not None else current_fingerprint(getattr(config, "backend", None))
     if config.settle_at is None and fp.timed:
         # A room is device time against the floor; a served call in a stack costs mostly the host's (what launch
-        # plans cut), so a region near its floor on the device can still be served faster: none is settled
-        # unless asked (--settle-at).
+        # plans cut), so a region near its floor on the device can still be served faster: none is settled, and
+        # none has its time cut by its room, unless asked (--settle-at).
         config = replace(config, settle_at=math.inf)
     store = open_store(db)
     summary = warm(problems, store, config=config, judge=judge, console=console, origin="model-layers")

@@ -69,7 +69,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="ks-lmdeploy-bench-"))
     t0 = time.perf_counter()
     # The path ``kernelsmith pack export --stack lmdeploy`` takes: warm, then export what has a kernel.
-    build = pack_for_problems(problems, work / "lmdeploy.kspack", db=str(work / "k.db"),
+    pack_build = pack_for_problems(problems, work / "lmdeploy.kspack", db=str(work / "k.db"),
                               config=EvolveConfig(budget=args.budget, time_limit_s=args.time_per_op,
                                                   backend="triton-cuda"),
                               console=Console(stderr=True), baselines=stack_baselines("lmdeploy"))
@@ -79,7 +79,7 @@ def main() -> int:
                                "kernels": [{"status": k.status, "speedup_inductor": k.speedup_inductor,
                                             "speedup_eager": k.speedup_eager}
                                            for k in store.kernels(problem_key=pr.key)]}
-                              for pr, i in zip(problems, build.warm.items)]
+                              for pr, i in zip(problems, pack_build.warm.items)]
     result["pack_build_s"] = time.perf_counter() - t0
 
     def build():
@@ -90,7 +90,7 @@ def main() -> int:
         return norm, SiluAndMul(inplace=False)
 
     own_norm, own_act = build()
-    st = L.install(work / "lmdeploy.kspack" if build.export is not None else work / "none")
+    st = L.install(work / "lmdeploy.kspack" if pack_build.export is not None else work / "none")
     result["refused"] = st.refused
     ks_norm, ks_act = build()
     ops = []

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import math
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
@@ -46,7 +47,8 @@ def place(item: Any, room: Room, at: float, time_limit_s: float | None) -> float
         return None
     item.room = room.to_json()
     if time_limit_s is not None:
-        item.time_limit_s = time_limit_s * time_share(room)
+        # A run that settles nothing by its rooms (a pack's: ``settle_at`` infinite) lets no room cut its time.
+        item.time_limit_s = time_limit_s * (time_share(room) if math.isfinite(at) else 1.0)
     return room.weight if room.best_ms is not None else -1.0
 
 
