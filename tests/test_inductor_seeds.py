@@ -210,7 +210,7 @@ class MaxDim(nn.Module):
 
 def make():
     torch.manual_seed(0)
-    return MaxDim(), (torch.randn(6, 40, 5),)
+    return MaxDim(), (torch.randn(3, 13, 5),)
 '''
 
 

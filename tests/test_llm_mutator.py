@@ -133,18 +133,19 @@ def test_unconfigured_or_unreachable_endpoint(monkeypatch) -> None:
     for k in ("KERNELSMITH_LLM_BASE_URL", "KERNELSMITH_LLM_MODEL"):
         monkeypatch.delenv(k, raising=False)
     fm = classify(small_problem("rmsnorm_bf16"))
+    embedded = EmbeddedMutator(fm, inductor=False)
     with pytest.raises(LLMUnavailable, match="KERNELSMITH_LLM_BASE_URL"):
-        LLMMutator(LLMConfig(), EmbeddedMutator(fm))
+        LLMMutator(LLMConfig(), embedded)
     monkeypatch.setenv("KERNELSMITH_LLM_BASE_URL", f"http://127.0.0.1:{_free_port()}/v1")
     monkeypatch.setenv("KERNELSMITH_LLM_MODEL", "m")
-    seed = EmbeddedMutator(fm).seeds()[0]
+    seed = embedded.seeds()[0]
     parent = Program(id="p", source_hash=seed.source_hash, candidate=seed.to_json(), descriptor={}, island=0,
                      correct=True, timed=False)
     ctx = MutationContext(small_problem("rmsnorm_bf16"), fm, Archive(), {"device": "cpu"}, {})
-    strict = LLMMutator(LLMConfig(backoff_s=0.01, timeout_s=2), EmbeddedMutator(fm))
+    strict = LLMMutator(LLMConfig(backoff_s=0.01, timeout_s=2), embedded)
     with pytest.raises(LLMUnavailable, match="cannot be reached"):
         strict.propose([(parent, 0)], ctx, random.Random(0))
-    lenient = LLMMutator(LLMConfig(backoff_s=0.01, timeout_s=2, fallback="embedded"), EmbeddedMutator(fm))
+    lenient = LLMMutator(LLMConfig(backoff_s=0.01, timeout_s=2, fallback="embedded"), embedded)
     muts = lenient.propose([(parent, 0)], ctx, random.Random(0))
     assert lenient.fallback_active and muts[0].candidate is not None
     assert muts[0].kind in {"param", *OPERATORS} and muts[0].operator == muts[0].kind
