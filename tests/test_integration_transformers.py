@@ -314,9 +314,9 @@ def test_layer_problems_follow_the_deployment_shapes():
 
 
 def test_a_transformers_pack_is_searched_against_the_models_own_layers():
+    from integrations.ops import stack_baselines
     from ks_inductor.evolve import EvolveConfig
     from ks_inductor.evolve.evolver import search_judge_config
-    from integrations.ops import stack_baselines
 
     assert stack_baselines("transformers") == ("eager",)  # transformers runs the layers eagerly, never Inductor
     assert stack_baselines("vllm") == ("eager", "inductor")
