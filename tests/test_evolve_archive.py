@@ -76,8 +76,8 @@ def test_embedded_mutator_moves_params_within_the_space_and_applies_operators() 
     fm = classify(small_problem("softmax_bf16"))
     mut = EmbeddedMutator(fm, inductor=False)  # the family templates' seeds and moves
     seeds = mut.seeds()
-    assert {(c.template, c.variant) for c in seeds} == {("rowwise", "block"), ("rowwise", "persistent"),
-                                                         ("rowwise", "prefetch"), ("softmax_online", "online")}
+    # The one-block row kernel is the seed; the other variants are operators' steps from it.
+    assert {(c.template, c.variant) for c in seeds} == {("rowwise", "block")}
     parent = Program(id="s", source_hash=seeds[0].source_hash, candidate=seeds[0].to_json(),
                      descriptor=mut.descriptor(seeds[0]), island=0, correct=True, timed=False)
     rng = random.Random(1)

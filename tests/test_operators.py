@@ -26,7 +26,7 @@ from ks_inductor.evolve.operators import (
 )
 from ks_inductor.evolve.prompts import build_messages
 from ks_inductor.problem import problem_from_source
-from ks_inductor.seeds.families import classify, template_named, templates_for
+from ks_inductor.seeds.families import classify, seed_templates, template_named, templates_for
 from tests.test_attention_family import DECODE
 from tests.test_evolve_families import EXTRA, module, norm_module, small_problem
 from tests.test_templates_judge import ROWS11
@@ -250,6 +250,10 @@ def test_a_search_records_operators_and_the_export_shows_them(judge, tmp_path, m
     summary = evolve_problem(problem, cfg, store, judge=judge, progress=False)
     steps = store.steps(run_id=summary.run_id)
     assert [s.mutation for s in steps][0] == "seed" and len(steps) == 4
+    # The winner's line from the seed is made of the steps the search recorded; untimed, no move won.
+    recorded = {(s.mutation, s.parent_id, s.child_id) for s in steps}
+    assert all((st["operator"], st["parent_id"], st["child_id"]) in recorded for st in summary.lineage)
+    assert summary.winning_move is None
     children = steps[1:]
     assert all(s.mutation in OPERATORS and s.parent_id and s.child_id and s.verdict == "accepted" for s in children)
     assert len({s.mutation for s in children}) >= 2
@@ -289,3 +293,66 @@ def test_operator_record_counts() -> None:
     rec.add(False, None)
     rec.add(True, 0.9)
     assert rec.to_json() == {"tries": 3, "correct": 2, "best_gain": 1.1}
+
+
+def test_a_search_seeds_the_best_guesses_and_leaves_the_other_variants_to_operators() -> None:
+    from ks_inductor.evolve.operators import seeded_variants
+
+    # Softmax: the one-block row kernel is seeded; a persistent grid, prefetching and the chunked online sweep are
+    # each one named step from it.
+    fm = _fm(small_problem("softmax_bf16"))
+    templates = templates_for(fm)
+    assert [(t.name, v) for t, v in seeded_variants(fm, templates)] == [("rowwise", "block")]
+    seed = _parent(fm, "rowwise", "block", {})
+    reached = {(t.name, v): op.name for op in OPERATORS.values() if op.name != "variant"
+               for t, v in op.targets(seed, fm, templates)}
+    assert reached == {("rowwise", "persistent"): "persistent", ("rowwise", "prefetch"): "prefetch",
+                       ("softmax_online", "online"): "looped_reduction"}
+    # Group norm: Inductor's kernel is the seed; its looped form is looped_reduction's step from it, the split
+    # kernel split_reduction's, and the finalize pass finalize_stats' from that. The total
+    # reduction's chunked variant, which no named operator makes, stays a seed of its own.
+    gn = _fm(_problem("group_norm_affine"))
+    gn_templates = seed_templates(gn)
+    assert [t.name for t in gn_templates] == ["inductor", "group_norm"]
+    assert [(t.name, v) for t, v in seeded_variants(gn, gn_templates)] == [("inductor", "inductor")]
+    mse = _fm(_problem("mse_loss"))
+    assert [(t.name, v) for t, v in seeded_variants(mse, templates_for(mse))] == [("total", "strided"),
+                                                                                 ("total", "chunked")]
+
+
+def test_an_untried_operator_makes_the_step_structural() -> None:
+    fm = _fm(small_problem("softmax_bf16"), "cuda")
+    mut = EmbeddedMutator(fm, inductor=False)
+    seed = mut.seeds()[0]
+    parent = Program(seed.id, seed.source_hash, seed.to_json(), {}, 0, True, True, speedups=[1.0],
+                     metrics={"roofline_fraction": 0.95})
+    near = mut.structural_chance(mut.feedback(parent))
+    assert near < 0.25 and mut.structural_chance(mut.feedback(parent), untried=True) >= 0.75
+
+    class Ctx:
+        archive = Archive(islands=1)
+        hardware: dict = {}
+
+    Ctx.archive.add(parent)
+    rng = random.Random(3)
+    kinds = Counter(mut.mutate(parent, rng, Ctx()).kind for _ in range(40))
+    assert sum(v for k, v in kinds.items() if k != "param") >= 20, kinds
+
+
+def test_lineage_names_the_winning_move() -> None:
+    from ks_inductor.evolve.lineage import lineage, winning_move
+
+    archive = Archive(islands=1)
+    seed = Candidate("seed = 0\n", template="matmul", variant="tiled", mutation="seed")
+    split = Candidate("split = 1\n", template="matmul", variant="splitk", parent_id=seed.id, mutation="split_k")
+    tuned = Candidate("tuned = 2\n", template="matmul", variant="splitk", parent_id=split.id, mutation="param")
+    for c, speed in ((seed, 0.9), (split, 1.35), (tuned, 1.4)):
+        archive.add(Program(c.id, c.source_hash, c.to_json(), {"block": c.source}, 0, True, True, speedups=[speed]))
+    steps = lineage(archive, tuned.id)
+    assert [(s.operator, s.parent_id, s.child_id) for s in steps] == [("split_k", seed.id, split.id),
+                                                                      ("param", split.id, tuned.id)]
+    won = winning_move(steps)
+    assert won is not None and won.operator == "split_k" and won.gain == pytest.approx(1.5)
+    assert lineage(archive, seed.id) == [] and winning_move([]) is None
+    # Untimed steps claim no gain, so nothing won.
+    assert winning_move([s.__class__(s.operator, s.parent_id, s.child_id, None) for s in steps]) is None

@@ -41,6 +41,10 @@ OPS = {
     "gemm_gelu": "gemm_gelu_bf16.py",
     "decode_attention": "decode_attention_bf16.py",
     "prefill_attention": "prefill_attention_bf16.py",
+    "logsoftmax_128k": "logsoftmax_bf16.py",
+    "group_norm": "group_norm_fp32.py",
+    "maxpool3d": "maxpool3d_fp32.py",
+    "decode_gemm": "decode_gemm_bf16.py",
 }
 
 
@@ -231,6 +235,16 @@ def _measure(op: str, problem: Any, source: str | None, args: argparse.Namespace
     return out
 
 
+def winning_moves(rows: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Per step kind, the ops whose stored (verified) kernel it made with the largest gain on the winner's line."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for op, row in rows.items():
+        won = row.get("winning_move")
+        if won and row.get("best_status") == "verified":
+            out.setdefault(won["operator"], []).append({"op": op, "gain": won["gain"]})
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ops", default=",".join(OPS), help="comma-separated subset of " + ", ".join(OPS))
@@ -312,6 +326,9 @@ def main() -> int:
                 row["seed_score"] = summary.seed_speedup
                 row["best_score"] = summary.best_speedup
                 row.update(_search_spend(store, summary.run_id))
+                # How the winner was reached: its steps from a seed, and the one that gained most.
+                row["lineage"] = summary.lineage
+                row["winning_move"] = summary.winning_move
                 src = None
                 if summary.best is not None:
                     row["best_status"] = summary.best.status
@@ -339,6 +356,7 @@ def main() -> int:
                 print(f"[{op}] FAILED: {row['error']}", flush=True)
             row["wall_s"] = time.time() - t0
             torch._dynamo.reset()
+            res["winning_moves"] = winning_moves(res["ops"])
             dump()
     store.close()
     dump()

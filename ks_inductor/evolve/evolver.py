@@ -20,6 +20,7 @@ from kernel_cache.record import QUARANTINED, REJECTED, VERIFIED, KernelRecord, S
 from ks_inductor.candidate import Candidate
 from ks_inductor.evolve.archive import Archive, Program
 from ks_inductor.evolve.config import EvolveConfig
+from ks_inductor.evolve.lineage import lineage, winning_move
 from ks_inductor.evolve.mutators.base import Mutation
 from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
 from ks_inductor.judge.room import SETTLE_AT, Room
@@ -79,6 +80,9 @@ class EvolveSummary:
     why: str = ""
     # The region's room (``ks_inductor.judge.room.Room.to_json()``) where the judge measured it.
     room: dict[str, Any] | None = None
+    # The steps from a seed to the winner (``lineage.LineageStep.to_json()``), and the one that gained most.
+    lineage: list[dict[str, Any]] = field(default_factory=list)
+    winning_move: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -88,7 +92,7 @@ class EvolveSummary:
             "seed_speedup": self.seed_speedup, "best_speedup": self.best_speedup, "family": self.family,
             "timed": self.timed, "failed_steps": self.failed_steps, "stop_reason": self.stop_reason,
             "tokens": self.tokens, "head_to_head": self.head_to_head, "note": self.note, "reused": self.reused,
-            "why": self.why, "room": self.room,
+            "why": self.why, "room": self.room, "lineage": self.lineage, "winning_move": self.winning_move,
         }
 
 
@@ -594,6 +598,11 @@ class Evolver:
             stop_reason=stop_reason, tokens=dict(self.tokens), head_to_head=dict(self.final_ratios), note=note,
             reused=self.reused, why=why_no_kernel(record, best_res, note, list(self.results.values()), stop_reason),
             room=self.room.to_json() if self.room is not None else None)
+        if best is not None:
+            steps = lineage(archive, best.id)
+            won = winning_move(steps)
+            summary.lineage = [st.to_json() for st in steps]
+            summary.winning_move = won.to_json() if won is not None else None
         if stop_reason == "settled" and self.room is not None:
             summary.why = _one_line(f"settled, no search: {self.room.summary()}")
         self._save(run_id, archive, wall)

@@ -16,7 +16,7 @@ from typing import Any
 from ks_inductor.candidate import Candidate
 from ks_inductor.evolve.archive import Program
 from ks_inductor.evolve.mutators.base import Mutation, describe_source, unified_diff
-from ks_inductor.evolve.operators import Feedback, feedback_for, pick
+from ks_inductor.evolve.operators import Feedback, applicable, feedback_for, pick, seeded_variants
 from ks_inductor.seeds.families import FamilyMatch, Template, TemplateError, seed_templates, template_named
 
 log = logging.getLogger(__name__)
@@ -25,6 +25,9 @@ _FEASIBLE_TRIES = 20
 # Operators tried for one step before it falls back to a parameter move (one that does not render, or renders a
 # program already judged, gives way to the next).
 _OPERATOR_TRIES = 3
+# The least chance of a structural step while an operator that applies to the parent has not been tried on the
+# problem.
+UNTRIED_CHANCE = 0.75
 _TWEAKABLE = re.compile(r"\b(num_warps|num_stages|BLOCK\w*|GROUP_M|ROWS|WAVES)\s*=\s*(\d+)")
 
 
@@ -40,13 +43,14 @@ class EmbeddedMutator:
 
     # ------------------------------------------------------------------ seeds
     def seeds(self, ctx: Any = None) -> list[Candidate]:
-        """Each template's variants at their default parameters, the best-guess variant first; then the
-        alternate launch shapes that templates offer."""
+        """The seeded variants (``operators.seeded_variants``: Inductor's kernel, each template's best guess, and
+        what no operator reaches) at their default parameters; then the alternate launch shapes that templates
+        offer for them. Every other variant is an operator's step away."""
         out: list[Candidate] = []
         if self.fm is None:
             return out
         fm = self.fm
-        pairs = [(t, v) for t in self.templates for v in t.variants(fm)]
+        pairs = seeded_variants(fm, self.templates)
         plan = ([(t, v, t.default(fm, v, fm.target)) for t, v in pairs]
                 + [(t, v, p) for t, v in pairs for p in t.alternates(fm, v, fm.target)])
         for t, v, params in plan:
@@ -87,16 +91,21 @@ class EmbeddedMutator:
         assert self.fm is not None
         return feedback_for(self.fm, parent, getattr(ctx, "hardware", None), getattr(ctx, "archive", None))
 
-    def structural_chance(self, fb: Feedback) -> float:
+    def structural_chance(self, fb: Feedback, untried: bool = False) -> float:
         """The chance that a step is structural: ``variant_prob`` where the parent's distance to its floor is
-        unknown, up to half as much again far from it, less close to it."""
-        return min(1.0, self.variant_prob * (0.5 + fb.room))
+        unknown, up to half as much again far from it, less close to it; at least ``UNTRIED_CHANCE`` while an
+        operator that applies to the parent has made no child on the problem yet (``untried``), since a structure
+        never judged there says more than another parameter of one that was."""
+        chance = min(1.0, self.variant_prob * (0.5 + fb.room))
+        return max(chance, UNTRIED_CHANCE) if untried else chance
 
     def _mutate_template(self, pc: Candidate, parent: Program, rng: random.Random, ctx: Any) -> Mutation:
         # The parent as the archive knows it: its id and generation are the step's.
         pc.id, pc.generation = parent.id, parent.generation
         fb = self.feedback(parent, ctx)
-        if rng.random() < self.structural_chance(fb):
+        untried = getattr(ctx, "archive", None) is not None and any(
+            op.name not in fb.tried for op in applicable(pc, self.fm, self.templates))
+        if rng.random() < self.structural_chance(fb, untried):
             mut = self._operator_step(pc, rng, fb, ctx)
             if mut is not None:
                 return mut

@@ -55,6 +55,40 @@ def ranked(parent: Candidate, fm: FamilyMatch, fb: Feedback,
     return sorted(out, key=lambda x: -x[1])
 
 
+def seeded_variants(fm: FamilyMatch, templates: list[Template]) -> list[tuple[Template, str]]:
+    """The (template, variant) pairs a search seeds: each template's first variant (its best guess; Inductor's own
+    kernel comes first) unless a named operator reaches it from an earlier seed, and any variant that no named
+    operator reaches from the seeds, however many steps away. The rest are left to the operators, so that a search
+    reaches them as named steps from a working kernel, each with its gain."""
+    pairs = [(t, v) for t in templates for v in t.variants(fm)]
+    firsts = [(t, vs[0]) for t in templates if (vs := t.variants(fm))]
+    chosen: set[tuple[str, str]] = set()
+    reached: set[tuple[str, str]] = set()
+    for t, v in firsts + pairs:
+        if (t.name, v) not in reached:
+            chosen.add((t.name, v))
+            reached |= _closure([(t, v)], fm, templates)
+    return [(t, v) for t, v in pairs if (t.name, v) in chosen]
+
+
+def _closure(start: list[tuple[Template, str]], fm: FamilyMatch, templates: list[Template]) -> set[tuple[str, str]]:
+    """Every (template, variant) the named operators reach from ``start`` in any number of steps, ``start``
+    included. The catch-all ``variant`` switch is no named change and reaches nothing here."""
+    seen = {(t.name, v) for t, v in start}
+    todo = list(start)
+    while todo:
+        t, v = todo.pop()
+        parent = Candidate("", template=t.name, variant=v)
+        for op in OPERATORS.values():
+            if op.name == "variant":
+                continue
+            for tt, tv in op.targets(parent, fm, templates):
+                if (tt.name, tv) not in seen:
+                    seen.add((tt.name, tv))
+                    todo.append((tt, tv))
+    return seen
+
+
 def pick(parent: Candidate, fm: FamilyMatch, fb: Feedback, rng: random.Random,
          templates: list[Template] | None = None, exclude: set[str] | None = None) -> Operator | None:
     """One applicable operator drawn in proportion to its weight; None where none applies."""
