@@ -315,6 +315,18 @@ def test_a_search_seeds_the_best_guesses_and_leaves_the_other_variants_to_operat
     gn_templates = seed_templates(gn)
     assert [t.name for t in gn_templates] == ["inductor", "group_norm"]
     assert [(t.name, v) for t, v in seeded_variants(gn, gn_templates)] == [("inductor", "inductor")]
+    # With Inductor's kernel seeded, the row kernels are its operators' steps too: several rows a tile, a
+    # persistent grid, prefetching, and the online sweep.
+    sm_templates = seed_templates(fm)
+    assert [(t.name, v) for t, v in seeded_variants(fm, sm_templates)] == [("inductor", "inductor")]
+    inductor = Candidate("# Inductor's kernels\n", template="inductor", variant="inductor")
+    from_inductor = {(t.name, v): op.name for op in OPERATORS.values() if op.name != "variant"
+                     for t, v in op.targets(inductor, fm, sm_templates)}
+    assert from_inductor == {("rowwise", "block"): "rows_per_program", ("rowwise", "persistent"): "persistent",
+                             ("rowwise", "prefetch"): "prefetch", ("softmax_online", "online"): "looped_reduction",
+                             ("inductor", "looped"): "looped_reduction"}
+    child = operator_named("rows_per_program").apply(inductor, fm, random.Random(0), sm_templates)
+    assert (child.template, child.variant, child.mutation) == ("rowwise", "block", "rows_per_program")
     mse = _fm(_problem("mse_loss"))
     assert [(t.name, v) for t, v in seeded_variants(mse, templates_for(mse))] == [("total", "strided"),
                                                                                  ("total", "chunked")]

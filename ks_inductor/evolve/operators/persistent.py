@@ -3,7 +3,7 @@ loading what every block shares (a norm's weights) once and leaving no tail wave
 
 from __future__ import annotations
 
-from ks_inductor.evolve.operators.base import Operator
+from ks_inductor.evolve.operators.base import ANY, Operator
 from ks_inductor.evolve.operators.feedback import Feedback
 from ks_inductor.evolve.operators.registry import register
 
@@ -12,7 +12,8 @@ class Persistent(Operator):
     name = "persistent"
     what = ("launch a few programs per SM that loop over the row blocks or tiles, instead of one program per block")
     moves = (("rowwise", "block", "rowwise", "persistent"), ("pointwise", "flat", "pointwise", "persistent"),
-             ("matmul", "tiled", "matmul", "persistent"))
+             ("matmul", "tiled", "matmul", "persistent"), ("inductor", ANY, "rowwise", "persistent"),
+             ("inductor", ANY, "pointwise", "persistent"))
 
     def score(self, fb: Feedback) -> float:
         # Many waves of short programs pay a launch and a prologue each, and the last wave runs part empty.

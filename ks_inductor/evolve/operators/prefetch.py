@@ -3,7 +3,7 @@ reduces and stores the current one, so that one resident program keeps memory bu
 
 from __future__ import annotations
 
-from ks_inductor.evolve.operators.base import Operator
+from ks_inductor.evolve.operators.base import ANY, Operator
 from ks_inductor.evolve.operators.feedback import SHORT_ROW, Feedback
 from ks_inductor.evolve.operators.registry import register
 
@@ -15,7 +15,8 @@ class Prefetch(Operator):
     name = "prefetch"
     what = ("walk row blocks on a persistent grid and load the next block while the current one is reduced and "
             "stored")
-    moves = (("rowwise", "block", "rowwise", "prefetch"), ("rowwise", "persistent", "rowwise", "prefetch"))
+    moves = (("rowwise", "block", "rowwise", "prefetch"), ("rowwise", "persistent", "rowwise", "prefetch"),
+             ("inductor", ANY, "rowwise", "prefetch"))
 
     def score(self, fb: Feedback) -> float:
         # Long rows leave few programs resident; their loads must overlap their compute within one program.

@@ -16,6 +16,8 @@ from ks_inductor.seeds.families.template import next_pow2
 
 # The templates whose ROWS parameter is the rows (output rows, for a pool's window strips) one program holds.
 ROW_TEMPLATES = ("rowwise", "reduction", "pool")
+# From Inductor's kernel: the row templates' variant that holds several rows as one tile.
+INDUCTOR_TO = {"rowwise": "block", "reduction": "row"}
 
 
 class RowsPerProgram(Operator):
@@ -25,7 +27,13 @@ class RowsPerProgram(Operator):
 
     def targets(self, parent: Candidate, fm: FamilyMatch,
                 templates: list[Template] | None = None) -> list[tuple[Template, str]]:
-        t = available(fm, templates).get(parent.template or "")
+        avail = available(fm, templates)
+        if parent.template == "inductor":
+            # Inductor's reduction gives a program one row (or XBLOCK rows of a fixed tile); the row templates' tile
+            # of several rows is this change made to it.
+            return [(t, v) for t, v in ((avail.get(n), INDUCTOR_TO[n]) for n in INDUCTOR_TO)
+                    if t is not None and v in t.variants(fm)]
+        t = avail.get(parent.template or "")
         if t is None or t.name not in ROW_TEMPLATES or parent.variant not in t.variants(fm):
             return []
         rows = t.space(fm, parent.variant).get("ROWS", [])
@@ -35,7 +43,7 @@ class RowsPerProgram(Operator):
     def tune(self, t: Template, fm: FamilyMatch, variant: str, params: dict[str, Any], fb: Feedback | None,
              rng: random.Random) -> dict[str, Any]:
         space = t.space(fm, variant)
-        larger = [r for r in space["ROWS"] if r > params["ROWS"]]
+        larger = [r for r in space.get("ROWS", []) if r > params.get("ROWS", 1)]
         if not larger:
             return params
         f = facts(fm, fb)
