@@ -59,6 +59,7 @@ CASES = {
     "tma_loads": ("linear_gelu", ("matmul", "tiled", {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}),
                   ("matmul", "tma")),
     "window_reuse": ("pool", ("pool", "flat", {}), ("pool", "window")),
+    "merge_kernels": ("cross_entropy_fp32", ("inductor", "inductor", {}), ("cross_entropy", None)),
     "variant": ("mse_loss", ("total", "strided", {}), ("total", "chunked")),
 }
 
@@ -140,6 +141,8 @@ CALLS = {
     "finalize_stats": (Feedback(row_len=1 << 20, params={"BLOCK": 1024, "ITERS": 1}),
                        Feedback(row_len=1024, params={"BLOCK": 1024, "ITERS": 1})),
     "tma_loads": (Feedback(bound="compute", roofline_fraction=0.3), Feedback(bound="memory")),
+    "merge_kernels": (Feedback(params={"K0_XBLOCK": 1, "K1_XBLOCK": 1, "K1_R0_BLOCK": 2048}),
+                      Feedback(params={"K0_XBLOCK": 1, "K0_R0_BLOCK": 2048})),
     "window_reuse": (Feedback(attrs={"nd": 2, "kernel": [3, 3], "dilation": [1, 1], "stride": [1, 1]}),
                      Feedback(attrs={"nd": 2, "kernel": [2, 2], "dilation": [1, 1], "stride": [2, 2]})),
 }

@@ -3,7 +3,7 @@ rows instead, loading every input row of the strip once for all the windows that
 
 from __future__ import annotations
 
-from ks_inductor.evolve.operators.base import Operator
+from ks_inductor.evolve.operators.base import ANY, Operator
 from ks_inductor.evolve.operators.feedback import Feedback
 from ks_inductor.evolve.operators.registry import register
 
@@ -12,7 +12,7 @@ class WindowReuse(Operator):
     name = "window_reuse"
     what = ("give each program a strip of output rows and load each input row of the strip once for every window "
             "that covers it, instead of one window's loads per output")
-    moves = (("pool", "flat", "pool", "window"),)
+    moves = (("pool", "flat", "pool", "window"), ("inductor", ANY, "pool", "window"))
 
     def score(self, fb: Feedback) -> float:
         a = fb.attrs
