@@ -371,3 +371,27 @@ def test_lineage_names_the_winning_move() -> None:
     assert lineage(archive, seed.id) == [] and winning_move([]) is None
     # Untimed steps claim no gain, so nothing won.
     assert winning_move([s.__class__(s.operator, s.parent_id, s.child_id, None) for s in steps]) is None
+
+
+def test_evolve_prints_the_winners_line_and_winning_move() -> None:
+    from rich.console import Console
+
+    from kernel_cache.record import KernelRecord
+    from ks_inductor.cli.evolve import print_summary
+    from ks_inductor.evolve.evolver import EvolveSummary
+
+    best = KernelRecord(problem_key="k", source="", backend="triton-cuda", fingerprint={}, status="verified",
+                        timed=True, median_ms=0.138)
+    s = EvolveSummary(problem_key="k", best=best, best_result=None, judged=21, accepted=18, wall_s=200.0, run_id="r",
+                      seed_speedup=1.0, best_speedup=2.18, timed=True,
+                      lineage=[{"operator": "persistent", "parent_id": "a", "child_id": "b", "gain": 2.174},
+                               {"operator": "param", "parent_id": "b", "child_id": "c", "gain": None}],
+                      winning_move={"operator": "persistent", "parent_id": "a", "child_id": "b", "gain": 2.174})
+    console = Console(record=True, width=200)
+
+    class P:
+        name = "softmax_bf16"
+
+    print_summary(console, P(), s)
+    text = console.export_text()
+    assert "persistent 2.17x → param" in text and "persistent (2.17x over its parent)" in text

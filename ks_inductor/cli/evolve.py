@@ -150,6 +150,12 @@ def print_summary(console: Console, problem: Any, s: Any) -> None:
             t.add_row("winner time", f"{b.median_ms:.4f} ms")
         if s.best_result is not None and s.best_result.roofline_fraction:
             t.add_row("roofline", f"{100 * s.best_result.roofline_fraction:.1f}% of the floor")
+        if s.lineage:
+            # The winner's line from its seed: each step's operator, and its gain where the judge timed both.
+            t.add_row("winner's line", " → ".join(
+                st["operator"] + (f" {st['gain']:.2f}x" if st.get("gain") else "") for st in s.lineage))
+        if s.winning_move:
+            t.add_row("winning move", f"{s.winning_move['operator']} ({s.winning_move['gain']:.2f}x over its parent)")
     else:
         t.add_row("winner", f"none ({s.why})" if s.why else "none (no correct candidate)")
     if s.room:

@@ -3,7 +3,8 @@
 rows per program, split-K, split-KV, ...), drawn among those that apply to the parent by how strongly the judge's
 feedback calls for each, or moves one tunable parameter a template declares (block sizes, warps, stages, GROUP_M,
 rows per program, waves of a persistent grid, ...) to a neighbouring or random value. The further the parent is
-from its roofline floor, the likelier a structural step. For programs no template rendered it nudges their integer
+from its roofline floor, the likelier a structural step; while an operator that applies has not been tried on the
+problem, most steps are structural. For programs no template rendered it nudges their integer
 launch parameters instead."""
 
 from __future__ import annotations
