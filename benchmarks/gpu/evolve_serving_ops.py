@@ -45,6 +45,8 @@ OPS = {
     "group_norm": "group_norm_fp32.py",
     "maxpool3d": "maxpool3d_fp32.py",
     "decode_gemm": "decode_gemm_bf16.py",
+    "qk_norm": "qk_norm_bf16.py",
+    "decode_attention_long": "decode_attention_long_bf16.py",
 }
 
 
