@@ -34,5 +34,5 @@ for _name in sorted((m.name for m in pkgutil.iter_modules(__path__) if m.name no
     importlib.import_module(f"{__name__}.{_name}")
 
 __all__ = ["ANY", "OPERATORS", "Feedback", "Move", "Operator", "OperatorRecord", "applicable",
-           "carry_over", "feedback_for", "history", "operator_named", "pick", "ranked", "register", "seeded_variants", "step_gain",
-           "weight"]
+           "carry_over", "feedback_for", "history", "operator_named", "pick", "ranked", "register",
+           "seeded_variants", "step_gain", "weight"]

@@ -12,7 +12,8 @@ class LoopedReduction(Operator):
     name = "looped_reduction"
     what = ("sweep each row in chunks with a running max and sum (online softmax) instead of holding the whole row "
             "in registers or sweeping it once per statistic")
-    moves = (("rowwise", ANY, "softmax_online", "online"), ("inductor", ANY, "softmax_online", "online"), ("cross_entropy", "onepass", "cross_entropy", "online"),
+    moves = (("rowwise", ANY, "softmax_online", "online"), ("inductor", ANY, "softmax_online", "online"),
+             ("cross_entropy", "onepass", "cross_entropy", "online"),
              ("cross_entropy", "onepass", "cross_entropy", "online_block"), ("inductor", "inductor", "inductor", "looped"))
 
     def score(self, fb: Feedback) -> float:
