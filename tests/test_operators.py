@@ -60,6 +60,7 @@ CASES = {
                   ("matmul", "tma")),
     "window_reuse": ("pool", ("pool", "flat", {}), ("pool", "window")),
     "merge_kernels": ("cross_entropy_fp32", ("inductor", "inductor", {}), ("cross_entropy", None)),
+    "row_stats": ("cross_entropy_fp32", ("cross_entropy", "online", {}), ("cross_entropy", "online_block")),
     "variant": ("mse_loss", ("total", "strided", {}), ("total", "chunked")),
 }
 
@@ -143,6 +144,7 @@ CALLS = {
     "tma_loads": (Feedback(bound="compute", roofline_fraction=0.3), Feedback(bound="memory")),
     "merge_kernels": (Feedback(params={"K0_XBLOCK": 1, "K1_XBLOCK": 1, "K1_R0_BLOCK": 2048}),
                       Feedback(params={"K0_XBLOCK": 1, "K0_R0_BLOCK": 2048})),
+    "row_stats": (Feedback(row_len=32768), Feedback(row_len=512)),
     "window_reuse": (Feedback(attrs={"nd": 2, "kernel": [3, 3], "dilation": [1, 1], "stride": [1, 1]}),
                      Feedback(attrs={"nd": 2, "kernel": [2, 2], "dilation": [1, 1], "stride": [2, 2]})),
 }
