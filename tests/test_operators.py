@@ -255,7 +255,15 @@ def test_a_search_records_operators_and_the_export_shows_them(judge, tmp_path, m
     summary = evolve_problem(problem, cfg, store, judge=judge, progress=False)
     steps = store.steps(run_id=summary.run_id)
     assert [s.mutation for s in steps][0] == "seed" and len(steps) == 4
-    # The winner's line from the seed is made of the steps the search recorded; untimed, no move won.
+    # Every child's line from the seed ends in the step the search recorded for it; untimed, no move won.
+    from ks_inductor.evolve.lineage import lineage
+
+    archive = Archive.from_json(store.load_run_state(summary.run_id)["archive"])
+    for s in steps[1:]:
+        line = lineage(archive, s.child_id)
+        assert line and (line[-1].operator, line[-1].parent_id, line[-1].child_id) == (s.mutation, s.parent_id,
+                                                                                         s.child_id)
+        assert all(st.gain is None for st in line)
     recorded = {(s.mutation, s.parent_id, s.child_id) for s in steps}
     assert all((st["operator"], st["parent_id"], st["child_id"]) in recorded for st in summary.lineage)
     assert summary.winning_move is None
@@ -314,8 +322,7 @@ def test_a_search_seeds_the_best_guesses_and_leaves_the_other_variants_to_operat
     assert reached == {("rowwise", "persistent"): "persistent", ("rowwise", "prefetch"): "prefetch",
                        ("softmax_online", "online"): "looped_reduction"}
     # Group norm: Inductor's kernel is the seed; its looped form is looped_reduction's step from it, the split
-    # kernel split_reduction's, and the finalize pass finalize_stats' from that. The total
-    # reduction's chunked variant, which no named operator makes, stays a seed of its own.
+    # kernel split_reduction's, and the finalize pass finalize_stats' from that.
     gn = _fm(_problem("group_norm_affine"))
     gn_templates = seed_templates(gn)
     assert [t.name for t in gn_templates] == ["inductor", "group_norm"]
@@ -332,6 +339,7 @@ def test_a_search_seeds_the_best_guesses_and_leaves_the_other_variants_to_operat
                              ("inductor", "looped"): "looped_reduction"}
     child = operator_named("rows_per_program").apply(inductor, fm, random.Random(0), sm_templates)
     assert (child.template, child.variant, child.mutation) == ("rowwise", "block", "rows_per_program")
+    # The total reduction's chunked variant, which no named operator makes, stays a seed of its own.
     mse = _fm(_problem("mse_loss"))
     assert [(t.name, v) for t, v in seeded_variants(mse, templates_for(mse))] == [("total", "strided"),
                                                                                  ("total", "chunked")]

@@ -38,6 +38,8 @@ def main() -> int:
     if fm is not None:
         fm.target = "cuda"
     seeds = EmbeddedMutator(fm).seeds()[: args.seeds]
+    if not seeds:
+        ap.error(f"{args.problem}: no seed to judge (no op family matches it and Inductor made no kernel)")
     res: dict = {"problem": problem.name, "bytes_moved": problem.bytes_moved, "passes": {}}
     with Judge(JudgeConfig.for_search(backend="triton-cuda"), max_workers=args.parallel) as judge:
         t0 = time.monotonic()
