@@ -61,6 +61,7 @@ CASES = {
     "window_reuse": ("pool", ("pool", "flat", {}), ("pool", "window")),
     "merge_kernels": ("cross_entropy_fp32", ("inductor", "inductor", {}), ("cross_entropy", None)),
     "row_stats": ("cross_entropy_fp32", ("cross_entropy", "online", {}), ("cross_entropy", "online_block")),
+    "reverse_sweep": ("softmax_bf16", ("softmax_online", "online", {"BLOCK": 16}), ("softmax_online", "online_tail")),
     "variant": ("mse_loss", ("total", "strided", {}), ("total", "chunked")),
 }
 

@@ -16,7 +16,10 @@ last dim): an online max/sum sweep, then a write sweep. It reads the row twice; 
 L2 to keep the row and the second to drop it, so the second read can come from L2 rather than memory. CHUNK_MAX
 keeps one running max per row (a block reduction per chunk, one exponential per element) instead of one per lane
 (no reduction in the loop, but a second exponential per element for the rescaling, which at bf16 bandwidth can
-make the special-function unit the bottleneck).
+make the special-function unit the bottleneck). Its ``online_tail`` variant writes from the row's end back to its
+start: where all rows in flight together exceed L2, a forward second sweep finds every chunk evicted (the cache
+keeps the most recent reads, and the sweep asks first for the oldest), while a backward one finds the chunks the
+first sweep read last.
 """
 
 from __future__ import annotations
@@ -651,7 +654,8 @@ class RowwiseTemplate(Template):
 _ONLINE_KERNEL = '''
 @triton.jit
 def _softmax_online(x_ptr, out_ptr, n_cols, sx, so, BLOCK: tl.constexpr, LOG: tl.constexpr,
-                    CHUNK_MAX: tl.constexpr, KEEP: tl.constexpr, DROP: tl.constexpr, STAGES: tl.constexpr):
+                    CHUNK_MAX: tl.constexpr, KEEP: tl.constexpr, DROP: tl.constexpr, STAGES: tl.constexpr,
+                    TAIL: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     if CHUNK_MAX:
@@ -683,15 +687,20 @@ def _softmax_online(x_ptr, out_ptr, n_cols, sx, so, BLOCK: tl.constexpr, LOG: tl
     else:
         mx = tl.max(m, axis=0)
         total = tl.sum(tl.where(m == -float('inf'), 0.0, s * tl.exp(m - mx)), axis=0)
-    for off in tl.range(0, n_cols, BLOCK, num_stages=STAGES):
-        c = off + cols
+    n_chunks = tl.cdiv(n_cols, BLOCK)
+    for i in tl.range(0, n_chunks, num_stages=STAGES):
+        # TAIL: the write sweep starts at the row's end, which the first sweep read last and L2 still holds.
+        if TAIL:
+            c = (n_chunks - 1 - i) * BLOCK + cols
+        else:
+            c = i * BLOCK + cols
         cm = c < n_cols
         x = tl.load(x_ptr + row * sx + c, mask=cm, other=0.0, eviction_policy=DROP).to(tl.float32)
         if LOG:
             y = x - mx - tl.log(total)
         else:
             y = tl.exp(x - mx) / total
-        tl.store(out_ptr + row * so + c, y.to(out_ptr.dtype.element_ty), mask=cm)
+        tl.store(out_ptr + row * so + c, y.to(out_ptr.dtype.element_ty), mask=cm, eviction_policy=DROP)
 '''
 
 
@@ -724,7 +733,7 @@ class SoftmaxLoopTemplate(Template):
         return True
 
     def variants(self, fm: FamilyMatch) -> list[str]:
-        return ["online"]
+        return ["online", "online_tail"]
 
     def space(self, fm: FamilyMatch, variant: str) -> dict[str, list[Any]]:
         return {"BLOCK": [512, 1024, 2048, 4096, 8192, 16384], "num_warps": [2, 4, 8, 16, 32],
@@ -748,8 +757,8 @@ class SoftmaxLoopTemplate(Template):
             f"_softmax_online[(x2.shape[0],)](x2, out, n_cols, x2.stride(0), out.stride(0), "
             f"BLOCK={int(params['BLOCK'])}, LOG={log}, CHUNK_MAX={int(params.get('CHUNK_MAX', 0))}, "
             f"KEEP={'evict_last' if hint else ''!r}, DROP={'evict_first' if hint else ''!r}, "
-            f"STAGES={int(params['num_stages'])}, num_warps={int(params['num_warps'])}, "
-            f"num_stages={int(params['num_stages'])})",
+            f"STAGES={int(params['num_stages'])}, TAIL={variant == 'online_tail'}, "
+            f"num_warps={int(params['num_warps'])}, num_stages={int(params['num_stages'])})",
             "return out.view(x.shape)",
         ]
         return module_source(fm, "Chunked online softmax, rendered by kernelsmith.", _ONLINE_KERNEL, body)
