@@ -73,6 +73,42 @@ def test_guard_drops_swaps_that_make_the_graph_slower(tmp_path):
     assert report.swapped == 1 and report.guard is None
 
 
+class NormThenProject(Norm):
+    def __init__(self, dim=64):
+        super().__init__(dim)
+        self.proj = nn.Linear(dim, dim, bias=False)
+
+    def forward(self, x):
+        return self.proj(super().forward(x))
+
+
+def test_guard_tries_the_kernels_without_eager_regions_after_every_swap_lost(tmp_path):
+    """A graph with a kernel (the slow norm) and an eager region (the projection, whose stored room says eager beats
+    Inductor): with both swapped the graph loses to Inductor alone, so the kernel is tried without the eager
+    region, loses too, and Inductor compiles the graph. Two verdicts, and each region says why it is not served."""
+    from kernel_cache.store import KernelStore
+    from ks_inductor.judge.room import Room
+
+    torch.manual_seed(0)
+    m, x = NormThenProject().eval(), torch.randn(64, 64)
+    db = str(tmp_path / "k.db")
+    key, result = _norm_key(m, x, db)
+    (mm,) = [r for r in result.regions if r.kind == "matmul"]
+    _add_kernel(db, key, SLOW_NORM)
+    store = KernelStore(db)
+    store.put_room(mm.key, B.current_fingerprint().id,
+                   Room(mm.key, floor_ms=0.01, bound="memory", bandwidth=1e10, eager_ms=1.0, inductor_ms=1.5).to_json())
+    store.close()
+    report = _compile_and_run(m, x, db, **{"kernelsmith.graph_guard": "on"})
+    (first,) = report.guard_tries
+    assert not first.kept and report.guard is not None and not report.guard.kept, report.to_json()
+    assert report.swapped == 0 and "graph guard" in report.fallback_reason
+    by_kind = {r.kind: r for r in report.regions if r.index >= 0}
+    assert by_kind["norm"].status == B.SLOWER and by_kind["matmul"].status == B.SLOWER
+    assert "tried without them" in by_kind["matmul"].note
+    assert len(report.to_json()["guard_tries"]) == 1
+
+
 def test_guard_runs_by_default_only_for_timed_kernels(tmp_path):
     torch.manual_seed(0)
     m, x = Norm().eval(), torch.randn(64, 64)

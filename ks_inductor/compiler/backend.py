@@ -175,6 +175,8 @@ class CompileReport:
     traced_regions: int = 0
     variant: str | None = None  # "triton_op" | "custom_op" | None (nothing swapped)
     guard: Any = None  # ks_inductor.compiler.graph_guard.GuardResult when the graph guard ran
+    # Earlier verdicts of the guard on larger sets of swaps, which lost to Inductor alone (``swap_sets``).
+    guard_tries: list[Any] = field(default_factory=list)
     problems: list[Any] = field(default_factory=list, repr=False)  # the regions' Problems (not serialized)
 
     @property
@@ -194,7 +196,8 @@ class CompileReport:
         return {"regions": [r.to_json() for r in self.regions], "swapped": self.swapped, "hits": self.hits,
                 "misses": self.misses, "eager": self.eager, "fallback_reason": self.fallback_reason, "analysis_s": self.analysis_s,
                 "traced_nodes": self.traced_nodes, "traced_regions": self.traced_regions, "variant": self.variant,
-                "guard": self.guard.to_json() if self.guard is not None else None}
+                "guard": self.guard.to_json() if self.guard is not None else None,
+                "guard_tries": [g.to_json() for g in self.guard_tries]}
 
 
 _REPORTS: collections.deque[CompileReport] = collections.deque(maxlen=256)
@@ -529,8 +532,6 @@ def kernelsmith_backend(gm: fx.GraphModule, example_inputs: list[Any], mode: str
     """The backend Dynamo calls. Compiles ``gm`` with Inductor after swapping in cached kernels."""
     from torch._inductor.compile_fx import compile_fx
 
-    from ks_inductor.compiler import graph_guard as gg
-
     opts, inductor_opts = BackendOptions.resolve(options)
     patches = _inductor_patches(mode or opts.mode, inductor_opts)
     if not opts.enabled:
@@ -552,46 +553,92 @@ def kernelsmith_backend(gm: fx.GraphModule, example_inputs: list[Any], mode: str
         variants.append(False)
     if any(r.status == UNUSABLE for r in report.regions):
         _warn(next(r.note for r in report.regions if r.status == UNUSABLE))
+    served = {id(h): (h.report.status, h.report.note) for h in hits}
     for use_triton_op in variants:
         name = "triton_op" if use_triton_op else "custom_op"
-        try:
-            new_gm, swapped = rewrite(gm, hits, use_triton_op)
-            if not swapped:
+        outcome, compiled = "none", None
+        sets = swap_sets(hits)
+        for i, subset in enumerate(sets):
+            for h in subset:
+                h.report.status, h.report.note = served[id(h)]
+            outcome, compiled = _compile_swapped(gm, example_inputs, subset, use_triton_op, name, opts, patches,
+                                                 report, store)
+            if outcome != SLOWER or i + 1 == len(sets):
                 break
-        except Exception as e:  # noqa: BLE001 - next variant, then plain Inductor
-            _variant_failed(report, name, e)
-            continue
-        guard = gg.GuardPlan.make(gm, example_inputs, _swapped_kernels(opts, hits), patches,
-                                  lambda: current_fingerprint(opts.judge_backend), name, store)
-        if guard is not None and guard.known is not None and not guard.known.kept:
-            # Measured before for exactly this graph, kernels, machine and options: the swaps made it slower.
-            # Inductor alone, without compiling the swapped graph only to drop it.
-            report.guard = guard.known
-            _drop_swaps(report, hits, guard.known)
+            # Inductor alone beat the graph with every swap. Eager's regions are opaque ops that run the region's
+            # graph in Python on each call, host time that a launch-bound graph (a decode step) pays in full, while
+            # a kernel is launched from Inductor's own wrapper: the kernels are tried alone.
+            report.guard_tries.append(report.guard)
+            kept_ids = {id(k) for k in sets[i + 1]}
+            for h in hits:
+                if id(h) not in kept_ids and h.report.status == SLOWER:
+                    h.report.note = ("eager's ops swapped in made the graph slower than Inductor alone (graph "
+                                     "guard); the kernels were tried without them")
+        if outcome == SLOWER:
             _log(report)
-            return compile_fx(gm, example_inputs, config_patches=patches)
-        try:
-            compiled = compile_fx(new_gm, example_inputs, config_patches=patches)
-        except Exception as e:  # noqa: BLE001 - next variant, then plain Inductor
-            _variant_failed(report, name, e)
-            continue
-        report.swapped = swapped
-        report.variant = name
-        if guard is not None:
-            try:
-                report.guard, plain = guard.decide(gm, new_gm, example_inputs, compiled, patches)
-                if not report.guard.kept:
-                    _drop_swaps(report, hits, report.guard)
-                    compiled = plain if plain is not None else compile_fx(gm, example_inputs, config_patches=patches)
-            except Exception as e:  # noqa: BLE001 - the guard itself failed: the per-region decision stands
-                log.warning("kernelsmith: graph guard failed (%s: %s); keeping the swaps", type(e).__name__, e)
-        _log(report)
-        return compiled
+            return compiled if compiled is not None else compile_fx(gm, example_inputs, config_patches=patches)
+        if outcome == "kept":
+            _log(report)
+            return compiled
+        if outcome == "none":
+            break
     for rr in report.regions:
         if rr.status in SERVED:
             rr.status, rr.note = ERROR, rr.note or "kernel not used (see warnings)"
     _log(report)
     return compile_fx(gm, example_inputs, config_patches=patches)
+
+
+def swap_sets(hits: list[_Hit]) -> list[list[_Hit]]:
+    """The sets of hits to swap in, in the order they are tried while the graph guard finds the graph slower
+    than Inductor alone: every hit, then the kernels without eager's regions (where there are both)."""
+    kernels = [h for h in hits if not isinstance(h.record, EagerChoice)]
+    return [hits, kernels] if kernels and len(kernels) < len(hits) else [hits]
+
+
+def _compile_swapped(gm: fx.GraphModule, example_inputs: list[Any], hits: list[_Hit], use_triton_op: bool, name: str,
+                     opts: BackendOptions, patches: dict[str, Any], report: CompileReport, store: Any) -> tuple[str, Any]:
+    """Compile ``gm`` with ``hits`` swapped in as ``name`` ops, and let the graph guard decide: ("kept", the
+    compiled graph); (SLOWER, Inductor's compile of ``gm`` where the guard made one, else None); ("failed", None)
+    where the swapped graph did not compile (the next variant is tried); ("none", None) where no hit could be
+    swapped."""
+    from torch._inductor.compile_fx import compile_fx
+
+    from ks_inductor.compiler import graph_guard as gg
+
+    try:
+        new_gm, swapped = rewrite(gm, hits, use_triton_op)
+        if not swapped:
+            return "none", None
+    except Exception as e:  # noqa: BLE001 - next variant, then plain Inductor
+        _variant_failed(report, name, e)
+        return "failed", None
+    guard = gg.GuardPlan.make(gm, example_inputs, _swapped_kernels(opts, hits), patches,
+                              lambda: current_fingerprint(opts.judge_backend), name, store)
+    if guard is not None and guard.known is not None and not guard.known.kept:
+        # Measured before for exactly this graph, kernels, machine and options: the swaps made it slower. No
+        # compile of the swapped graph only to drop it.
+        report.guard = guard.known
+        _drop_swaps(report, hits, guard.known)
+        return SLOWER, None
+    try:
+        compiled = compile_fx(new_gm, example_inputs, config_patches=patches)
+    except Exception as e:  # noqa: BLE001 - next variant, then plain Inductor
+        _variant_failed(report, name, e)
+        return "failed", None
+    report.swapped = swapped
+    report.variant = name
+    if (report.fallback_reason or "").startswith("graph guard:"):
+        report.fallback_reason = None  # a larger set's verdict; this set is judged below
+    if guard is not None:
+        try:
+            report.guard, plain = guard.decide(gm, new_gm, example_inputs, compiled, patches)
+            if not report.guard.kept:
+                _drop_swaps(report, hits, report.guard)
+                return SLOWER, plain
+        except Exception as e:  # noqa: BLE001 - the guard itself failed: the per-region decision stands
+            log.warning("kernelsmith: graph guard failed (%s: %s); keeping the swaps", type(e).__name__, e)
+    return "kept", compiled
 
 
 def _variant_failed(report: CompileReport, name: str, e: Exception) -> None:

@@ -11,6 +11,11 @@ What is timed is a batch of back-to-back calls without cache flushes, the way a 
 overhead and the overlap between calls count. Rounds of the two graphs are interleaved and shuffled; the bound
 comes from the judge's paired bootstrap (:func:`ks_inductor.judge.timing.ratio_with_lcb`).
 
+Where the graph with every swap loses, the backend tries the kernels without the regions it serves by eager's ops
+(``backend.swap_sets``) before Inductor alone: an eager region is an opaque op that runs the region's graph in
+Python on each call, a host cost that a launch-bound graph pays in full (an H100 decode layer: 0.554 ms with two
+such regions beside the kernels, against Inductor's 0.445; docs/findings.md, "The decoder layer").
+
 Running the user's graph at compile time must not change the user's state, so a graph that mutates anything
 (in-place ops, ``setitem``, mutable custom ops) is not timed and keeps its per-region decision; the RNG state is
 restored after the runs.
