@@ -346,6 +346,24 @@ def test_online_softmax_ignores_minus_infinity_before_the_first_finite_value(tmp
         torch.testing.assert_close(out, ref, atol=1e-2, rtol=1e-2)
 
 
+LOG_SOFTMAX_50 = module("        return torch.log_softmax(xs[0], dim=-1)", "[torch.randn(5, 50, dtype=torch.bfloat16)]")
+
+
+def test_both_sweep_orders_walk_several_ragged_chunks(judge) -> None:
+    """Rows of 50 in chunks of 16: four chunks, the last one ragged. The backward write sweep (``online_tail``)
+    meets the ragged chunk first; both orders are judged correct."""
+    problem = problem_from_source(LOG_SOFTMAX_50, name="log_softmax_50")
+    fm = classify(problem)
+    fm.target = "cpu"
+    t = template_named("softmax_online")
+    params = {"BLOCK": 16, "num_warps": 1, "num_stages": 1, "CHUNK_MAX": 1, "L2HINT": 1}
+    srcs = {v: t.render(fm, params, v) for v in ("online", "online_tail")}
+    assert "TAIL=True" in srcs["online_tail"] and "TAIL=False" in srcs["online"]
+    for variant, src in srcs.items():
+        r = judge.evaluate(problem, src)
+        assert r.accepted, (variant, r.reasons, r.error)
+
+
 def test_unmasked_tiles_are_accepted_where_the_shape_has_no_ragged_edge(judge) -> None:
     """At power-of-two rows and whole row blocks the row-wise and RoPE launches pass EVEN and the kernels drop
     their masks (the small shapes above are all ragged, so they test the masked path)."""

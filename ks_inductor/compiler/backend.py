@@ -556,13 +556,15 @@ def kernelsmith_backend(gm: fx.GraphModule, example_inputs: list[Any], mode: str
     served = {id(h): (h.report.status, h.report.note) for h in hits}
     for use_triton_op in variants:
         name = "triton_op" if use_triton_op else "custom_op"
-        outcome, compiled = "none", None
         sets = swap_sets(hits)
+        plain = None  # Inductor's compile of the graph alone, where a guard that lost made one
         for i, subset in enumerate(sets):
             for h in subset:
                 h.report.status, h.report.note = served[id(h)]
             outcome, compiled = _compile_swapped(gm, example_inputs, subset, use_triton_op, name, opts, patches,
                                                  report, store)
+            if outcome == SLOWER:
+                plain = compiled if compiled is not None else plain
             if outcome != SLOWER or i + 1 == len(sets):
                 break
             # Inductor alone beat the graph with every swap. Eager's regions are opaque ops that run the region's
@@ -576,7 +578,7 @@ def kernelsmith_backend(gm: fx.GraphModule, example_inputs: list[Any], mode: str
                                      "guard); the kernels were tried without them")
         if outcome == SLOWER:
             _log(report)
-            return compiled if compiled is not None else compile_fx(gm, example_inputs, config_patches=patches)
+            return plain if plain is not None else compile_fx(gm, example_inputs, config_patches=patches)
         if outcome == "kept":
             _log(report)
             return compiled
