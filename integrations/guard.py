@@ -48,7 +48,15 @@ import torch
 from kernel_cache.settings import VARIABLES, Settings
 
 from .ops import Binding, key_function
-from .signature import Signature, dtype_named, random_inputs, spec_signature
+from .signature import (
+    FreeDims,
+    Signature,
+    along_free_dims,
+    dtype_named,
+    free_bucket,
+    random_inputs,
+    spec_signature,
+)
 
 log = logging.getLogger("kernelsmith.integrations")
 
@@ -74,6 +82,7 @@ R_ERROR = "kernel error"
 R_OUTPUT = "bad output"
 R_GRAD = "autograd"
 R_SLOWER = "slower than the stack's own"
+R_SIGNATURE = "failed its check at this signature"
 
 def disabled() -> bool:
     """The kill switch, read on every served call so that it works on a running server too: an unset variable
@@ -133,6 +142,12 @@ class PackKernel:
     # None where it has none (``plan_note`` says why).
     plan: Any = None
     plan_note: str = ""
+    # Signatures other than its problem's, along the op's free dims (``PackGuard.bind``), where it was proven
+    # against the stack's own computation once: what a call there runs.
+    at: dict[Signature, SignatureProof] = field(default_factory=dict)
+    # Whether it beat the stack's own path, by bucket of its free dims' sizes (powers of two): "" where it did,
+    # else why not. Its problem's own signature fills the bucket it falls in.
+    bucket_races: dict[tuple[int, ...], str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def call(self, *args: Any) -> Any:
@@ -142,6 +157,24 @@ class PackKernel:
             if out is not None:
                 return out
         return self.loaded.model(*args)
+
+
+@dataclass
+class SignatureProof:
+    """A pack kernel at a signature its problem does not have (another length along a free dim): whether it
+    computed what the stack computes there (``why`` empty), the outputs it must return, and how it launches."""
+
+    kernel: PackKernel
+    why: str
+    outputs: list[tuple[tuple[int, ...], torch.dtype]] = field(default_factory=list)
+    plan: Any = None
+
+    def call(self, *args: Any) -> Any:
+        if self.plan is not None:
+            out = self.plan(*args)
+            if out is not None:
+                return out
+        return self.kernel.loaded.model(*args)
 
 
 def _rank(ke: dict[str, Any]) -> float:
@@ -203,24 +236,38 @@ def run_golden_vectors(kernel: PackKernel, device: torch.device) -> tuple[bool, 
 
 
 def run_against_stack(kernel: PackKernel, device: torch.device, reference: Callable[..., Any],
-                      n: int = 2) -> tuple[bool, str]:
-    """For a kernel whose problem was too large for golden vectors: seeded random inputs at its signature, on
-    ``device``, compared with the stack's own computation of the op (the layer's code, not the pack's)."""
-    sig = spec_signature(kernel.problem.input_specs)
+                      n: int = 2, sig: Signature | None = None) -> tuple[bool, str]:
+    """For a kernel whose problem was too large for golden vectors, or at a signature other than its problem's
+    (``sig``): seeded random inputs at that signature, on ``device``, compared with the stack's own computation of
+    the op (the layer's code, not the pack's)."""
+    sig = sig if sig is not None else spec_signature(kernel.problem.input_specs)
     if sig is None:
         return False, R_NO_VECTORS
     why = _load(kernel)
     if why:
         return False, why
+    trials = stack_trials(device, reference, sig, n)
+    if isinstance(trials, str):
+        return False, trials
+    why = _check(kernel, trials)
+    return not why, why
+
+
+def stack_trials(device: torch.device, reference: Callable[..., Any], sig: Signature,
+                 n: int = 2) -> list[tuple[list[torch.Tensor], list[torch.Tensor]]] | str:
+    """``n`` sets of seeded random inputs at ``sig`` with the stack's own outputs for them; why not, where the
+    stack's computation raises there."""
     gen = torch.Generator(device=device).manual_seed(0)
     trials = []
     for _ in range(n):
         ins = random_inputs(sig, device, gen)
-        with torch.no_grad():
-            ref = [o for o in _as_list(reference(*[x.clone() for x in ins])) if isinstance(o, torch.Tensor)]
+        try:
+            with torch.no_grad():
+                ref = [o for o in _as_list(reference(*[x.clone() for x in ins])) if isinstance(o, torch.Tensor)]
+        except Exception as e:  # noqa: BLE001 - a signature the stack itself cannot compute is never served
+            return f"the stack's own computation raised: {type(e).__name__}: {e}"
         trials.append((ins, ref))
-    why = _check(kernel, trials)
-    return not why, why
+    return trials
 
 
 # ============================================================================================ racing
@@ -356,13 +403,18 @@ class PackGuard:
 
     def bind(self, op: str, key_of: Callable[[Signature], str | None],
              reference: Callable[..., Any] | None = None, arity: int | None = None,
-             own: Callable[..., Any] | None = None) -> ServedOp:
+             own: Callable[..., Any] | None = None, free: FreeDims = ()) -> ServedOp:
         """The pack kernels that compute ``op`` as the caller's ``reference`` does: ``key_of(signature)`` is the
         canonical key of that computation at a signature (None when it cannot be traced there); only problems of
         ``arity`` inputs are tried when given. The reference also proves, on the device, a kernel whose problem
         shipped without golden vectors. ``own`` is what the stack runs for the op where no kernel serves (the same
         inputs and outputs as ``reference``, leaving its inputs as they were; ``OnCopies`` makes an in-place path
-        so); racing times kernels against it, else against ``reference``."""
+        so); racing times kernels against it, else against ``reference``.
+
+        ``free``: dims along which a kernel may also serve signatures its problem does not have (a decode step's
+        cache length). Each such signature is proven once against ``reference`` on random inputs before a call
+        there is served, and raced once per power-of-two bucket of those sizes; a kernel that bakes in its
+        problem's sizes fails that proof, and the stack's own path runs there."""
         table: dict[Signature, str] = {}
         for key, p in self.problems.items():
             if key not in self.kernels or p.init_inputs:
@@ -377,7 +429,7 @@ class PackGuard:
                 mine = None
             if mine == key:
                 table[sig] = key
-        return ServedOp(self, op, table, reference, own)
+        return ServedOp(self, op, table, reference, own, free if reference is not None else ())
 
     # ---------------------------------------------------------------------------------------- serving
 
@@ -431,11 +483,12 @@ class PackGuard:
                          device, timed)
         self.changed()
 
-    def _race(self, k: PackKernel, key: str, device: torch.device, own: Callable[..., Any]) -> str:
-        """Time a proven kernel against the stack's own path at its signature (``k.race_us``); returns why it is
-        not served where it does not win by the margin, else ""."""
-        sig = spec_signature(k.problem.input_specs)
-        ours = k.call
+    def _race(self, k: PackKernel, key: str, device: torch.device, own: Callable[..., Any],
+              at: tuple[Signature, Callable[..., Any]] | None = None) -> str:
+        """Time a proven kernel against the stack's own path at its signature (``k.race_us``), or at another one
+        with how the kernel runs there (``at``); returns why it is not served where it does not win by the
+        margin, else ""."""
+        sig, ours = at if at is not None else (spec_signature(k.problem.input_specs), k.call)
         if isinstance(own, OnCopies):
             ours = OnCopies(ours, own.positions)
         _RACING.on = True
@@ -447,7 +500,8 @@ class PackGuard:
             return ""
         finally:
             _RACING.on = False
-        k.race_us = (ours_us, theirs_us)
+        if at is None:
+            k.race_us = (ours_us, theirs_us)
         if wins(ours_us, theirs_us, self.margin):
             return ""
         return f"{ours_us:.1f} µs a call against {self.stack}'s own {theirs_us:.1f} µs (margin {self.margin:g})"
@@ -475,6 +529,10 @@ class PackGuard:
             return {"hits": dict(sorted(self.hits.items())), "fallbacks": fb,
                     "kernels": {k[:12]: [pk.state for pk in v] for k, v in self.kernels.items()},
                     "race_us": races,
+                    # signatures along free dims, by kernel: how many were proven there, how many refused
+                    "signatures": {k[:12]: [[sum(not p.why for p in pk.at.values()),
+                                             sum(bool(p.why) for p in pk.at.values())] for pk in v]
+                                   for k, v in self.kernels.items() if any(pk.at for pk in v)},
                     "plans": {k[:12]: ["planned" if pk.plan is not None else pk.plan_note for pk in v]
                               for k, v in self.kernels.items() if any(pk.plan is not None or pk.plan_note
                                                                       for pk in v)}}
@@ -486,7 +544,7 @@ def _rounded(race_us: tuple[float, float] | None) -> list[float] | None:
 
 def empty_stats() -> dict[str, Any]:
     """``PackGuard.stats()`` where nothing is served."""
-    return {"hits": {}, "fallbacks": {}, "kernels": {}, "race_us": {}, "plans": {}}
+    return {"hits": {}, "fallbacks": {}, "kernels": {}, "race_us": {}, "signatures": {}, "plans": {}}
 
 
 def installed_version(module: str) -> str | None:
@@ -533,16 +591,22 @@ class _Route:
     """What a call at one signature (with its inputs' devices) does, decided on the first such call: ``early``, a
     reason counted before the autograd check (another device); ``late``, one counted after it (a signature no
     kernel was verified for); else the kernel for ``key``, settled at guard ``epoch`` and redone when any kernel's
-    state changes. ``checked``: the kernel's outputs at this signature were validated once."""
+    state changes. ``checked``: the kernel's outputs at this signature were validated once. ``sig``: the call's
+    signature, where it is not ``key``'s problem's but lies along the op's free dims."""
 
-    __slots__ = ("early", "late", "key", "device", "epoch", "kernel", "why", "checked")
+    __slots__ = ("early", "late", "key", "device", "epoch", "kernel", "why", "checked", "sig", "proof")
 
-    def __init__(self, early: str, late: str, key: str | None, device: torch.device) -> None:
+    def __init__(self, early: str, late: str, key: str | None, device: torch.device,
+                 sig: Signature | None = None) -> None:
         self.early, self.late, self.key, self.device = early, late, key, device
         self.epoch = -1
         self.kernel: PackKernel | None = None
         self.why = ""
         self.checked = False
+        # Set where the call's signature is not the problem's but lies along the op's free dims: the kernel's
+        # proof there, which runs it.
+        self.sig = sig
+        self.proof: SignatureProof | None = None
 
 
 # Routes a served op keeps: far more than the signatures a pack holds; a server cycling through more starts over.
@@ -554,12 +618,14 @@ class ServedOp:
     several outputs), or None where the caller must run its own path (the reason is counted)."""
 
     def __init__(self, guard: PackGuard, name: str, table: dict[Signature, str],
-                 reference: Callable[..., Any] | None = None, own: Callable[..., Any] | None = None) -> None:
+                 reference: Callable[..., Any] | None = None, own: Callable[..., Any] | None = None,
+                 free: FreeDims = ()) -> None:
         self.guard = guard
         self.name = name
         self.table = table
         self.reference = reference
         self.own = own if own is not None else reference
+        self.free = tuple(free)
         self._routes: dict[tuple, _Route] = {}
         # Most calls a pack does not cover differ in the first input's shape (another token count): rejecting
         # those on one set lookup keeps the stack's own path nearly as fast as without us.
@@ -589,9 +655,14 @@ class ServedOp:
         if device.type != self.guard.device_type or any(k[3] != device for k in key):
             route = _Route(R_DEVICE, "", None, device)
         else:
-            sig = tuple((shape, dt, stride) for shape, dt, stride, _ in key)
+            sig = tuple((tuple(shape), dt, tuple(stride)) for shape, dt, stride, _ in key)
             problem = self.table.get(sig)
-            route = _Route("", self._reason(sig) if problem is None else "", problem, device)
+            if problem is not None:
+                route = _Route("", "", problem, device)
+            else:
+                along = next((k for s, k in self.table.items() if along_free_dims(self.free, s, sig)), None)
+                route = (_Route("", "", along, device, sig) if along is not None
+                         else _Route("", self._reason(sig), None, device))
         if len(self._routes) >= _MAX_ROUTES:
             self._routes.clear()
         self._routes[key] = route
@@ -601,20 +672,69 @@ class ServedOp:
         g = self.guard
         epoch = g.epoch  # read first: a change while the kernel is proven settles the route again
         kernel = g.ready_kernel(route.key, route.device, self.reference, self.own)
-        if kernel is not route.kernel:
-            route.kernel, route.checked = kernel, False
+        proof, why = None, ""
+        if kernel is not None and route.sig is not None:
+            proof = self._proof_at(kernel, route.sig, route.device)
+            why = R_SIGNATURE if proof.why else self._bucket_race(kernel, route.sig, route.device, proof)
+            if why:
+                kernel = None
+        if kernel is not route.kernel or proof is not route.proof:
+            route.kernel, route.proof, route.checked = kernel, proof, False
         if kernel is None:
             states = {k.state for k in g.kernels.get(route.key, [])}
-            route.why = R_NO_VECTORS if states == {"none"} else R_SLOWER if "slower" in states else R_VECTORS
+            route.why = why or (R_NO_VECTORS if states == {"none"} else R_SLOWER if "slower" in states
+                                else R_VECTORS)
         route.epoch = epoch
 
-    def _outputs_fit(self, kernel: PackKernel, outs: list[Any], device: torch.device) -> bool:
-        expected = kernel.problem.output_specs
+    def _proof_at(self, kernel: PackKernel, sig: Signature, device: torch.device) -> SignatureProof:
+        """The kernel at a signature along the free dims, proven once against the stack's own computation on
+        random inputs there, with a launch plan of its own on a GPU."""
+        with kernel.lock:
+            proof = kernel.at.get(sig)
+            if proof is not None:
+                return proof
+            trials = stack_trials(device, self.reference, sig) if self.reference is not None else "no reference"
+            why = trials if isinstance(trials, str) else _load(kernel) or _check(kernel, trials)
+            proof = SignatureProof(kernel, why)
+            if not why:
+                proof.outputs = [(tuple(o.shape), o.dtype) for o in trials[0][1]]
+                if device.type == "cuda":
+                    from .launch_plan import make_plan
+
+                    proof.plan, _ = make_plan(kernel.loaded.model, random_inputs(sig, device))
+            else:
+                log.info("kernelsmith: kernel %s does not serve %s at %s: %s", kernel.record.sha256[:12],
+                         self.name, [list(a[0]) for a in sig], why)
+            kernel.at[sig] = proof
+            return proof
+
+    def _bucket_race(self, kernel: PackKernel, sig: Signature, device: torch.device,
+                     proof: SignatureProof) -> str:
+        """"" where the kernel beats the stack's own path in the power-of-two bucket of ``sig``'s free dims (raced
+        there once; its problem's own bucket is the race it already won), else the reason counted."""
+        g = self.guard
+        if not g.race or self.own is None:
+            return ""
+        with kernel.lock:
+            own_sig = spec_signature(kernel.problem.input_specs)
+            if own_sig is not None:
+                kernel.bucket_races.setdefault(free_bucket(self.free, own_sig), "")
+            bucket = free_bucket(self.free, sig)
+            if bucket not in kernel.bucket_races:
+                kernel.bucket_races[bucket] = g._race(kernel, kernel.problem.key, device, self.own,
+                                                      at=(sig, proof.call))
+            return R_SLOWER if kernel.bucket_races[bucket] else ""
+
+    def _outputs_fit(self, route: _Route, outs: list[Any]) -> bool:
+        if route.proof is not None:
+            expected = route.proof.outputs
+        else:
+            expected = [(tuple(spec.shape or ()), dtype_named(spec.dtype or ""))
+                        for spec in route.kernel.problem.output_specs]
         if len(outs) != len(expected) or not expected:
             return False
-        return all(isinstance(out, torch.Tensor) and list(out.shape) == list(spec.shape or [])
-                   and out.dtype == dtype_named(spec.dtype or "") and out.device == device
-                   for out, spec in zip(outs, expected))
+        return all(isinstance(out, torch.Tensor) and tuple(out.shape) == shape and out.dtype == dt
+                   and out.device == route.device for out, (shape, dt) in zip(outs, expected))
 
     def _broken(self, kernel: PackKernel, e: Exception) -> None:
         with kernel.lock:
@@ -650,21 +770,22 @@ class ServedOp:
             if _racing():
                 return None  # a stack's own path, timed in a race, came back through its layer: its own code runs
             self._settle(route)
-        kernel = route.kernel
+        kernel, proof = route.kernel, route.proof
         if kernel is None:
             return self._miss(route.why)
+        run = kernel.call if proof is None else proof.call
         try:
             if grad:
                 with torch.no_grad():
-                    out = kernel.call(*args)
+                    out = run(*args)
             else:
-                out = kernel.call(*args)
+                out = run(*args)
         except Exception as e:  # noqa: BLE001 - never a broken model: the stack computes it instead
             self._broken(kernel, e)
             return self._miss(R_ERROR)
         outs = out if isinstance(out, (tuple, list)) else (out,)
         if not route.checked:
-            if not self._outputs_fit(kernel, list(outs), route.device):
+            if not self._outputs_fit(route, list(outs)):
                 return self._miss(R_OUTPUT)
             route.checked = True
         self.guard.count_hit(self.name)

@@ -13,6 +13,10 @@ Ops covered:
 * ``silu_mul``: a gated MLP's ``act_fn(gate) * up``: inputs (gate, up).
 * ``rope``: rotary position embedding of an attention's queries and keys, as the model's own
   ``apply_rotary_pos_emb(q, k, cos, sin)`` computes it: inputs (q, k, cos, sin), outputs (q_embed, k_embed).
+* ``attention``: an attention layer's scaled dot-product attention without a mask, as the stack's own attention
+  function computes it (causal where queries are several): inputs (q, k, v) with heads ahead of positions; output
+  (batch, positions, heads, head dim). The keys' and values' length is a free dim: one kernel serves a decode
+  step at every cache length, each length proven before it serves (``guard.PackGuard.bind``).
 """
 
 from __future__ import annotations
@@ -26,21 +30,24 @@ from typing import Any
 
 import torch
 
-from .signature import call_signature, meta_inputs
+from .signature import FreeDims, call_signature, meta_inputs
 
 OP_RMSNORM = "rmsnorm"
 OP_SILU_MUL = "silu_mul"
 OP_ROPE = "rope"
+OP_ATTENTION = "attention"
 
 
 @dataclass(frozen=True)
 class Binding:
     """How one layer instance computes one op: ``reference(*inputs)`` is the layer's own computation of it,
-    ``group`` is equal for layers whose references trace to the same graph at every signature."""
+    ``group`` is equal for layers whose references trace to the same graph at every signature; ``free``: the
+    (input, dim) pairs along which one kernel may serve other sizes (``guard.PackGuard.bind``)."""
 
     op: str
     reference: Callable[..., torch.Tensor]
     group: tuple
+    free: FreeDims = ()
 
 
 def _settings(obj: Any) -> tuple:
@@ -85,6 +92,21 @@ def rope_binding(apply_rotary: Callable[..., Any]) -> Binding:
 
     return Binding(OP_ROPE, reference, (getattr(apply_rotary, "__module__", ""),
                                         getattr(apply_rotary, "__qualname__", repr(apply_rotary))))
+
+
+def attention_binding(layer: torch.nn.Module, function: Callable[..., Any]) -> Binding:
+    """An attention layer's ``function(layer, q, k, v, None, dropout=0.0, scaling=layer.scaling)``: the attention
+    its forward asks the stack's registry for, unmasked and without dropout, as an unpadded prefill or a decode
+    step calls it. What the function reads of the layer (its key/value head groups, whether it is causal, its
+    scale) is the group, with the function itself."""
+    scaling = getattr(layer, "scaling", None)
+
+    def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return function(layer, q, k, v, None, dropout=0.0, scaling=scaling)[0]
+
+    group = (getattr(function, "__module__", ""), getattr(function, "__qualname__", repr(function)), scaling,
+             getattr(layer, "num_key_value_groups", None), getattr(layer, "is_causal", None))
+    return Binding(OP_ATTENTION, reference, group, free=((1, 2), (2, 2)))
 
 
 def layer_problem(binding: Binding, inputs: list[torch.Tensor], name: str | None = None) -> Any:

@@ -49,3 +49,51 @@ def random_inputs(sig: Signature, device: torch.device, gen: torch.Generator | N
         t = torch.empty_strided(shape, stride, dtype=dt, device=device)
         out.append(t.normal_(generator=gen) if dt.is_floating_point else t.random_(0, 16, generator=gen))
     return out
+
+
+# An op's free dims: (input index, dim) pairs along which one kernel may serve other sizes (a decode step's key and
+# value length), each such signature proven on its own before it serves.
+FreeDims = tuple[tuple[int, int], ...]
+
+
+def dense_order(shape: Sequence[int], stride: Sequence[int]) -> tuple[int, ...] | None:
+    """A tensor's dims of size above one, outermost first, where its memory is dense in that order (no gaps, no
+    overlap); None where it is not. Two tensors with the same order are laid out alike whatever their sizes."""
+    dims = sorted((d for d in range(len(shape)) if shape[d] != 1), key=lambda d: stride[d], reverse=True)
+    expected = 1
+    for d in reversed(dims):
+        if stride[d] != expected:
+            return None
+        expected *= shape[d]
+    return tuple(dims)
+
+
+def along_free_dims(free: FreeDims, problem: Signature, call: Signature) -> bool:
+    """Whether ``call`` is ``problem`` but for the sizes of the free dims: every other input exactly alike, and
+    each input with a free dim of the same dtype, the same sizes elsewhere and the same dense layout."""
+    if not free or len(problem) != len(call):
+        return False
+    by_input: dict[int, set[int]] = {}
+    for i, d in free:
+        by_input.setdefault(i, set()).add(d)
+    for i, (p, c) in enumerate(zip(problem, call)):
+        dims = by_input.get(i)
+        if not dims:
+            if p != c:
+                return False
+            continue
+        (pshape, pdt, pstride), (cshape, cdt, cstride) = p, c
+        if pdt != cdt or len(pshape) != len(cshape):
+            return False
+        if any(a != b for d, (a, b) in enumerate(zip(pshape, cshape)) if d not in dims):
+            return False
+        order = dense_order(pshape, pstride)
+        if order is None or order != dense_order(cshape, cstride):
+            return False
+    return True
+
+
+def free_bucket(free: FreeDims, sig: Signature) -> tuple[int, ...]:
+    """The sizes of a signature's free dims, each rounded up to a power of two: where a kernel's speed against the
+    stack's own path is judged once."""
+    return tuple(1 << max(0, int(sig[i][0][d]) - 1).bit_length() for i, d in free)

@@ -1,5 +1,5 @@
-"""Serving a pack in transformers' own layer classes (LlamaRMSNorm, LlamaMLP and LlamaAttention's rotary embedding in
-a tiny random LlamaForCausalLM),
+"""Serving a pack in transformers' own layer classes (LlamaRMSNorm, LlamaMLP, and LlamaAttention's rotary embedding
+and attention, in a tiny random LlamaForCausalLM),
 under the Triton interpreter: the pack is built by the real pipeline (layer problems -> warm -> export), and every
 fallback path leaves the model computing what it computes without us."""
 
@@ -20,6 +20,7 @@ from tests.stacks import require_stack
 SEQ = 8
 ml = pytest.importorskip("transformers.models.llama.modeling_llama")
 ROPE_OWN = ml.apply_rotary_pos_emb  # the model file's own rotary embedding, as imported
+SDPA_OWN = ml.ALL_ATTENTION_FUNCTIONS["sdpa"]  # transformers' own attention, as registered
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -73,6 +74,7 @@ def _no_env(monkeypatch):
 
 def test_layer_problems_are_the_ops_the_model_runs(built):
     assert sorted((p.name, p.signature()) for p in built["build"].problems) == [
+        ("attention", "float32[2, 4, 8, 16], float32[2, 2, 8, 16], float32[2, 2, 8, 16]"),
         ("rmsnorm", "float32[2, 8, 64], float32[64]"),
         ("rope", "float32[2, 4, 8, 16], float32[2, 2, 8, 16], float32[1, 8, 16], float32[1, 8, 16]"),
         ("silu_mul", "float32[2, 8, 128], float32[2, 8, 128]")]
@@ -89,19 +91,21 @@ def test_swap_matches_and_counts_hits(built):
     assert sorted(report.swapped) == sorted(
         [f"model.layers.{i}.{n}" for i in range(2)
          for n in ("input_layernorm", "post_attention_layernorm", "mlp", "self_attn")] + ["model.norm"])
-    assert report.ops["model.layers.0.mlp"] == "silu_mul" and report.ops["model.norm"] == "rmsnorm"
-    assert report.ops["model.layers.1.self_attn"] == "rope"
+    assert report.ops["model.layers.0.mlp"] == ["silu_mul"] and report.ops["model.norm"] == ["rmsnorm"]
+    assert report.ops["model.layers.1.self_attn"] == ["rope", "attention"]
     got = logits(model, ids())
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     stats = report.stats()
-    assert stats["hits"] == {"rmsnorm": 5, "rope": 2, "silu_mul": 2}
+    assert stats["hits"] == {"attention": 2, "rmsnorm": 5, "rope": 2, "silu_mul": 2}
     assert stats["fallbacks"] == {}
-    assert list(stats["kernels"].values()) == [["passed"]] * 3
+    assert list(stats["kernels"].values()) == [["passed"]] * 4
 
     assert remove_kernelsmith(model) == 9
     torch.testing.assert_close(logits(model, ids()), want)
-    assert report.stats()["hits"] == {"rmsnorm": 5, "rope": 2, "silu_mul": 2}
+    assert report.stats()["hits"] == {"attention": 2, "rmsnorm": 5, "rope": 2, "silu_mul": 2}
     assert ml.apply_rotary_pos_emb is ROPE_OWN
+    # the registry holds transformers' own attention again, and no entry of ours over it
+    assert ml.ALL_ATTENTION_FUNCTIONS["sdpa"] is SDPA_OWN and "sdpa" not in ml.ALL_ATTENTION_FUNCTIONS._local_mapping
 
 
 def test_rope_serves_only_the_model_it_was_applied_to(built):
@@ -109,6 +113,7 @@ def test_rope_serves_only_the_model_it_was_applied_to(built):
     want = logits(other, ids())
     report = apply_kernelsmith(served, built["pack"])
     assert ml.apply_rotary_pos_emb is not ROPE_OWN  # bound to the dispatcher while a model is served
+    assert ml.ALL_ATTENTION_FUNCTIONS["sdpa"] is not SDPA_OWN
     # another model of the same file runs the file's own function, uncounted
     torch.testing.assert_close(logits(other, ids()), want, atol=0, rtol=0)
     assert report.stats()["hits"] == {} and report.stats()["fallbacks"] == {}
@@ -133,7 +138,7 @@ def test_rope_call_forms_it_was_not_verified_for_run_the_models_own(built, monke
     assert len(seen) == 2
     for got in seen:
         torch.testing.assert_close(got, ROPE_OWN(q, k, cos, sin), atol=0, rtol=0)
-    assert report.stats()["hits"]["rope"] == 2
+    assert report.stats()["hits"] == {"attention": 2, "rmsnorm": 5, "rope": 2, "silu_mul": 2}
     assert report.stats()["fallbacks"] == {"rope": {"call form": 2}}
     remove_kernelsmith(model)
 
@@ -145,9 +150,10 @@ def test_a_dropped_model_releases_the_rotary_function(built):
     before = ml.apply_rotary_pos_emb
     assert before is ROPE_OWN
     report = apply_kernelsmith(tiny_llama(), built["pack"])
-    assert report.ops["model.layers.0.self_attn"] == "rope" and ml.apply_rotary_pos_emb is not before
+    assert report.ops["model.layers.0.self_attn"] == ["rope", "attention"]
+    assert ml.apply_rotary_pos_emb is not before and ml.ALL_ATTENTION_FUNCTIONS["sdpa"] is not SDPA_OWN
     gc.collect()
-    assert ml.apply_rotary_pos_emb is before
+    assert ml.apply_rotary_pos_emb is before and ml.ALL_ATTENTION_FUNCTIONS["sdpa"] is SDPA_OWN
 
 
 def test_single_layer_class(built):
@@ -179,7 +185,8 @@ def test_unverified_shape_falls_back(built):
     torch.testing.assert_close(logits(model, ids(5)), want)
     stats = report.stats()
     assert stats["hits"] == {}
-    assert stats["fallbacks"] == {"rmsnorm": {"shape": 5}, "rope": {"shape": 2}, "silu_mul": {"shape": 2}}
+    assert stats["fallbacks"] == {"attention": {"shape": 2}, "rmsnorm": {"shape": 5}, "rope": {"shape": 2},
+                                  "silu_mul": {"shape": 2}}
 
 
 def test_wrong_dtype_falls_back(built):
@@ -188,7 +195,8 @@ def test_wrong_dtype_falls_back(built):
     report = apply_kernelsmith(model, built["pack"])
     assert len(report.swapped) == 9  # the layers compute the pack's ops; only their float32 calls are verified
     torch.testing.assert_close(logits(model, ids()), want, atol=0, rtol=0)
-    assert report.stats()["fallbacks"] == {"rmsnorm": {"dtype": 5}, "rope": {"dtype": 2}, "silu_mul": {"dtype": 2}}
+    assert report.stats()["fallbacks"] == {"attention": {"dtype": 2}, "rmsnorm": {"dtype": 5}, "rope": {"dtype": 2},
+                                           "silu_mul": {"dtype": 2}}
     assert report.stats()["hits"] == {}
 
 
@@ -251,8 +259,8 @@ def test_configured_by_environment(built, monkeypatch, tmp_path):
     # the kill switch, at load and while serving
     monkeypatch.setenv(G.ENV_DISABLE, "1")
     torch.testing.assert_close(logits(model, ids()), want)
-    assert report.stats()["fallbacks"] == {"rmsnorm": {"disabled": 5}, "rope": {"disabled": 2},
-                                           "silu_mul": {"disabled": 2}}
+    assert report.stats()["fallbacks"] == {"attention": {"disabled": 2}, "rmsnorm": {"disabled": 5},
+                                           "rope": {"disabled": 2}, "silu_mul": {"disabled": 2}}
     assert apply_kernelsmith(tiny_llama()).swapped == []
     monkeypatch.delenv(G.ENV_DISABLE)
 
@@ -276,14 +284,14 @@ def test_kernel_cache_and_packs_without_vectors(built, tmp_path):
     report = apply_kernelsmith(model, db=built["db"])
     assert len(report.swapped) == 9
     torch.testing.assert_close(logits(model, ids()), want, atol=1e-5, rtol=1e-5)
-    assert report.stats()["hits"] == {"rmsnorm": 5, "rope": 2, "silu_mul": 2}
+    assert report.stats()["hits"] == {"attention": 2, "rmsnorm": 5, "rope": 2, "silu_mul": 2}
 
     # a problem too large for golden vectors: its kernel is proven against the layer's own computation instead
     with KernelStore(built["db"]) as s:
         export_pack(s, tmp_path / "novec.kspack", vectors=False)
     report = apply_kernelsmith(model, tmp_path / "novec.kspack")
     torch.testing.assert_close(logits(model, ids()), want, atol=1e-5, rtol=1e-5)
-    assert report.stats()["hits"] == {"rmsnorm": 5, "rope": 2, "silu_mul": 2}
+    assert report.stats()["hits"] == {"attention": 2, "rmsnorm": 5, "rope": 2, "silu_mul": 2}
     assert {k.note for ks in report.guard.kernels.values() for k in ks} == {
         "a check against transformers's own computation"}
 
@@ -302,15 +310,126 @@ def test_layer_problems_follow_the_deployment_shapes():
     before = ml.apply_rotary_pos_emb
     problems = layer_problems(tiny_llama(), [(ids(4),), {"input_ids": ids(1)}])
     sigs = sorted((p.name, p.input_specs[0].shape[1]) for p in problems)
-    assert sigs == [("rmsnorm", 1), ("rmsnorm", 4), ("rope", 4), ("rope", 4), ("silu_mul", 1), ("silu_mul", 4)]
+    assert sigs == [("attention", 4), ("attention", 4), ("rmsnorm", 1), ("rmsnorm", 4), ("rope", 4), ("rope", 4),
+                    ("silu_mul", 1), ("silu_mul", 4)]
     # the positions of a decode step (one token) are the third dim of q
     assert sorted(p.input_specs[0].shape[2] for p in problems if p.name == "rope") == [1, 4]
     assert ml.apply_rotary_pos_emb is before  # recording binds the model file's function only while it runs
 
     # as generation runs the model: the prompt's prefill, then one-token decode steps over a cache
     generated = layer_problems(tiny_llama(), [lambda m: m.generate(ids(4), max_new_tokens=2, do_sample=False)])
-    assert sorted((p.name, p.input_specs[0].shape[-2 if p.name == "rope" else 1]) for p in generated) == [
-        ("rmsnorm", 1), ("rmsnorm", 4), ("rope", 1), ("rope", 4), ("silu_mul", 1), ("silu_mul", 4)]
+    assert sorted((p.name, p.input_specs[0].shape[-2 if p.name in ("rope", "attention") else 1])
+                  for p in generated) == [("attention", 1), ("attention", 4), ("rmsnorm", 1), ("rmsnorm", 4),
+                                          ("rope", 1), ("rope", 4), ("silu_mul", 1), ("silu_mul", 4)]
+    # the decode step attends over the cache the prefill left and its own new row
+    decode = next(p for p in generated if p.name == "attention" and p.input_specs[0].shape[2] == 1)
+    assert [s.shape for s in decode.input_specs] == [[2, 4, 1, 16], [2, 2, 5, 16], [2, 2, 5, 16]]
+
+
+def generation(new: int, **kwargs):
+    return lambda m: m.generate(ids(4), max_new_tokens=new, do_sample=False, pad_token_id=0, output_logits=True,
+                                return_dict_in_generate=True, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory, judge):
+    """A pack of the attention problems a generation meets: its prefill, and its decode step at one cache length
+    (the prompt's 4 rows and the step's own)."""
+    from rich.console import Console
+
+    from integrations.ops import pack_for_problems
+    from ks_inductor.evolve import EvolveConfig
+
+    root = tmp_path_factory.mktemp("serve-generated")
+    problems = [p for p in layer_problems(tiny_llama(), [generation(2)]) if p.name == "attention"]
+    build = pack_for_problems(problems, root / "attention.kspack", db=str(root / "k.db"), judge=judge,
+                              config=EvolveConfig(budget=1, backend="triton-interpret"),
+                              console=Console(stderr=True, quiet=True), baselines=("eager",))
+    assert build.missing == [] and build.export is not None, build.warm.to_json()
+    decode = next(p for p in problems if p.input_specs[0].shape[2] == 1)
+    return {"pack": root / "attention.kspack", "decode": decode}
+
+
+def test_attention_serves_every_cache_length_of_a_generation(generated):
+    model = tiny_llama()
+    want = generation(6)(model)
+    report = apply_kernelsmith(model, generated["pack"])
+    assert report.ops["model.layers.0.self_attn"] == ["attention"]
+    assert "rope" in report.skipped["model.layers.0.self_attn"]  # this pack has no rotary kernel
+    got = generation(6)(model)
+    assert torch.equal(got.sequences, want.sequences)
+    for a, b in zip(got.logits, want.logits, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    # two layers, each a prefill and five decode steps: cache lengths 5 (the problem's) to 9
+    stats = report.stats()
+    assert stats["hits"] == {"attention": 12} and stats["fallbacks"] == {}
+    proven = {generated["decode"].key[:12]: [[4, 0]]}  # lengths 6 to 9, each proven once before it served
+    assert stats["signatures"] == proven
+    generation(6)(model)
+    assert report.stats()["hits"] == {"attention": 24} and report.stats()["signatures"] == proven
+
+    # a padded batch calls attention with a mask, which no kernel was verified for: transformers' own runs
+    mask = torch.ones(2, 4, dtype=torch.long)
+    mask[0, 0] = 0
+    remove_kernelsmith(model)
+    want = logits_with(model, mask)
+    report = apply_kernelsmith(model, generated["pack"])
+    torch.testing.assert_close(logits_with(model, mask), want, atol=0, rtol=0)
+    assert report.stats()["hits"] == {} and report.stats()["fallbacks"] == {"attention": {"call form": 2}}
+    remove_kernelsmith(model)
+
+
+def logits_with(model: torch.nn.Module, mask: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(ids(4), attention_mask=mask).logits
+
+
+def test_a_kernel_that_computes_otherwise_at_another_length_is_not_served_there(generated):
+    from integrations.ops import attention_binding
+
+    decode = generated["decode"]
+    guard, why = G.load_guard("test", generated["pack"])
+    assert why == ""
+    layer = tiny_llama().model.layers[0].self_attn
+    own = attention_binding(layer, SDPA_OWN).reference
+    sig = G.spec_signature(decode.input_specs)
+    length = sig[1][0][2]
+
+    def stack(q, k, v):  # what this stack computes differs from the kernel's result at every other length
+        out = own(q, k, v)
+        return out if k.shape[2] == length else 2 * out
+
+    op = guard.bind("attention", lambda s: decode.key if s == sig else None, stack, arity=3, free=((1, 2), (2, 2)))
+    q, k, v = (torch.randn(shape, dtype=dt) for shape, dt, _ in sig)
+    torch.testing.assert_close(op(q, k, v), own(q, k, v), atol=1e-5, rtol=1e-5)
+    longer = [torch.randn(2, 2, length + 3, 16) for _ in range(2)]
+    assert op(q, *longer) is None and op(q, *longer) is None  # refused there, and proven only once
+    stats = guard.stats()
+    assert stats["fallbacks"] == {"attention": {G.R_SIGNATURE: 2}} and stats["hits"] == {"attention": 1}
+    assert stats["signatures"] == {decode.key[:12]: [[0, 1]]}
+    # a layout the problem's keys do not have is not along the free dims at all
+    strided = [torch.randn(2, length + 3, 2, 16).transpose(1, 2) for _ in range(2)]
+    assert op(q, *strided) is None and guard.stats()["fallbacks"]["attention"]["shape"] == 1
+
+
+def test_signatures_along_free_dims():
+    from integrations.signature import along_free_dims, call_signature, dense_order, free_bucket
+
+    free = ((1, 2), (2, 2))
+    q, k = torch.randn(2, 4, 1, 16), torch.randn(2, 2, 5, 16)
+    problem = call_signature([q, k, k])
+    longer = torch.randn(2, 2, 9, 16)
+    assert along_free_dims(free, problem, call_signature([q, longer, longer]))
+    assert not along_free_dims((), problem, call_signature([q, longer, longer]))
+    assert not along_free_dims(free, problem, call_signature([torch.randn(2, 4, 2, 16), longer, longer]))
+    assert not along_free_dims(free, problem, call_signature([q, longer.double(), longer]))
+    assert not along_free_dims(free, problem, call_signature([q, torch.randn(2, 3, 9, 16), longer]))
+    sliced = torch.randn(2, 2, 12, 16)[:, :, :9]  # a view with gaps between its heads
+    assert dense_order(sliced.shape, sliced.stride()) is None
+    assert not along_free_dims(free, problem, call_signature([q, sliced, longer]))
+    assert dense_order((2, 4, 1, 16), (64, 16, 64, 1)) == (0, 1, 3)
+    assert free_bucket(free, call_signature([q, longer, longer])) == (16, 16)
+    assert free_bucket(free, problem) == (8, 8)
 
 
 def test_a_transformers_pack_is_searched_against_the_models_own_layers():
@@ -351,8 +470,8 @@ def test_pack_export_for_a_model_serves_that_model(tmp_path, capsys, monkeypatch
                "--json"])
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     B.forget_stores()
-    assert rc == 0 and out["missing"] == [] and out["kernels"] == 6 and out["with_vectors"] == 6, out
-    assert sorted((p["name"], p["inputs"]) for p in out["problems"] if p["name"] != "rope") == [
+    assert rc == 0 and out["missing"] == [] and out["kernels"] == 8 and out["with_vectors"] == 8, out
+    assert sorted((p["name"], p["inputs"]) for p in out["problems"] if p["name"] not in ("rope", "attention")) == [
         ("rmsnorm", "float32[2, 1, 32], float32[32]"), ("rmsnorm", "float32[2, 3, 32], float32[32]"),
         ("silu_mul", "float32[2, 1, 64], float32[2, 1, 64]"), ("silu_mul", "float32[2, 3, 64], float32[2, 3, 64]")]
     assert sorted(p["inputs"].split("], ")[0] for p in out["problems"] if p["name"] == "rope") == [
@@ -367,7 +486,7 @@ def test_pack_export_for_a_model_serves_that_model(tmp_path, capsys, monkeypatch
         "model.layers.0.input_layernorm", "model.layers.0.mlp", "model.layers.0.post_attention_layernorm",
         "model.layers.0.self_attn", "model.norm"]
     torch.testing.assert_close(logits(model, x), want, atol=1e-4, rtol=1e-4)
-    assert report.stats()["hits"] == {"rmsnorm": 3, "rope": 1, "silu_mul": 1}
+    assert report.stats()["hits"] == {"attention": 1, "rmsnorm": 3, "rope": 1, "silu_mul": 1}
     remove_kernelsmith(model)
 
 

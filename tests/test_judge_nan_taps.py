@@ -138,3 +138,42 @@ def test_a_kernel_that_multiplies_every_tap_is_accepted_and_one_that_zeroes_nan_
     assert good.correct, good.feedback_text()
     assert not bad.correct and bad.mismatch is not None, bad.feedback_text()
     assert bad.mismatch.nan_dropped >= 1, bad.mismatch
+
+
+ATTENTION = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v)
+
+
+def get_inputs():
+    return [torch.randn(1, 2, 1, 8), torch.randn(1, 2, 1, 8), torch.randn(1, 2, 1, 8)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_attention_over_one_key_gives_a_number_in_eager_where_the_rerun_scores_nan(tmp_path):
+    """A decode step's first key: the fused attention returns a value for a NaN score, the math of softmax (and a
+    kernel that scores every key) gives NaN, which the float64 rerun, by attention's math backend, has too."""
+    import torch
+    from safetensors.torch import load_file
+
+    from ks_inductor.judge.reference_job import _truth
+    from ks_inductor.problem import exec_problem_source
+
+    model = exec_problem_source(ATTENTION, "<problem>").Model()
+    q, k, v = (torch.randn(1, 2, 1, 8) for _ in range(3))
+    k[0, 1, 0, 3] = float("nan")
+    eager = model(q, k, v)
+    assert not bool(torch.isnan(eager).any())  # the premise: eager has numbers for the head whose score is NaN
+    rerun = load_file(_truth(model, [eager], lambda: [q, k, v], str(tmp_path / "t.safetensors"), {},
+                             nan_inputs=True))["out0"]
+    assert bool(torch.isnan(rerun[0, 1]).all()) and not bool(torch.isnan(rerun[0, 0]).any())

@@ -3,8 +3,12 @@ own layers, a kernelsmith pack, and Liger-Kernel's ``apply_liger_kernel_to_llama
 
 The pack is built by ``integrations.transformers.pack_for_model`` for the deployment's shapes, recorded from a
 short ``generate()`` (the prefill of ``--prompt`` tokens and the decode step, at ``--batch``), searched against the
-model's own layers (what transformers runs), then served by ``apply_kernelsmith``. Reported: greedy tokens per
-second each way (the median of ``--repeats`` runs, the three interleaved), the largest prefill logit difference
+model's own layers (what transformers runs), then served by ``apply_kernelsmith`` on a copy of the model, applied
+once as a server applies it. Its first generation, which proves each kernel (and each new cache length of the
+attention) on first use, is reported apart. While the served copy lives, the model file's rotary function and the
+``sdpa`` attention entry are bound to kernelsmith's dispatchers, which the own copy's calls pass through to
+transformers' functions. Reported: greedy tokens per second each way (the median of ``--repeats`` runs, the three
+interleaved), the largest prefill logit difference
 against the model's own and the share of logits within the judge's bf16 tolerance, how many generated tokens agree,
 the guard's counters and races, and one layer of each swapped kind timed per call at the decode step each way.
 
@@ -159,11 +163,13 @@ def main() -> int:
 
 
 def _measure(args, model, ids, work: Path, result: dict) -> int:
+    import copy
     import os
 
     import torch
+    import transformers.models.llama.modeling_llama as ml
 
-    from integrations.transformers import apply_kernelsmith, remove_kernelsmith
+    from integrations.transformers import apply_kernelsmith
 
     result["loadavg_before_measure"] = os.getloadavg()
     pack = Path(result["pack"]) if result.get("pack") else work / "none"
@@ -172,14 +178,43 @@ def _measure(args, model, ids, work: Path, result: dict) -> int:
     calls = _layer_calls(model, args)
     per_call: dict = {"own": {k: _per_call_us(f) for k, f in calls.items()}}
 
-    report = apply_kernelsmith(model, pack)
+    # Three copies of one model take turns: its own layers, Liger's, and the pack's, applied once as a server
+    # would. Liger binds its rotary function in the model file, so that binding is made only while its copy runs,
+    # over whatever is bound there (the pack's dispatcher while the pack's copy is served).
+    served_model = copy.deepcopy(model)
+    liger_model, liger_rope = None, None
+    own_rope = ml.apply_rotary_pos_emb
+    try:
+        from liger_kernel.transformers import apply_liger_kernel_to_llama
+
+        liger_model = copy.deepcopy(model)
+        apply_liger_kernel_to_llama(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+                                    fused_linear_cross_entropy=False, model=liger_model)
+        liger_rope = ml.apply_rotary_pos_emb
+    except Exception as e:  # noqa: BLE001 - a missing or incompatible Liger is reported, not fatal
+        result["liger_error"] = f"{type(e).__name__}: {e}"
+    finally:
+        ml.apply_rotary_pos_emb = own_rope
+
+    def liger_run(fn):
+        bound = ml.apply_rotary_pos_emb
+        ml.apply_rotary_pos_emb = liger_rope
+        try:
+            return fn()
+        finally:
+            ml.apply_rotary_pos_emb = bound
+
+    report = apply_kernelsmith(served_model, pack)
     result["swapped"] = len(report.swapped)
     result["refused"] = report.refused
+    # The first generation proves, races and plans each kernel on first use, and each new cache length of the
+    # attention: its time is reported apart from the steady state.
+    result["pack_first_generate_s"] = _timed_generate(served_model, ids, args.new)[0]
     with torch.no_grad():
-        pack_logits = model(ids).logits.float()
-    per_call["pack"] = {k: _per_call_us(f) for k, f in calls.items()}
+        pack_logits = served_model(ids).logits.float()
+    per_call["pack"] = {k: _per_call_us(f) for k, f in _layer_calls(served_model, args).items()}
     # Where a served norm's time goes: the kernel's module alone, then through the guard, then the layer.
-    norm = model.model.layers[0].post_attention_layernorm
+    norm = served_model.model.layers[0].post_attention_layernorm
     x1 = torch.randn(args.batch, 1, args.hidden, device="cuda", dtype=torch.bfloat16)
     served = next((op for op in report.guard.kernels.values() for op in op if op.state == "passed"
                    and list(op.problem.input_specs[0].shape) == [args.batch, 1, args.hidden]), None) \
@@ -195,36 +230,6 @@ def _measure(args, model, ids, work: Path, result: dict) -> int:
             "torch_add": _per_call_us(lambda: x1 + x1),
         }
 
-    result["stats_per_call"] = report.stats()
-    remove_kernelsmith(model)
-
-    # Liger serves a copy of the model: its instance patches stay on the copy, and its rotary function (which it
-    # binds in the model file) is bound only while the copy runs, so the three take turns.
-    import copy
-
-    import transformers.models.llama.modeling_llama as ml
-
-    own_rope = ml.apply_rotary_pos_emb
-    liger_model, liger_rope = None, None
-    try:
-        from liger_kernel.transformers import apply_liger_kernel_to_llama
-
-        liger_model = copy.deepcopy(model)
-        apply_liger_kernel_to_llama(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
-                                    fused_linear_cross_entropy=False, model=liger_model)
-        liger_rope = ml.apply_rotary_pos_emb
-    except Exception as e:  # noqa: BLE001 - a missing or incompatible Liger is reported, not fatal
-        result["liger_error"] = f"{type(e).__name__}: {e}"
-    finally:
-        ml.apply_rotary_pos_emb = own_rope
-
-    def liger_run(fn):
-        ml.apply_rotary_pos_emb = liger_rope
-        try:
-            return fn()
-        finally:
-            ml.apply_rotary_pos_emb = own_rope
-
     if liger_model is not None:
         with torch.no_grad():
             liger_logits = liger_run(lambda: liger_model(ids).logits.float())
@@ -233,24 +238,16 @@ def _measure(args, model, ids, work: Path, result: dict) -> int:
         result["liger_max_logit_diff"] = float((liger_logits - base_logits).abs().max())
         result["liger_within_tolerance"] = _tolerance_share(liger_logits, base_logits)
 
-    report = apply_kernelsmith(model, pack)
-    _timed_generate(model, ids, 2)  # kernels are proven and raced on first use: not timed
-    remove_kernelsmith(model)
-    names = ["own", "pack"] + (["liger"] if liger_model is not None else [])
+    runs = {"own": lambda: _timed_generate(model, ids, args.new),
+            "pack": lambda: _timed_generate(served_model, ids, args.new)}
+    if liger_model is not None:
+        runs["liger"] = lambda: liger_run(lambda: _timed_generate(liger_model, ids, args.new))
+    names = list(runs)
     times: dict[str, list[float]] = {n: [] for n in names}
     outs: dict = {}
     for r in range(args.repeats + 1):  # the first round warms every path up and is not counted
         for name in names[r % len(names):] + names[:r % len(names)]:
-            if name == "own":
-                s, out = _timed_generate(model, ids, args.new)
-            elif name == "pack":
-                apply_again = apply_kernelsmith(model, pack)
-                _timed_generate(model, ids, 2)
-                s, out = _timed_generate(model, ids, args.new)
-                report = apply_again
-                remove_kernelsmith(model)
-            else:
-                s, out = liger_run(lambda: _timed_generate(liger_model, ids, args.new))
+            s, out = runs[name]()
             if r:
                 times[name].append(s)
                 outs.setdefault(name, out)
@@ -263,6 +260,7 @@ def _measure(args, model, ids, work: Path, result: dict) -> int:
     tps = {k: tokens / statistics.median(v) for k, v in times.items()}
     result.update({
         "tokens_per_s": tps, "generate_s": times,
+        "pack_first_generate_tokens_per_s": tokens / result["pack_first_generate_s"],
         "pack_vs_own": tps["pack"] / tps["own"],
         "pack_vs_liger": tps["pack"] / tps["liger"] if "liger" in tps else None,
         "liger_vs_own": tps["liger"] / tps["own"] if "liger" in tps else None,

@@ -181,7 +181,7 @@ def _truth(model: Any, outs: list[Any], inputs: Any, path: str, wide: dict[str, 
     With ``nan_inputs`` (the NaN-input trial and timing sets) the rerun is made for outputs of any floating dtype,
     with cuDNN and oneDNN off: their convolutions skip the taps that fall on padding, so a NaN weight never meets a
     padding zero there, while the native im2col convolution multiplies every tap as a Triton kernel does, and
-    0 * NaN is NaN. The judge accepts a candidate's NaN where eager has a number only where this rerun has NaN
+    0 * NaN is NaN; and with attention's math backend, for the same reason (``_every_tap_multiplied``). The judge accepts a candidate's NaN where eager has a number only where this rerun has NaN
     (``compare.compare_outputs``): a NaN input reaches that element in a plain evaluation of the model."""
     import copy
 
@@ -221,12 +221,16 @@ def _truth(model: Any, outs: list[Any], inputs: Any, path: str, wide: dict[str, 
 
 @contextlib.contextmanager
 def _every_tap_multiplied() -> Iterator[None]:
-    """cuDNN and oneDNN off, for the convolutions that compute every tap of the window, padding included."""
+    """cuDNN and oneDNN off, for the convolutions that compute every tap of the window, padding included; and
+    attention by its math backend, which scores every key: a fused attention skips masked keys, and over a single
+    key returns its value whatever its score (NaN included), where the softmax of a NaN score is NaN."""
     import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # oneDNN's flags warn about TF32 on builds without Intel GPU support
-        with torch.backends.cudnn.flags(enabled=False), torch.backends.mkldnn.flags(enabled=False):
+        with torch.backends.cudnn.flags(enabled=False), torch.backends.mkldnn.flags(enabled=False), \
+                sdpa_kernel(SDPBackend.MATH):
             yield
 
 

@@ -20,7 +20,7 @@ import math
 from typing import Any
 
 from ks_inductor.seeds.families.match import FamilyMatch
-from ks_inductor.seeds.families.matchers import leaf_of, rope_of
+from ks_inductor.seeds.families.matchers import keeps_shape, leaf_of, rope_of
 from ks_inductor.seeds.families.registry import Family, register
 from ks_inductor.seeds.families.template import (
     SMEM_BYTES,
@@ -103,7 +103,9 @@ def match(graph: Graph) -> dict[str, Any] | None:
     for n in graph.nodes:
         if down not in n.refs():
             continue
-        if n.op == "permute" and not reshaped:
+        if n.op in ("view", "_unsafe_view", "reshape") and keeps_shape(graph, n, down):
+            pass  # transformers' attention reshapes its output to the shape it has before transposing it
+        elif n.op == "permute" and not reshaped:
             perm = [perm[i] for i in n.args[1]]
         elif n.op in ("view", "_unsafe_view", "reshape", "clone", "alias"):
             reshaped = True

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ks_inductor.seeds.families.match import FamilyMatch
-from ks_inductor.seeds.families.matchers import FLOATS, rope_of
+from ks_inductor.seeds.families.matchers import FLOATS, keeps_shape, rope_of
 from ks_inductor.seeds.families.registry import Family, register
 from ks_inductor.seeds.families.template import (
     SMEM_BYTES,
@@ -342,6 +342,8 @@ def _down(graph: Graph, start: str, dims: list[int]) -> list[int] | None:
             continue
         if not four and n.op in ("view", "_unsafe_view", "reshape") and n.type and n.type.shape == dims:
             four = True
+        elif four and n.op in ("view", "_unsafe_view", "reshape") and keeps_shape(graph, n, down):
+            pass  # transformers' attention reshapes its output to the shape it has before transposing it
         elif n.op == "permute" and four and not reshaped:
             perm = [perm[i] for i in n.args[1]]
         elif n.op in ("view", "_unsafe_view", "reshape", "clone", "alias"):

@@ -130,3 +130,9 @@ def upstream(graph: Graph, names: list[str], stop: set[str]) -> set[str]:
                 seen.add(r)
                 todo.append(r)
     return seen
+
+
+def keeps_shape(graph: Graph, node: Node, src: str) -> bool:
+    """Whether a view node leaves the shape of ``src`` as it is (an identity reshape)."""
+    t = graph.type_of(src)
+    return t is not None and node.type is not None and list(node.type.shape) == list(t.shape)
