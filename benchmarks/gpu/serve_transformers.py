@@ -9,7 +9,8 @@ attention) on first use, is reported apart. While the served copy lives, the mod
 ``sdpa`` attention entry are bound to kernelsmith's dispatchers, which the own copy's calls pass through to
 transformers' functions. Reported: greedy tokens per second each way (the median of ``--repeats`` runs, the three
 interleaved), the largest prefill logit difference
-against the model's own and the share of logits within the judge's bf16 tolerance, how many generated tokens agree,
+against the model's own, the share of logits within the judge's bf16 tolerance and the judge's verdict on them by its
+own rule (against the model's own logits, with the float64 model's as the judge's truth), how many generated tokens agree,
 the guard's counters and races, and one layer of each swapped kind timed per call at the decode step each way.
 
     python benchmarks/gpu/serve_transformers.py --out $OUT/serve_transformers.json
@@ -71,6 +72,18 @@ def _layer_calls(model, args) -> dict:
     return {"rmsnorm": lambda: layer.post_attention_layernorm(x), "mlp": lambda: layer.mlp(x),
             "attention": lambda: layer.self_attn(hidden_states=x, position_embeddings=(cos, sin),
                                                  attention_mask=None)}
+
+
+def _judged(got, want, truth) -> str:
+    """The judge's verdict on prefill logits, by its own rule for a bfloat16 output: within its tolerance of the
+    model's own logits, or no further from the float64 model's than the model's own are (``compare_outputs``).
+    Empty where they pass, else the judge's reason."""
+    from ks_inductor.judge.compare import compare_outputs
+    from ks_inductor.judge.config import JudgeConfig
+
+    _, why = compare_outputs([want.cpu()], [got.cpu()], JudgeConfig().tolerance, 0, "native",
+                             truth=[truth.float().cpu()])
+    return why or ""
 
 
 def _tolerance_share(got, want) -> float:
@@ -174,7 +187,10 @@ def _measure(args, model, ids, work: Path, result: dict) -> int:
     result["loadavg_before_measure"] = os.getloadavg()
     pack = Path(result["pack"]) if result.get("pack") else work / "none"
     with torch.no_grad():
-        base_logits = model(ids).logits.float()
+        base_logits = model(ids).logits
+        wide = copy.deepcopy(model).to(torch.float64)
+        truth_logits = wide(ids).logits
+        del wide
     calls = _layer_calls(model, args)
     per_call: dict = {"own": {k: _per_call_us(f) for k, f in calls.items()}}
 
@@ -211,7 +227,7 @@ def _measure(args, model, ids, work: Path, result: dict) -> int:
     # attention: its time is reported apart from the steady state.
     result["pack_first_generate_s"] = _timed_generate(served_model, ids, args.new)[0]
     with torch.no_grad():
-        pack_logits = served_model(ids).logits.float()
+        pack_logits = served_model(ids).logits
     per_call["pack"] = {k: _per_call_us(f) for k, f in _layer_calls(served_model, args).items()}
     # Where a served norm's time goes: the kernel's module alone, then through the guard, then the layer.
     norm = served_model.model.layers[0].post_attention_layernorm
@@ -232,11 +248,12 @@ def _measure(args, model, ids, work: Path, result: dict) -> int:
 
     if liger_model is not None:
         with torch.no_grad():
-            liger_logits = liger_run(lambda: liger_model(ids).logits.float())
+            liger_logits = liger_run(lambda: liger_model(ids).logits)
         lcalls = _layer_calls(liger_model, args)
         per_call["liger"] = {k: liger_run(lambda f=f: _per_call_us(f)) for k, f in lcalls.items()}
-        result["liger_max_logit_diff"] = float((liger_logits - base_logits).abs().max())
-        result["liger_within_tolerance"] = _tolerance_share(liger_logits, base_logits)
+        result["liger_max_logit_diff"] = float((liger_logits.float() - base_logits.float()).abs().max())
+        result["liger_within_tolerance"] = _tolerance_share(liger_logits.float(), base_logits.float())
+        result["liger_judged"] = _judged(liger_logits, base_logits, truth_logits)
 
     runs = {"own": lambda: _timed_generate(model, ids, args.new),
             "pack": lambda: _timed_generate(served_model, ids, args.new)}
@@ -264,9 +281,12 @@ def _measure(args, model, ids, work: Path, result: dict) -> int:
         "pack_vs_own": tps["pack"] / tps["own"],
         "pack_vs_liger": tps["pack"] / tps["liger"] if "liger" in tps else None,
         "liger_vs_own": tps["liger"] / tps["own"] if "liger" in tps else None,
-        "max_logit_diff": float((pack_logits - base_logits).abs().max()),
-        "within_tolerance": _tolerance_share(pack_logits, base_logits),
-        "logit_scale": float(base_logits.abs().max()),
+        "max_logit_diff": float((pack_logits.float() - base_logits.float()).abs().max()),
+        "within_tolerance": _tolerance_share(pack_logits.float(), base_logits.float()),
+        "judged": _judged(pack_logits, base_logits, truth_logits),
+        "own_max_diff_from_float64": float((base_logits.double() - truth_logits).abs().max()),
+        "pack_max_diff_from_float64": float((pack_logits.double() - truth_logits).abs().max()),
+        "logit_scale": float(base_logits.float().abs().max()),
         "tokens_equal": float((outs["pack"][:, args.prompt:] == outs["own"][:, args.prompt:]).float().mean()),
         "per_call_us": per_call,
     })
