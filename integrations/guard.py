@@ -236,11 +236,10 @@ def run_golden_vectors(kernel: PackKernel, device: torch.device) -> tuple[bool, 
 
 
 def run_against_stack(kernel: PackKernel, device: torch.device, reference: Callable[..., Any],
-                      n: int = 2, sig: Signature | None = None) -> tuple[bool, str]:
-    """For a kernel whose problem was too large for golden vectors, or at a signature other than its problem's
-    (``sig``): seeded random inputs at that signature, on ``device``, compared with the stack's own computation of
-    the op (the layer's code, not the pack's)."""
-    sig = sig if sig is not None else spec_signature(kernel.problem.input_specs)
+                      n: int = 2) -> tuple[bool, str]:
+    """For a kernel whose problem was too large for golden vectors: seeded random inputs at its signature, on
+    ``device``, compared with the stack's own computation of the op (the layer's code, not the pack's)."""
+    sig = spec_signature(kernel.problem.input_specs)
     if sig is None:
         return False, R_NO_VECTORS
     why = _load(kernel)
@@ -705,6 +704,8 @@ class ServedOp:
             else:
                 log.info("kernelsmith: kernel %s does not serve %s at %s: %s", kernel.record.sha256[:12],
                          self.name, [list(a[0]) for a in sig], why)
+            if len(kernel.at) >= _MAX_ROUTES:
+                kernel.at.clear()  # a server cycling through more lengths proves them again
             kernel.at[sig] = proof
             return proof
 

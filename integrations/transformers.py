@@ -121,7 +121,10 @@ class _Site:
     def bind(self, value: Any) -> bool:
         """Put ``value`` there; returns whether the registry had its own entry for the name (else it fell through
         to transformers' global one, which ``restore`` leaves in place)."""
-        own = self.name in getattr(self.holder, "_local_mapping", {})
+        # transformers' registries keep an instance's own entries apart from the global ones; a plain mapping holds
+        # every entry itself
+        local = getattr(self.holder, "_local_mapping", None)
+        own = self.name in local if isinstance(local, dict) else True
         if self.mapping:
             self.holder[self.name] = value
         else:
@@ -142,8 +145,8 @@ class _Dispatch:
     layer's forward, the handler that forward put in ``slot`` of a thread-local answers first (else the recorder);
     None from it runs the site's own function, as does every call outside such a forward."""
 
-    def __init__(self, site: _Site, original: Any, slot: str) -> None:
-        self.site, self.original, self.slot = site, original, slot
+    def __init__(self, original: Any, slot: str) -> None:
+        self.original, self.slot = original, slot
         self.users = 0
         self.had_own = False
         self.recorder: Any = None
@@ -164,7 +167,7 @@ def _acquire(site: _Site, slot: str) -> _Dispatch:
     with _DISPATCH_LOCK:
         current = site.get()
         if not isinstance(current, _Dispatch):
-            current = _Dispatch(site, current, slot)
+            current = _Dispatch(current, slot)
             current.had_own = site.bind(current)
         current.users += 1
         return current

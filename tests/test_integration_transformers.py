@@ -412,6 +412,33 @@ def test_a_kernel_that_computes_otherwise_at_another_length_is_not_served_there(
     assert op(q, *strided) is None and guard.stats()["fallbacks"]["attention"]["shape"] == 1
 
 
+def test_dispatch_sites_give_back_what_they_held():
+    """A registry with global and per-instance entries gets its instance entry removed again (the global one shows
+    through); a plain mapping and a module attribute get their own function back."""
+    import types
+
+    from integrations.transformers import _acquire, _Dispatch, _release, _Site
+
+    def own(*args):
+        return "own"
+
+    registry = type(ml.ALL_ATTENTION_FUNCTIONS)()
+    plain = {"sdpa": own}
+    module = types.SimpleNamespace(apply_rotary_pos_emb=own)
+    for holder, name in ((registry, "sdpa"), (plain, "sdpa"), (module, "apply_rotary_pos_emb")):
+        site = _Site(holder, name)
+        before = site.get()
+        first, second = _acquire(site, "rope"), _acquire(site, "rope")
+        assert first is second and isinstance(site.get(), _Dispatch) and site.get().original is before
+        if before is own:
+            assert site.get()(1) == "own"  # no handler set: the site's own function runs
+        _release(site)
+        assert isinstance(site.get(), _Dispatch)  # one user left
+        _release(site)
+        assert site.get() is before
+    assert "sdpa" not in registry._local_mapping and plain == {"sdpa": own}
+
+
 def test_signatures_along_free_dims():
     from integrations.signature import along_free_dims, call_signature, dense_order, free_bucket
 
