@@ -324,6 +324,10 @@ def test_layer_problems_follow_the_deployment_shapes():
     # the decode step attends over the cache the prefill left and its own new row
     decode = next(p for p in generated if p.name == "attention" and p.input_specs[0].shape[2] == 1)
     assert [s.shape for s in decode.input_specs] == [[2, 4, 1, 16], [2, 2, 5, 16], [2, 2, 5, 16]]
+    # and each attention is one the attention templates take, output reshape and transpose included
+    from ks_inductor.seeds.families.registry import family_of
+
+    assert sorted(family_of(p) for p in generated if p.name == "attention") == ["attention", "attention_prefill"]
 
 
 def generation(new: int, **kwargs):

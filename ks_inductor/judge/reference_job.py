@@ -181,8 +181,9 @@ def _truth(model: Any, outs: list[Any], inputs: Any, path: str, wide: dict[str, 
     With ``nan_inputs`` (the NaN-input trial and timing sets) the rerun is made for outputs of any floating dtype,
     with cuDNN and oneDNN off: their convolutions skip the taps that fall on padding, so a NaN weight never meets a
     padding zero there, while the native im2col convolution multiplies every tap as a Triton kernel does, and
-    0 * NaN is NaN; and with attention's math backend, for the same reason (``_every_tap_multiplied``). The judge accepts a candidate's NaN where eager has a number only where this rerun has NaN
-    (``compare.compare_outputs``): a NaN input reaches that element in a plain evaluation of the model."""
+    0 * NaN is NaN; and with attention's math backend, for the same reason (``_every_tap_multiplied``). The judge
+    accepts a candidate's NaN where eager has a number only where this rerun has NaN (``compare.compare_outputs``):
+    a NaN input reaches that element in a plain evaluation of the model."""
     import copy
 
     import torch
