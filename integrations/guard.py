@@ -152,11 +152,7 @@ class PackKernel:
 
     def call(self, *args: Any) -> Any:
         """The kernel's outputs for ``args``: through its launch plan where it has one, else its forward."""
-        if self.plan is not None:
-            out = self.plan(*args)
-            if out is not None:
-                return out
-        return self.loaded.model(*args)
+        return _launch(self.plan, self.loaded.model, args)
 
 
 @dataclass
@@ -170,11 +166,17 @@ class SignatureProof:
     plan: Any = None
 
     def call(self, *args: Any) -> Any:
-        if self.plan is not None:
-            out = self.plan(*args)
-            if out is not None:
-                return out
-        return self.kernel.loaded.model(*args)
+        return _launch(self.plan, self.kernel.loaded.model, args)
+
+
+def _launch(plan: Any, forward: Callable[..., Any], args: tuple) -> Any:
+    """A kernel's outputs: replayed from its launch plan, or from its forward where it has none or the plan
+    declines this call (a pointer no longer aligned as it was specialized)."""
+    if plan is not None:
+        out = plan(*args)
+        if out is not None:
+            return out
+    return forward(*args)
 
 
 def _rank(ke: dict[str, Any]) -> float:
