@@ -29,13 +29,23 @@ PROBLEM = ROOT / "tests" / "problems" / "rmsnorm.py"
 HONEST = ROOT / "tests" / "candidates" / "rmsnorm_ok.py"
 EXPLOITS = ROOT / "tests" / "candidates" / "exploits"
 ISOLATION = ROOT / "tests" / "candidates" / "isolation"
+# Exploits written against the launch-plan judge; judged with the static rules off, so that the plan is what stops
+# them.
+TRUSTED = ROOT / "tests" / "candidates" / "trusted"
+# Trusted-set candidates whose trick buys nothing: accepted, and timed no faster than the honest kernel after them.
+TRUSTED_NO_GAIN = {"forged_timing.py", "call_stack_partial.py", "lying_process.py", "device_cache.py"}
+# Rejected where the sandbox keeps /dev/shm read-only (Landlock), accepted elsewhere: its stash is what is tested.
+TRUSTED_EITHER = {"shm_stash_writer.py"}
+# How much faster than the honest kernel a no-gain candidate may time (launch-bound noise on a loaded host).
+NO_GAIN_SLACK = 0.87
 # Candidates of the isolation set that are honest kernels (they rig the worker for the next candidate only).
 ISOLATION_HONEST = {"polluter_allow_list.py", "polluter_forward_hook.py"}
 # The exploit classes a red-team review of an earlier judge found accepted; they also go through ``eval``.
 EVAL_EXPLOITS = ("alias_module_reach.py", "class_attr_cache.py", "content_cache_update.py", "global_forward_hook.py",
                  "judge_allowlist_rebind.py", "raw_thread.py", "overflow_zeros.py")
 # Exploits made for other problems than the RMSNorm one: (problem, honest candidate) per file.
-OTHER_PROBLEMS = {"overflow_zeros.py": ("huge_outputs.py", "huge_outputs_ok.py")}
+OTHER_PROBLEMS = {"overflow_zeros.py": ("huge_outputs.py", "huge_outputs_ok.py"),
+                  "heavy_tail_zeros.py": ("heavy_tail.py", "heavy_tail_ok.py")}
 
 
 def _row(r: Any) -> dict[str, Any]:
@@ -43,7 +53,13 @@ def _row(r: Any) -> dict[str, Any]:
             "candidate_ms": r.candidate_ms}
 
 
-def _expected_ok(name: str, row: dict[str, Any]) -> bool:
+def _expected_ok(name: str, row: dict[str, Any], honest_ms: float | None = None) -> bool:
+    if name in TRUSTED_EITHER:
+        return True
+    if name in TRUSTED_NO_GAIN:
+        faster = (honest_ms is not None and row.get("candidate_ms") is not None
+                  and row["candidate_ms"] < NO_GAIN_SLACK * honest_ms)
+        return row["verdict"] in ("accepted", "rejected") and not faster
     honest = name.startswith("honest") or name in ISOLATION_HONEST
     return row["verdict"] == "accepted" if honest else row["verdict"] in ("rejected", "quarantined")
 
@@ -63,7 +79,8 @@ def search_part(backend: str | None, limit: int | None = None, sink: Any = None)
     from ks_inductor.problem import load_problem
 
     out: dict[str, Any] = {}
-    for label, folder, static, serial in (("exploits", EXPLOITS, True, False), ("isolation", ISOLATION, False, True)):
+    for label, folder, static, serial in (("exploits", EXPLOITS, True, False), ("isolation", ISOLATION, False, True),
+                                          ("trusted", TRUSTED, False, False)):
         cfg = JudgeConfig.for_search(backend=backend, static_rules=static, compile_timeout_s=30, run_timeout_s=30)
         rows: dict[str, Any] = {}
         with Judge(cfg, max_workers=1 if serial else None) as judge:
@@ -88,7 +105,7 @@ def eval_part(backend: str | None, parallel: int, names: list[Path]) -> dict[str
     """``kernelsmith eval --json`` per candidate, a few at once (the device lock orders their timing)."""
     def one(path: Path) -> tuple[str, dict[str, Any]]:
         prob_path, _ = _problem_for(path.name)
-        if path.parent == ISOLATION:
+        if path.parent in (ISOLATION, TRUSTED):
             # eval's own path (a one-shot judge in a fresh process) with the static rules off, which eval offers no
             # flag for.
             cmd = [sys.executable, "-m", "benchmarks.gpu.redteam", "--one-static-off", str(prob_path), str(path)]
@@ -139,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                               "torch": torch.__version__, "triton": triton.__version__}
     chosen = [EXPLOITS / n for n in EVAL_EXPLOITS if (EXPLOITS / n).exists()]
     chosen += [q for q in sorted(ISOLATION.glob("*.py")) if q.name not in ISOLATION_HONEST]
+    chosen += [q for q in sorted(TRUSTED.glob("*.py")) if q.name not in TRUSTED_NO_GAIN | TRUSTED_EITHER]
 
     def save() -> None:
         out.write_text(json.dumps(report, indent=1, default=str))
@@ -158,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         report["eval"] = evals.result()
         report["eval_s"] = round(time.monotonic() - t0, 1)
     wrong = [f"search/{label}/{k}" for label, rows in report["search"].items() for k, r in rows.items()
-             if not _expected_ok(k, r)]
+             if not _expected_ok(k, r, (rows.get(f"honest after {k}") or {}).get("candidate_ms"))]
     wrong += [f"eval/{k}" for k, r in report["eval"].items() if not _expected_ok(k, r)]
     report["unexpected"] = wrong
     save()

@@ -185,20 +185,21 @@ def landlock_abi() -> int:
     return abi if isinstance(abi, int) else 0
 
 
-def confine_job(workdir: str) -> SandboxReport:
+def confine_job(workdir: str, shared_memory: bool = True) -> SandboxReport:
     """``confine`` as the judge's worker uses it: the job's folder open, the judge's scratch root (the folder that
     holds it) hidden, CUDA's JIT cache writable. Triton's cache moves into the job's folder first: a cache shared
     with other processes is one a candidate could plant compiled kernels in, for a later candidate, or for the
-    Triton kernels of the baselines."""
+    Triton kernels of the baselines. Without ``shared_memory``, ``/dev/shm`` is read-only: a file left there
+    outlives the job, and a candidate's process needs none."""
     work = os.path.realpath(workdir)
     cache = os.path.join(work, "triton-cache")
     os.makedirs(cache, exist_ok=True)
     os.environ["TRITON_CACHE_DIR"] = cache
-    return confine(work, [os.path.dirname(work)], candidate_writable())
+    return confine(work, [os.path.dirname(work)], candidate_writable(), shared_memory=shared_memory)
 
 
 def confine(workdir: str, hidden: Sequence[str], writable: Sequence[str] | None = None, *,
-            set_tmpdir: bool = True, drop_capabilities: bool = True) -> SandboxReport:
+            set_tmpdir: bool = True, drop_capabilities: bool = True, shared_memory: bool = True) -> SandboxReport:
     """Confine the calling process for good (see the module's docstring). ``hidden`` trees cannot be read, listed
     or written, except ``workdir`` inside them; writes go only to ``workdir``, ``writable`` (created when missing;
     ``candidate_writable()`` when None) and ``/dev``. Returns what was enforced, or why nothing was; raises
@@ -223,13 +224,14 @@ def confine(workdir: str, hidden: Sequence[str], writable: Sequence[str] | None 
         tempfile.tempdir = None
     report = SandboxReport(hidden=roots)
     try:
-        _enforce(report, work, roots, writes, drop_capabilities)
+        _enforce(report, work, roots, writes, drop_capabilities, shared_memory)
     finally:
         report.elapsed_ms = (time.perf_counter() - start) * 1e3
     return report
 
 
-def _enforce(report: SandboxReport, work: str, roots: list[str], writes: list[str], drop_caps: bool) -> None:
+def _enforce(report: SandboxReport, work: str, roots: list[str], writes: list[str], drop_caps: bool,
+             shared_memory: bool = True) -> None:
     sys_ = _Syscalls.load()
     if isinstance(sys_, str):
         report.reason = sys_
@@ -272,7 +274,7 @@ def _enforce(report: SandboxReport, work: str, roots: list[str], writes: list[st
         grants: list[tuple[str, int]] = []
         grants += _expand("/", _READ, holes | ({dev} if dev else set()), report.skipped)
         if dev:
-            grants += _dev_grants(dev, handled, holes, report.skipped)
+            grants += _dev_grants(dev, handled, holes, report.skipped, shared_memory)
         for entry in writes:
             grants += _expand(entry, handled, holes, report.skipped)
         grants.append((work, handled))
@@ -396,7 +398,8 @@ def _expand(path: str, rights: int, holes: set[str], skipped: list[str]) -> list
     return out
 
 
-def _dev_grants(dev: str, handled: int, holes: set[str], skipped: list[str]) -> list[tuple[str, int]]:
+def _dev_grants(dev: str, handled: int, holes: set[str], skipped: list[str],
+                shared_memory: bool = True) -> list[tuple[str, int]]:
     # Listing is harmless (a folder's names, never a file's content) and device libraries scan /dev for their nodes.
     out = _expand(dev, FS_READ_DIR, holes, skipped)
     for entry in os.scandir(dev):
@@ -411,7 +414,10 @@ def _dev_grants(dev: str, handled: int, holes: set[str], skipped: list[str]) -> 
             continue
         if stat.S_ISDIR(mode):
             # Shared memory (torch's, the CUDA driver's IPC) needs files made and removed there.
-            rights = handled if entry.name == "shm" else _DEVICE
+            if entry.name == "shm":
+                rights = handled if shared_memory else _READ
+            else:
+                rights = _DEVICE
             out += _expand(entry.path, rights, holes, skipped)
         else:
             out.append((entry.path, _DEVICE & _FILE_RIGHTS))

@@ -57,7 +57,7 @@ TIMING_DISTRIBUTIONS = ("normal", "nan", "large", "normal_shifted")
 # Runtime findings that make a candidate wrong or untrustworthy, whatever its outputs.
 _REJECTING_FLAGS = frozenset({
     "torch_compute", "no_triton_launch", "monkeypatch", "global_config_change", "thread_injection", "side_stream",
-    "inputs_modified", "lazy_evaluation", "wrong_device", "stale_result", "graph_capture",
+    "inputs_modified", "lazy_evaluation", "wrong_device", "stale_result", "graph_capture", "plan",
 })
 
 
@@ -108,7 +108,7 @@ class _Streamed:
                  picked: list[int], tolerance: Any) -> None:
         self.res, self.ref, self.work, self.trials, self.tolerance = res, ref, work, trials, tolerance
         self.picked = picked  # the reference's trial behind each of the candidate's (``_Reference.pick_trials``)
-        self.taken: dict[str, set[int]] = {"trial": set(), "post": set(), "graph": set()}
+        self.taken: dict[str, set[int]] = {"trial": set(), "post": set(), "graph": set(), "timed": set()}
         self.stage = "correctness"  # where the first rejected output came from
 
     def __call__(self, msg: dict[str, Any]) -> bool:
@@ -128,13 +128,13 @@ class _Streamed:
                 expected, label, flag, when = (self.ref.trials[self.picked[index]], self.trials[index][1],
                                                "mismatch", "")
             else:
-                at = msg.get("set") if kind == "graph" else index
+                at = msg.get("set") if kind in ("graph", "timed") else index
                 if not isinstance(at, int) or not 0 <= at < len(self.ref.timing):
                     self.res.reject("protocol", f"the worker handed over {kind} output {index} for set {at!r}")
                     return False
                 expected, label, flag = self.ref.timing[at], "rotating", "stale_result"
-                when = ("repeated calls on refreshed inputs" if kind == "post" else
-                        "CUDA-graph replays on new input contents")
+                when = {"post": "repeated calls on refreshed inputs", "timed": "a timed call",
+                        "graph": "CUDA-graph replays on new input contents"}[kind]
             self.taken[kind].add(index)
             self.stage = "correctness" if kind == "trial" else "timing"
             ref_t = load_file(expected["file"])
@@ -161,6 +161,17 @@ class _Streamed:
         finally:
             with contextlib.suppress(OSError):
                 os.remove(path)
+
+
+def _no_outputs(res: EvalResult) -> Any:
+    """The answer to an output handed over by a candidate's own process, which records a plan and nothing else."""
+
+    def refuse(msg: dict[str, Any]) -> bool:
+        res.reject("protocol", "the candidate's process handed over an output: it records a launch plan, and only the "
+                   "trusted side's outputs are compared")
+        return False
+
+    return refuse
 
 
 class Judge:
@@ -622,29 +633,39 @@ class Judge:
         base = self._problem_seed(problem)
         rng = random.Random(int.from_bytes(os.urandom(4), "little"))
         picked = ref.pick_trials(rng)
-        with self._workdir("cand-") as work:
+        with self._workdir("cand-") as work, self._workdir("plan-") as trusted:
             state_file = None
             if ref.state_file:
                 # A copy of its own: the candidate's folder is the only one its process may write to.
                 state_file = os.path.join(work, "state.safetensors")
                 shutil.copyfile(ref.state_file, state_file)
+            specs = [s.__dict__ for s in problem.input_specs]
+            limits = {"memory_limit_mb": cfg.memory_limit_mb, "device_memory_fraction": cfg.device_memory_fraction}
+            alone = self._alone(problem, ref.out_bytes)
+            # The candidate's process records its launch plan on inputs of its own; no seed of the judgment's
+            # reaches it.
+            rec_job = {"kind": "record", "device": self.backend.device, "workdir": work,
+                       "problem_source": problem.source, "candidate_source": source, "init_seed": base,
+                       "state_file": state_file, "specs": specs, **limits}
+            rec = self._run(rec_job, _no_outputs(res), alone=alone, clock=clock, deadline=deadline)
+            if not self._absorb_outcome(res, rec) or (res.verdict == REJECTED and res.reasons):
+                return res
+            if not self._take_plan(res, work, trusted):
+                return res
             trials = [(ref.trials[k]["seed"], ref.trials[k]["dist"]) for k in picked]
             job = {
-                "kind": "candidate", "device": self.backend.device, "workdir": work, "problem_source": problem.source,
-                "candidate_source": source, "init_seed": base, "trials": trials, "state_file": state_file,
-                "specs": [s.__dict__ for s in problem.input_specs], "output_specs": ref.trials[0]["outputs"],
-                "order_seed": rng.getrandbits(32), "timed": timed,
+                "kind": "plan", "device": self.backend.device, "workdir": trusted, "problem_source": problem.source,
+                "candidate_source": source, "trials": trials, "specs": specs,
+                "output_specs": ref.trials[0]["outputs"], "order_seed": rng.getrandbits(32), "timed": timed,
                 "timing": {"min_reps": cfg.min_reps, **cfg.protocol(final)},
-                "timing_sets": [(t["seed"], t["dist"]) for t in ref.timing], "l2_bytes": self._l2,
-                "memory_limit_mb": cfg.memory_limit_mb, "device_memory_fraction": cfg.device_memory_fraction,
+                "timing_sets": [(t["seed"], t["dist"]) for t in ref.timing], "l2_bytes": self._l2, **limits,
             }
             if not want_timing and self.backend.timed:
                 job["timing"] = None  # on the interpreter the rotation re-check always runs; it costs little
             if ref.note:
                 res.notes.append(ref.note)
-            streamed = _Streamed(res, ref, work, trials, picked, cfg.tolerance)
-            out = self._run(job, streamed, alone=self._alone(problem, ref.out_bytes), clock=clock,
-                            deadline=deadline)
+            streamed = _Streamed(res, ref, trusted, trials, picked, cfg.tolerance)
+            out = self._run(job, streamed, alone=alone, clock=clock, deadline=deadline)
             clock.enter("verdict")
             if res.verdict == ERROR or (res.verdict == REJECTED and res.reasons):
                 # An output was rejected (or could not be compared) and the worker stopped there; what its guards
@@ -656,7 +677,7 @@ class Judge:
             if not ok:
                 return res
             msg = out.result or {}
-            self._note_sandbox(msg.get("sandbox"))
+            self._note_sandbox((rec.result or {}).get("sandbox"))
             res.launches = msg.get("launches", {})
             res.stage = "correctness"
             missing = sorted(set(range(len(trials))) - streamed.taken["trial"])
@@ -669,7 +690,8 @@ class Judge:
             if job["timing"] is not None:
                 # The timing stage re-checks every timing set after the timed calls, and the graph sets it handed.
                 if (len(streamed.taken["post"]) != len(ref.timing) or
-                        len(streamed.taken["graph"]) != int(msg.get("graphs") or 0)):
+                        len(streamed.taken["graph"]) != int(msg.get("graphs") or 0) or
+                        len(streamed.taken["timed"]) != int(msg.get("timed_checks") or 0)):
                     res.reject("protocol", "the worker's timing stage did not hand over every output it checks")
                     return res
                 res.stage = "timing"
@@ -687,6 +709,29 @@ class Judge:
                 self._judge_speed(res, problem, msg, baselines)
             res.stage = "done"
             return res
+
+    @staticmethod
+    def _take_plan(res: EvalResult, work: str, trusted: str) -> bool:
+        """Copy the plan the candidate's process left in its folder into the trusted job's: regular files only, so
+        a link planted there reaches nothing of the judge's."""
+        from ks_inductor.judge.plan import PLAN_FILE, STATE_FILE
+        from ks_inductor.judge.plan_job import PLAN_BYTES
+
+        for name in (PLAN_FILE, STATE_FILE):
+            src = os.path.join(work, name)
+            if os.path.islink(src) or (os.path.exists(src) and not os.path.isfile(src)):
+                res.reject("plan", f"the candidate's process left {name} as something other than a file")
+                return False
+            if not os.path.exists(src):
+                if name == PLAN_FILE:
+                    res.reject("plan", "the candidate's process left no launch plan")
+                    return False
+                continue
+            if name == PLAN_FILE and os.path.getsize(src) > PLAN_BYTES:
+                res.reject("plan", f"the launch plan is larger than {PLAN_BYTES} bytes")
+                return False
+            shutil.copyfile(src, os.path.join(trusted, name), follow_symlinks=False)
+        return True
 
     def _note_sandbox(self, summary: str | None) -> None:
         """Say once per judge what the candidates' sandbox holds where it could not be put in place."""

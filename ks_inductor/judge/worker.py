@@ -2,8 +2,9 @@
 
 Started as ``python -m ks_inductor.judge.worker FD``, or forked from the judge's warm fork server
 (``forkserver.py``). It imports torch and triton, says ``ready`` on FD, then reads one JSON job from stdin and runs
-it: the reference's outputs and the baselines' timing (``reference_job``, trusted: never candidate code), or a
-candidate (``candidate_job``, untrusted), or a candidate on given vectors. Progress (stage changes, requests for the
+it: the reference's outputs and the baselines' timing (``reference_job``, trusted: never candidate code), a
+candidate's launch plan recorded (``candidate_job.run_record``, untrusted) or executed, checked and timed
+(``plan_job``, trusted: the candidate's kernels, never its Python), or a candidate on given vectors. Progress (stage changes, requests for the
 device's timing lock, each output handed over for the judge to compare) and the result go out on FD as JSON lines
 (``protocol``); tensors go to safetensors files in the job's folder. Anything the code prints lands in the worker's
 log, never in the protocol. One job a process: nothing one candidate leaves behind (a hook, a patched module, a
@@ -49,10 +50,11 @@ def _failure(e: BaseException) -> dict[str, Any]:
 
 
 def _handler(kind: str) -> Any:
-    from ks_inductor.judge import candidate_job, reference_job
+    from ks_inductor.judge import candidate_job, plan_job, reference_job
 
     return {"reference": reference_job.run_reference, "baselines": reference_job.run_baselines,
-            "candidate": candidate_job.run_candidate, "vectors": candidate_job.run_vectors}[kind]
+            "record": candidate_job.run_record, "plan": plan_job.run_plan,
+            "vectors": candidate_job.run_vectors}[kind]
 
 
 def preload(warm: bool = False) -> None:
@@ -65,6 +67,9 @@ def preload(warm: bool = False) -> None:
     import ks_inductor.judge.candidate_job  # noqa: F401
     import ks_inductor.judge.guards  # noqa: F401
     import ks_inductor.judge.inputs  # noqa: F401
+    import ks_inductor.judge.kernel_source  # noqa: F401
+    import ks_inductor.judge.plan  # noqa: F401
+    import ks_inductor.judge.plan_job  # noqa: F401
     import ks_inductor.judge.reference_job  # noqa: F401
     import ks_inductor.judge.sandbox  # noqa: F401
     import ks_inductor.problem  # noqa: F401
