@@ -846,10 +846,11 @@ def load_guard(stack: str, pack: str | os.PathLike[str] | None = None, *, db: st
 def _pack_from_store(db: str, path: Path, fingerprint: Any) -> Path:
     """A kernel cache served like a pack: its verified kernels for this hardware, exported with golden vectors,
     so both go through one verification."""
+    from kernel_cache.access import open_store
     from kernel_cache.pack import ExportFilters, export_pack
-    from ks_inductor.compiler.backend import open_store
 
-    export_pack(open_store(db), path, ExportFilters(fingerprint=fingerprint.hardware_id))
+    with open_store(db, create=False) as store:
+        export_pack(store, path, ExportFilters(fingerprint=fingerprint.hardware_id))
     return path
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from kernel_cache.fingerprint import EnvFingerprint
 from kernel_cache.reader import open_reader
 from kernel_cache.record import KernelRecord
+from kernel_cache.urls import CacheURL
 
 
 class LazyKernelStore:
@@ -15,10 +16,11 @@ class LazyKernelStore:
     it; a :class:`kernel_cache.store.KernelStore` (and SQLAlchemy) only when something else is asked for, such as
     recording a miss or storing a decision, or when the database must be created, migrated or refused."""
 
-    def __init__(self, url: str | None) -> None:
-        self.url = url
+    def __init__(self, location: CacheURL) -> None:
+        self.location = location
+        self.url = location.url
         self._store: Any = None
-        self._reader = open_reader(url)
+        self._reader = open_reader(location)
         if self._reader is None:
             self._full()
 
@@ -28,7 +30,7 @@ class LazyKernelStore:
             # would otherwise pay for in every process.
             from kernel_cache.store import KernelStore
 
-            self._store = KernelStore(self.url)
+            self._store = KernelStore(self.location)
         return self._store
 
     @property

@@ -74,7 +74,10 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from kernel_cache.access import open_store
+from kernel_cache.lazy_store import LazyKernelStore
 from kernel_cache.settings import Settings
+from kernel_cache.urls import parse_url
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +204,7 @@ class CompileReport:
 
 
 _REPORTS: collections.deque[CompileReport] = collections.deque(maxlen=256)
-_STORES: dict[str, Any] = {}
+_STORES: dict[str, LazyKernelStore] = {}
 _STORE_LOCK = threading.Lock()
 _FINGERPRINT: dict[str | None, Any] = {}
 
@@ -224,19 +227,15 @@ def current_fingerprint(judge_backend: str | None = None) -> Any:
     return _FINGERPRINT[judge_backend]
 
 
-def open_store(url: str | None) -> Any:
-    """One store per URL per process. Lookups on a SQLite file go through the driver alone; the full KernelStore
-    (and SQLAlchemy) is opened when something else is asked for, or for a database it must create, migrate or
-    refuse (see :mod:`kernel_cache.lazy_store`)."""
-    from kernel_cache.lazy_store import LazyKernelStore
-    from kernel_cache.urls import default_db_url
-
-    key = url or default_db_url()
+def shared_store(url: str | None) -> LazyKernelStore:
+    """One store per database per process, opened lazily (:func:`kernel_cache.access.open_store`): lookups on a
+    SQLite file go through the driver alone; the full KernelStore (and SQLAlchemy) is opened when something else
+    is asked for, or for a database it must create, migrate or refuse."""
+    location = parse_url(url)
     with _STORE_LOCK:
-        store = _STORES.get(key)
+        store = _STORES.get(location.url)
         if store is None:
-            store = LazyKernelStore(url)
-            _STORES[key] = store
+            store = _STORES[location.url] = open_store(location, lazy=True)
         return store
 
 
@@ -304,7 +303,7 @@ def analyze(gm: fx.GraphModule, opts: BackendOptions, act_on_miss: bool = True,
     report = CompileReport()
     fp = current_fingerprint(opts.judge_backend)
     device = "cpu" if fp.backend == "cpu-interpret" else "cuda"
-    store = store if store is not None else open_store(opts.db)
+    store = store if store is not None else shared_store(opts.db)
     part = rg.partition(gm)
     hits: list[_Hit] = []
     for region in part.regions:

@@ -22,7 +22,7 @@ from ks_inductor.compiler.backend import (
     RegionReport,
     analyze,
     current_fingerprint,
-    open_store,
+    shared_store,
 )
 from ks_inductor.compiler.served import region_why, render
 from ks_inductor.judge.room import room_cell
@@ -79,16 +79,18 @@ class Explanation:
 
 
 def explain(model: Any, *inputs: Any, db: str | None = None, judge_backend: str | None = None,
-            dynamic: bool | None = False, **kwargs: Any) -> Explanation:
-    """Trace ``model(*inputs, **kwargs)`` with Dynamo and report its regions against the kernel cache."""
+            dynamic: bool | None = False, store: Any = None, **kwargs: Any) -> Explanation:
+    """Trace ``model(*inputs, **kwargs)`` with Dynamo and report its regions against the kernel cache: ``store``,
+    one the caller has open, else the one ``db`` names (this process's shared store)."""
     opts, _ = BackendOptions.resolve({})
     opts.db = db or opts.db
     opts.judge_backend = judge_backend or opts.judge_backend
     result = Explanation()
     seen: set[str] = set()
-    result.no_cache = _missing_cache(opts.db)
-    # Opened here rather than inside Dynamo's callback, so that a bad --db is reported as itself.
-    store = _EmptyCache() if result.no_cache else open_store(opts.db)
+    if store is None:
+        result.no_cache = _missing_cache(opts.db)
+        # Opened here rather than inside Dynamo's callback, so that a bad --db is reported as itself.
+        store = _EmptyCache() if result.no_cache else shared_store(opts.db)
 
     def capture(gm: torch.fx.GraphModule, example_inputs: list[Any], **_: Any) -> Any:
         report, _hits, _store = analyze(gm, opts, act_on_miss=False, store=store)
@@ -126,12 +128,9 @@ def _stored_whys(report: Any, store: Any, fp: Any) -> None:
 
 def _missing_cache(url: str | None) -> str | None:
     """The SQLite file ``url`` names when it does not exist (opening it would create it); None otherwise."""
-    from kernel_cache.urls import resolve_url, sqlite_path
+    from kernel_cache.urls import parse_url
 
-    try:
-        path = sqlite_path(resolve_url(url))
-    except Exception:  # noqa: BLE001 - not a URL at all: opening the store says so
-        return None
+    path = parse_url(url).sqlite_file
     return str(path) if path is not None and not path.exists() else None
 
 

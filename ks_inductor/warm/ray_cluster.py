@@ -34,6 +34,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernel_cache.urls import CacheURL, parse_url
+
 log = logging.getLogger(__name__)
 
 # Ray re-runs a task whose worker process died this many times...
@@ -114,8 +116,7 @@ def evolve_task(problem_json: str, config_json: str, db_url: str, results: str, 
     """One region on a Ray worker → :func:`ks_inductor.warm.region.evolve_region`'s outcome as a JSON string, plus
     ``worker`` (where it ran), ``written`` (whether the worker stored it) and, when it did not, ``kernel``, ``steps``
     and ``problem`` for the driver to store."""
-    from kernel_cache.store import KernelStore
-    from kernel_cache.urls import sqlite_path
+    from kernel_cache.access import open_store
     from ks_inductor.problem import Problem
     from ks_inductor.warm.region import evolve_region, region_config
 
@@ -129,10 +130,11 @@ def evolve_task(problem_json: str, config_json: str, db_url: str, results: str, 
                            "written": True, "wall_s": 0.0})
     # Searches on a worker print nothing: a progress bar per worker would interleave on the driver's terminal.
     config = region_config(config, left)
-    path = sqlite_path(db_url)
+    location = parse_url(db_url)
+    path = location.sqlite_file
     written = results == "db" and (path is None or path.exists())
     tmp = None if written else tempfile.mkdtemp(prefix="ks-ray-")
-    store = KernelStore(db_url if written else os.path.join(tmp, "region.db"))
+    store = open_store(location if written else os.path.join(tmp, "region.db"))
     try:
         judge = _judge_for(config)
         out = evolve_region(problem, config, store, judge, progress=False)
@@ -175,7 +177,7 @@ class RayExecutor:
     task whose worker died, before the driver's own re-submissions."""
 
     address: str = "auto"
-    db_url: str = ""
+    db: str | CacheURL | None = None  # the cache the workers write to with ``results="db"``; read once, here
     results: str = "auto"
     num_cpus: int | None = None
     max_retries: int = MAX_RETRIES
@@ -184,6 +186,14 @@ class RayExecutor:
     resources: dict[str, Any] = field(default_factory=dict)
     nodes: dict[str, _Node] = field(default_factory=dict)
     worker_deaths: int = 0
+
+    def __post_init__(self) -> None:
+        self.db = parse_url(self.db)
+
+    @property
+    def location(self) -> CacheURL:
+        assert isinstance(self.db, CacheURL)
+        return self.db
 
     def connect(self) -> RayExecutor:
         ray = _ray()
@@ -215,9 +225,7 @@ class RayExecutor:
         return self
 
     def _shared_db(self) -> bool:
-        from kernel_cache.urls import sqlite_path
-
-        if sqlite_path(self.db_url) is None:
+        if self.location.sqlite_file is None:
             return True  # a server database: every worker reaches it
         import ray
 
@@ -258,7 +266,7 @@ class RayExecutor:
         pending: dict[Any, tuple[Any, Any, int]] = {}
 
         def submit(item: Any, problem: Any, resubmits: int) -> None:
-            ref = task.remote(json.dumps(problem.to_json()), config_json, self.db_url, self.results, deadline)
+            ref = task.remote(json.dumps(problem.to_json()), config_json, self.location.url, self.results, deadline)
             pending[ref] = (item, problem, resubmits)
 
         for item, problem in todo:
