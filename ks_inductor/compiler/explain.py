@@ -25,6 +25,7 @@ from ks_inductor.compiler.backend import (
     shared_store,
 )
 from ks_inductor.compiler.served import region_why, render
+from ks_inductor.contracts import CompileStore
 from ks_inductor.judge.room import room_cell
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ class Explanation:
 
 
 def explain(model: Any, *inputs: Any, db: str | None = None, judge_backend: str | None = None,
-            dynamic: bool | None = False, store: Any = None, **kwargs: Any) -> Explanation:
+            dynamic: bool | None = False, store: CompileStore | None = None, **kwargs: Any) -> Explanation:
     """Trace ``model(*inputs, **kwargs)`` with Dynamo and report its regions against the kernel cache: ``store``,
     one the caller has open, else the one ``db`` names (this process's shared store)."""
     opts, _ = BackendOptions.resolve({})
@@ -108,7 +109,7 @@ def explain(model: Any, *inputs: Any, db: str | None = None, judge_backend: str 
     return result
 
 
-def _stored_whys(report: Any, store: Any, fp: Any) -> None:
+def _stored_whys(report: Any, store: CompileStore, fp: Any) -> None:
     """Each region's stored room where the analysis did not read it; and a missed region's note, where it has
     none: why the latest search of its key stored no kernel."""
     from ks_inductor.compiler.backend import stored_room
@@ -116,12 +117,9 @@ def _stored_whys(report: Any, store: Any, fp: Any) -> None:
     for r in report.regions:
         if r.key and r.room is None:
             r.room = stored_room(store, r.key, fp)
-    last_why = getattr(store, "last_why", None)
-    if last_why is None:
-        return
     for r in report.regions:
         if r.status == "miss" and r.key and not r.note:
-            why = last_why(r.key)
+            why = store.last_why(r.key)
             if why:
                 r.note = f"last search: {why}"
 
@@ -139,6 +137,24 @@ class _EmptyCache:
 
     def lookup(self, problem_key: str, fingerprint: Any) -> None:
         return None
+
+    def guard_decision(self, key: str) -> None:
+        return None
+
+    def room(self, problem_key: str, fingerprint_id: str) -> None:
+        return None
+
+    def last_why(self, problem_key: str) -> None:
+        return None
+
+    def record_miss(self, problem: Any, fingerprint: Any) -> None:
+        """Explain acts on no miss; nothing is recorded where there is no cache."""
+
+    def put_guard_decision(self, key: str, fingerprint_id: str, result: dict[str, Any]) -> None:
+        """Explain measures no graph."""
+
+    def close(self) -> None:
+        """Nothing is open."""
 
 
 class _CallableModule(types.ModuleType):

@@ -14,7 +14,12 @@ import logging
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from ks_inductor.contracts import CompileStore, SearchStore
+
+if TYPE_CHECKING:
+    from ks_inductor.problem import Problem
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +245,7 @@ def _torch_dtype(name: str) -> Any:
 
 
 def problems_from_model(model: Any, inputs: Sequence[Any], db: str | None = None,
-                        judge_backend: str | None = None, store: Any = None) -> list[Any]:
+                        judge_backend: str | None = None, store: CompileStore | None = None) -> list[Problem]:
     """The distinct problems of the model's regions, looked up in ``store`` (one the caller has open, so that the
     database is not opened twice), else in the cache ``db`` names."""
     from ks_inductor.compiler.explain import explain
@@ -287,7 +292,7 @@ def kernelbench_files(root: str | Path, levels: Sequence[int] | None = None,
 
 def problems_from_folder(folder: str | Path, db: str | None = None, judge_backend: str | None = None,
                          levels: Sequence[int] | None = None, ids: Sequence[int] | None = None,
-                         store: Any = None) -> list[Any]:
+                         store: CompileStore | None = None) -> list[Problem]:
     """The regions of every KernelBench file's model in ``folder`` (:func:`kernelbench_files`: a checkout, its
     levels, or a folder of problem files): what ``torch.compile(backend="kernelsmith")`` of those models looks up
     (the whole file is a different key from the regions a compile cuts)."""
@@ -305,7 +310,7 @@ def problems_from_folder(folder: str | Path, db: str | None = None, judge_backen
     return problems
 
 
-def problems_from_misses(store: Any) -> list[Any]:
+def problems_from_misses(store: SearchStore) -> list[Problem]:
     from ks_inductor.problem import Problem
 
     out = []
