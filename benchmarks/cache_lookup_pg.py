@@ -36,14 +36,14 @@ KERNELS_PER_KEY = 5
 
 
 def _build(url: str, n: int) -> tuple[list[str], float]:
+    from kernel_cache.access import open_store
     from kernel_cache.record import QUARANTINED, REJECTED, VERIFIED
-    from kernel_cache.store import KernelStore
     from kernel_cache.testing import a100, h200, make_record
 
     here, old_sw, other = h200(), h200(torch_version="2.10.0", triton_version="3.5.0"), a100()
     rng = random.Random(0)
     t0 = time.perf_counter()
-    with KernelStore(url) as s:
+    with open_store(url) as s:
         if s.kernels(limit=1):
             raise SystemExit(f"{s.where} already holds kernels; pass an empty database")
         batch = []
@@ -78,9 +78,9 @@ def _stats(samples_s: list[float]) -> dict[str, float]:
 _FIRST = r"""
 import sys, time
 t0 = time.perf_counter()
-from kernel_cache.lazy_store import LazyKernelStore
+from kernel_cache.access import open_store
 from kernel_cache.testing import h200
-store = LazyKernelStore(sys.argv[1])
+store = Lazyopen_store(sys.argv[1])
 rec = store.lookup(sys.argv[2], h200())
 print(time.perf_counter() - t0, store.fast, rec is not None, "sqlalchemy" in sys.modules)
 """

@@ -43,10 +43,10 @@ class KernelSource:
         self._fingerprint: Any = None
         self.error: str | None = None
         try:
-            from kernel_cache.store import KernelStore
+            from kernel_cache.access import open_store
             from ks_inductor.judge.backends import detect_backend
 
-            self._store = KernelStore(db_url)
+            self._store = open_store(db_url)
             self._fingerprint = detect_backend(backend).fingerprint()
         except Exception as e:  # noqa: BLE001 - reported on every kernelsmith row, the run goes on
             self.error = f"kernel cache unavailable: {type(e).__name__}: {e}"

@@ -169,8 +169,9 @@ def pack_for_problems(problems: list[Any], path: str | os.PathLike[str], *, db: 
     config's."""
     from dataclasses import replace
 
+    from kernel_cache.access import open_store
     from kernel_cache.pack import ExportFilters, export_pack
-    from ks_inductor.compiler.backend import current_fingerprint, open_store
+    from ks_inductor.compiler.backend import current_fingerprint
     from ks_inductor.evolve import EvolveConfig
     from ks_inductor.warm import warm
 
@@ -183,12 +184,12 @@ def pack_for_problems(problems: list[Any], path: str | os.PathLike[str], *, db: 
         # plans cut), so a region near its floor on the device can still be served faster: none is settled, and
         # none has its time cut by its room, unless asked (--settle-at).
         config = replace(config, settle_at=math.inf)
-    store = open_store(db)
-    summary = warm(problems, store, config=config, judge=judge, console=console, origin="model-layers")
-    keys = [p.key for p in problems if store.lookup(p.key, fp) is not None]
-    missing = [p.key for p in problems if p.key not in keys]
-    result = None
-    if keys:
-        result = export_pack(store, path, ExportFilters(keys=keys, fingerprint=fp.id, min_speedup=min_speedup),
-                             sign_key=sign_key, vectors=vectors, vector_cap_bytes=vector_cap_bytes)
+    with open_store(db) as store:
+        summary = warm(problems, store, config=config, judge=judge, console=console, origin="model-layers")
+        keys = [p.key for p in problems if store.lookup(p.key, fp) is not None]
+        missing = [p.key for p in problems if p.key not in keys]
+        result = None
+        if keys:
+            result = export_pack(store, path, ExportFilters(keys=keys, fingerprint=fp.id, min_speedup=min_speedup),
+                                 sign_key=sign_key, vectors=vectors, vector_cap_bytes=vector_cap_bytes)
     return PackBuild(problems, summary, result, missing)

@@ -17,7 +17,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from kernel_cache.errors import CorruptDatabaseError, DatabaseUnavailableError
 from kernel_cache.postgres import json_dumps, session_defaults
 from kernel_cache.schema import SQLITE_MAGIC
-from kernel_cache.urls import sqlite_path
+from kernel_cache.urls import CacheURL
 
 BUSY_TIMEOUT_MS = 30_000
 # Execution option marking an engine whose transactions write (BEGIN IMMEDIATE on SQLite).
@@ -42,13 +42,13 @@ def check_sqlite_file(path: Path) -> None:
         )
 
 
-def create_db_engine(url: str) -> tuple[Engine, Engine]:
+def create_db_engine(location: CacheURL) -> tuple[Engine, Engine]:
     """Return (engine for reads, engine for writes); both share one connection pool."""
     try:
-        u = make_url(url)
+        u = make_url(location.url)  # the engine's own reading of the URL, handed to create_engine as it is
     except ArgumentError as e:
-        raise DatabaseUnavailableError(f"not a database URL: {url!r} ({e})") from None
-    path = sqlite_path(url)
+        raise DatabaseUnavailableError(f"not a database URL: {location.where!r} ({e})") from None
+    path = location.sqlite_file
     kwargs: dict[str, Any] = {}
     if u.get_backend_name() == "sqlite":
         if path is not None:
@@ -67,7 +67,7 @@ def create_db_engine(url: str) -> tuple[Engine, Engine]:
     else:
         kwargs["pool_pre_ping"] = True
     try:
-        engine = create_engine(url, **kwargs)
+        engine = create_engine(u, **kwargs)
     except (NoSuchModuleError, ImportError) as e:
         raise DatabaseUnavailableError(
             f"no driver for {u.get_backend_name()!r} ({e}); install the database driver or use sqlite"

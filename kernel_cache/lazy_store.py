@@ -3,11 +3,15 @@ something else is asked for."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernel_cache.fingerprint import EnvFingerprint
 from kernel_cache.reader import open_reader
 from kernel_cache.record import KernelRecord
+from kernel_cache.urls import CacheURL
+
+if TYPE_CHECKING:
+    from kernel_cache.store import KernelStore
 
 
 class LazyKernelStore:
@@ -15,20 +19,22 @@ class LazyKernelStore:
     it; a :class:`kernel_cache.store.KernelStore` (and SQLAlchemy) only when something else is asked for, such as
     recording a miss or storing a decision, or when the database must be created, migrated or refused."""
 
-    def __init__(self, url: str | None) -> None:
-        self.url = url
-        self._store: Any = None
-        self._reader = open_reader(url)
+    def __init__(self, location: CacheURL) -> None:
+        self.location = location
+        self.url = location.url
+        self._store: KernelStore | None = None
+        self._reader = open_reader(location)
         if self._reader is None:
-            self._full()
+            self.full()
 
-    def _full(self) -> Any:
+    def full(self) -> KernelStore:
+        """The full store (opened now if it is not yet): what a search on a miss writes to."""
         if self._store is None:
             # Imported on first need: the store's module imports SQLAlchemy, which a compile that only reads
             # would otherwise pay for in every process.
             from kernel_cache.store import KernelStore
 
-            self._store = KernelStore(self.url)
+            self._store = KernelStore(self.location)
         return self._store
 
     @property
@@ -54,6 +60,15 @@ class LazyKernelStore:
         assert self._reader is not None
         return self._reader.room(problem_key, fingerprint_id)
 
+    def last_why(self, problem_key: str) -> str | None:
+        return self.full().last_why(problem_key)
+
+    def record_miss(self, problem: Any, fingerprint: EnvFingerprint) -> None:
+        self.full().record_miss(problem, fingerprint)
+
+    def put_guard_decision(self, key: str, fingerprint_id: str, result: dict[str, Any]) -> None:
+        self.full().put_guard_decision(key, fingerprint_id, result)
+
     def close(self) -> None:
         if self._reader is not None:
             self._reader.close()
@@ -63,4 +78,4 @@ class LazyKernelStore:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        return getattr(self._full(), name)
+        return getattr(self.full(), name)

@@ -28,7 +28,7 @@ from kernel_cache.fingerprint import BACKEND_CPU_INTERPRET, MATCH_EXACT, MATCH_N
 from kernel_cache.postgres import STAMP_SQL, connect_error, conninfo
 from kernel_cache.record import VERIFIED, KernelRecord
 from kernel_cache.schema import GUARD_TABLE, KERNEL_FIELDS, ROOM_TABLE, SCHEMA_VERSION, SQLITE_MAGIC, room_key
-from kernel_cache.urls import default_db_url, display_url, is_postgres_url, normalize_url, sqlite_file
+from kernel_cache.urls import CacheURL, display_url
 
 log = logging.getLogger(__name__)
 
@@ -296,15 +296,15 @@ class PgReader(KernelReader):
         return conn.execute(self.LOOKUP_SQL, (problem_key, VERIFIED, hardware_id), prepare=True)
 
 
-def open_reader(url: str | None) -> KernelReader | None:
-    """A driver-only reader for ``url`` (``None``: the default database) when it is a SQLite file or a psycopg
-    PostgreSQL database at :data:`SCHEMA_VERSION`; None otherwise (the caller then opens a ``KernelStore``, which
-    creates, migrates, refuses the database or says why it cannot connect)."""
-    url = url or default_db_url()
-    if is_postgres_url(url):
-        url = normalize_url(url)
-        return _open_postgres(url) if url.startswith("postgresql+psycopg://") else None
-    path = sqlite_file(url)
+def open_reader(location: CacheURL) -> KernelReader | None:
+    """A driver-only reader for ``location`` when it is a SQLite file or a psycopg PostgreSQL database at
+    :data:`SCHEMA_VERSION`; None otherwise (the caller then opens a ``KernelStore``, which creates, migrates,
+    refuses the database or says why it cannot connect)."""
+    if not location.driver_only:
+        return None
+    if location.postgres:
+        return _open_postgres(location.url)
+    path = location.sqlite_file
     if path is None or not path.is_file():
         return None
     reader = None

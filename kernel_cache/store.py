@@ -55,7 +55,7 @@ from kernel_cache.problem import Problem
 from kernel_cache.reader import KernelReader, PgReader, SqliteReader, decode_side_result, servable
 from kernel_cache.record import QUARANTINED, REJECTED, VERIFIED, KernelRecord, StepRecord, source_sha256
 from kernel_cache.schema import GUARD_DDL, GUARD_TABLE, KERNEL_FIELDS, ROOM_DDL, ROOM_TABLE, room_key
-from kernel_cache.urls import display_url, resolve_url, sqlite_path
+from kernel_cache.urls import CacheURL, parse_url
 
 __all__ = ["KernelStore", "MergeOutcome", "StoreStats"]
 
@@ -184,17 +184,19 @@ def _record_from_row(row: Any) -> KernelRecord:
 
 
 class KernelStore:
-    """The kernel cache. ``url``: any SQLAlchemy URL or a file path; None: ``default_db_url()``. ``create=False``
-    opens only a SQLite file that exists (else :class:`NoDatabaseError`), creating neither the file nor its
-    folder: what commands that only read use."""
+    """The kernel cache. ``url``: any SQLAlchemy URL, a file path, or a :class:`kernel_cache.urls.CacheURL`; None:
+    ``default_db_url()``. ``create=False`` opens only a SQLite file that exists (else :class:`NoDatabaseError`),
+    creating neither the file nor its folder: what commands that only read use. Callers open it through
+    :func:`kernel_cache.access.open_store`."""
 
-    def __init__(self, url: str | None = None, memo: bool = True, create: bool = True) -> None:
-        self.url = resolve_url(url)
-        self._path = sqlite_path(self.url)
-        self.where = str(self._path) if self._path else display_url(self.url)
+    def __init__(self, url: str | CacheURL | None = None, memo: bool = True, create: bool = True) -> None:
+        self.location = parse_url(url)
+        self.url = self.location.url
+        self._path = self.location.sqlite_file
+        self.where = self.location.where
         if not create and self._path is not None and not self._path.exists():
             raise NoDatabaseError(self.where)
-        self._engine, self._wengine = create_db_engine(self.url)
+        self._engine, self._wengine = create_db_engine(self.location)
         self._postgres = self._engine.dialect.name == "postgresql"
         try:
             # A server database exists before kernelsmith does: without create, an empty one stays empty.

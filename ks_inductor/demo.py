@@ -67,7 +67,7 @@ def run(db: str, budget: int) -> int:
     import torch
     from rich.console import Console
 
-    from kernel_cache.store import KernelStore
+    from kernel_cache.access import open_store
     from ks_inductor.compiler.explain import explain
     from ks_inductor.evolve import EvolveConfig
     from ks_inductor.warm import problems_from_model, warm
@@ -76,12 +76,12 @@ def run(db: str, budget: int) -> int:
     backend = "triton-interpret" if Settings.read("triton_interpret") else None
     model, inputs = build_model()
     console.rule("1. regions of the model")
-    problems = problems_from_model(model, inputs, db=db, judge_backend=backend)
-    console.print(f"{len(problems)} regions; kernel cache at {db}")
+    store = open_store(db)
+    problems = problems_from_model(model, inputs, judge_backend=backend, store=store)
+    console.print(f"{len(problems)} regions; kernel cache at {store.where}")
 
     console.rule("2. warm: evolve and verify a kernel per region (embedded mutator, no LLM)")
     t0 = time.perf_counter()
-    store = KernelStore(db)
     summary = warm(problems, store, EvolveConfig(budget=budget, backend=backend), console=console)
     console.print(f"warmed in {time.perf_counter() - t0:.1f} s")
     found = [i for i in summary.items if i.status in ("found", "skipped")]
@@ -96,7 +96,7 @@ def run(db: str, budget: int) -> int:
         want = model(*inputs)
     # What the compile itself swapped in, not what a lookup would find: a kernel that fails to load falls back.
     swapped = sum(r.swapped for r in compile_reports()[n_reports:])
-    report = explain(model, *inputs, db=db, judge_backend=backend)
+    report = explain(model, *inputs, judge_backend=backend, store=store)
     console.print(report.table())
     err = (got - want).abs().max().item()
     console.print(f"regions served from the cache: {swapped} of {len(report.regions)}; "

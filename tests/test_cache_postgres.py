@@ -357,7 +357,7 @@ def test_backend_serves_a_hit_from_postgres(postgres_url):
             warnings.simplefilter("ignore")
             torch.testing.assert_close(compiled(x), m(x), rtol=1e-5, atol=1e-5)
         assert B.compile_reports()[-1].swapped == 1
-        assert B.open_store(postgres_url).fast  # served by psycopg alone, without SQLAlchemy's store
+        assert B.shared_store(postgres_url).fast  # served by psycopg alone, without SQLAlchemy's store
     finally:
         B.forget_stores()
         torch._dynamo.reset()

@@ -30,6 +30,36 @@ def _problem(key: str = "k" * 32) -> Problem:
                    op_summary={"add": 1}, bytes_moved=256, flops=32)
 
 
+def test_one_reading_of_every_url_form(tmp_path, monkeypatch):
+    """A path, a sqlite:/// URL, a PostgreSQL URL and any other SQLAlchemy URL are read once into a CacheURL that
+    open_store takes as it is; the SQLite forms name the same file and open the same database."""
+    from kernel_cache.access import open_store
+    from kernel_cache.lazy_store import LazyKernelStore
+    from kernel_cache.urls import parse_url
+
+    monkeypatch.chdir(tmp_path)
+    path = parse_url("k.db")
+    assert (path.url, path.dialect, path.sqlite_file) == (f"sqlite:///{tmp_path / 'k.db'}", "sqlite", tmp_path / "k.db")
+    assert parse_url(f"sqlite:///{tmp_path / 'k.db'}") == path
+    assert parse_url("sqlite:///rel.db?timeout=5") == parse_url("sqlite:///rel.db?timeout=5")
+    opts = parse_url("sqlite:///rel.db?timeout=5")
+    assert opts.sqlite_file.name == "rel.db" and not opts.driver_only and path.driver_only
+    assert parse_url("sqlite://").sqlite_file is None and parse_url("sqlite:///:memory:").sqlite_file is None
+    pg = parse_url("postgres://ks:secret@db.example:5433/cache")
+    assert pg.url == "postgresql+psycopg://ks:secret@db.example:5433/cache" and pg.postgres and pg.driver_only
+    assert "secret" not in pg.where
+    other = parse_url("mysql+pymysql://u@h/db")
+    assert (other.dialect, other.sqlite_file, other.driver_only) == ("mysql", None, False)
+    assert parse_url(path) is path
+    with open_store(path) as full:
+        assert full.location is path and full.where == str(tmp_path / "k.db")
+    lazy = open_store(path, lazy=True)
+    try:
+        assert isinstance(lazy, LazyKernelStore) and lazy.fast and lazy.location is path
+    finally:
+        lazy.close()
+
+
 def test_default_url_follows_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("KERNELSMITH_DB", raising=False)
     monkeypatch.setenv("KERNELSMITH_HOME", str(tmp_path / "home"))

@@ -4,6 +4,7 @@ compile in the same environment would do. CPU only; nothing here judges a kernel
 
 import argparse
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -192,6 +193,7 @@ def test_warm_whole_run_limit_caps_each_region_and_skips_the_rest(monkeypatch):
 
     class _Judge:
         fingerprint = B.current_fingerprint("triton-interpret")
+        backend = types.SimpleNamespace(device="cpu")
 
     limits = []
 
@@ -202,16 +204,18 @@ def test_warm_whole_run_limit_caps_each_region_and_skips_the_rest(monkeypatch):
     monkeypatch.setattr(E, "evolve_problem", fake_evolve)
     problems = [load_problem(PROBLEMS / "rmsnorm.py"), load_problem(PROBLEMS / "tiny_output.py")]
     assert problems[0].key != problems[1].key
-    summary = warm(problems, _Store(), EvolveConfig(time_limit_s=1000.0), judge=_Judge(), total_time_s=60.0)
+    summary = warm(problems, _Store(), EvolveConfig(time_limit_s=1000.0, inductor_seeds=False), judge=_Judge(),
+                   total_time_s=60.0)
     assert len(limits) == 2 and all(0 < t <= 60.0 for t in limits)
     assert [i.status for i in summary.items] == ["no-kernel", "no-kernel"]
 
     limits.clear()
-    summary = warm(problems, _Store(), EvolveConfig(time_limit_s=5.0), judge=_Judge(), total_time_s=60.0)
+    summary = warm(problems, _Store(), EvolveConfig(time_limit_s=5.0, inductor_seeds=False), judge=_Judge(),
+                   total_time_s=60.0)
     assert limits == [5.0, 5.0]  # the per-region limit is the tighter one
 
     limits.clear()
-    summary = warm(problems, _Store(), EvolveConfig(), judge=_Judge(), total_time_s=1e-9)
+    summary = warm(problems, _Store(), EvolveConfig(inductor_seeds=False), judge=_Judge(), total_time_s=1e-9)
     assert limits == [] and [i.status for i in summary.items] == ["not-run", "not-run"]
 
 

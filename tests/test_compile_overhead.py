@@ -425,20 +425,20 @@ def test_a_new_process_reuses_the_analysis_the_guard_decision_and_inductors_cach
 
 
 def test_lazy_store_reads_with_the_driver_and_opens_the_full_store_when_needed(tmp_path):
+    from kernel_cache.access import open_store
     from kernel_cache.errors import CorruptDatabaseError
-    from kernel_cache.lazy_store import LazyKernelStore
-    from kernel_cache.urls import sqlite_file
+    from kernel_cache.urls import parse_url
 
     fp = B.current_fingerprint()
     url = str(tmp_path / "k.db")
-    lazy = LazyKernelStore(url)  # no file yet: the full store creates it
+    lazy = open_store(url, lazy=True)  # no file yet: the full store creates it
     assert not lazy.fast
     lazy.close()
     with KernelStore(url) as s:
         rec = KernelRecord(problem_key="p", source="x = 1\n", backend="triton-interpret", fingerprint=fp.to_json(),
                            timed=False)
         kid = s.add_kernel(rec)
-    lazy = LazyKernelStore(f"sqlite:///{url}")
+    lazy = open_store(f"sqlite:///{url}", lazy=True)
     try:
         assert lazy.fast and lazy.lookup("p", fp).id == kid and lazy.guard_decision("g") is None
         lazy.put_guard_decision("g", fp.id, {"kept": True, "speedup": 1.5})  # a write: the full store
@@ -446,7 +446,7 @@ def test_lazy_store_reads_with_the_driver_and_opens_the_full_store_when_needed(t
     finally:
         lazy.close()
     with KernelStore(url) as s:  # another writer: the fast reader's memo must not serve the old answer
-        lazy = LazyKernelStore(url)
+        lazy = open_store(url, lazy=True)
         try:
             assert lazy.lookup("q", fp) is None
             s.add_kernel(KernelRecord(problem_key="q", source="y = 2\n", backend="triton-interpret",
@@ -457,6 +457,6 @@ def test_lazy_store_reads_with_the_driver_and_opens_the_full_store_when_needed(t
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"not sqlite" * 100)
     with pytest.raises(CorruptDatabaseError):
-        LazyKernelStore(str(junk))
-    assert sqlite_file("sqlite://") is None and sqlite_file("postgresql://h/db") is None
-    assert sqlite_file("sqlite:////a/b.db") == Path("/a/b.db")
+        open_store(str(junk), lazy=True)
+    assert parse_url("sqlite://").sqlite_file is None and parse_url("postgresql://h/db").sqlite_file is None
+    assert parse_url("sqlite:////a/b.db").sqlite_file == Path("/a/b.db")

@@ -8,6 +8,7 @@ import json
 import os
 import stat
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -162,6 +163,7 @@ def test_warm_reports_the_average_utilisation_of_its_run(tmp_path, monkeypatch, 
     class _Judge:
         fingerprint = h200()
         device_count = 2
+        backend = types.SimpleNamespace(device="cuda")
 
     def fake_evolve(problem, config, store, judge=None, progress=True):
         time.sleep(0.4)
@@ -171,7 +173,7 @@ def test_warm_reports_the_average_utilisation_of_its_run(tmp_path, monkeypatch, 
     problems = [load_problem(PROBLEMS / "rmsnorm.py"), load_problem(PROBLEMS / "tiny_output.py")]
     console = Console(file=open(os.devnull, "w"), width=200)
     for parallel in (1, 2):  # one region after another, and the threads' live view
-        summary = warm(problems, _Store(), EvolveConfig(parallel_regions=parallel), judge=_Judge(), console=console)
+        summary = warm(problems, _Store(), EvolveConfig(parallel_regions=parallel, inductor_seeds=False), judge=_Judge(), console=console)
         js = summary.to_json()
         assert js["gpu_util_source"] == "nvidia-smi" and js["judged"] == 6
         assert [(g["gpu"], g["mean"]) for g in js["gpu_util"]] == [(0, 20.0), (1, 60.0)]

@@ -151,3 +151,25 @@ def test_hf_dtype_names():
         _torch_dtype("bf17")
     with pytest.raises(WarmError, match="unknown dtype"):
         _torch_dtype("nn")  # torch.nn exists but is no dtype
+
+
+def test_warm_opens_its_database_once(tmp_path, capsys):
+    """A model's warm traces the regions, looks them up, searches and stores through one store: one SQLAlchemy
+    engine (one connection pool) for the one database, and no second store beside it."""
+    from sqlalchemy import Engine, event
+
+    (tmp_path / "factory.py").write_text(FACTORY)
+    db = str(tmp_path / "k.db")
+    pools: set[int] = set()
+
+    def connected(conn):
+        pools.add(id(conn.engine.pool))
+
+    event.listen(Engine, "engine_connect", connected)
+    try:
+        assert main(["warm", f"{tmp_path / 'factory.py'}:make", "--db", db, "--json", *CLI]) == 0
+    finally:
+        event.remove(Engine, "engine_connect", connected)
+    assert [i["status"] for i in _json_of(capsys)["items"]] == ["found"]
+    assert len(pools) == 1
+    assert B._STORES == {}, "warm opened the database a second time, through the backend's shared store"

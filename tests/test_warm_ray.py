@@ -122,7 +122,7 @@ def test_worker_killed_mid_warm(cluster, factory, tmp_path):
     # No Ray retries: the dead worker's region must come back through the driver's own re-submission. Inductor's
     # seeds are left out (each costs a throwaway Inductor process); the families' templates seed every region.
     config = EvolveConfig(budget=6, backend="triton-interpret", inductor_seeds=False)
-    ex = RayExecutor(cluster.address, db_url=f"sqlite:///{db}", results="db", max_retries=0).connect()
+    ex = RayExecutor(cluster.address, db=f"sqlite:///{db}", results="db", max_retries=0).connect()
     assert ex.results == "db"
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
@@ -203,7 +203,7 @@ def test_warm_on_ray_into_postgres(cluster, factory, postgres_url):
     problems = problems_from_model(model, inputs, db=postgres_url, judge_backend="triton-interpret")
     config = EvolveConfig(budget=2, backend="triton-interpret", inductor_seeds=False)
     store = KernelStore(postgres_url)
-    ex = RayExecutor(cluster.address, db_url=store.url).connect()
+    ex = RayExecutor(cluster.address, db=store.location).connect()
     try:
         assert ex.results == "db"
         summary = warm(problems, store, config, executor=ex)

@@ -116,7 +116,7 @@ class Clock:
 
 def warm_layer(layer: Any, phase_inputs: dict[str, tuple], db: str, budget: int, region_time: float,
                warm_time: float, kinds: list[str] | None = None) -> dict[str, Any]:
-    from kernel_cache.store import KernelStore
+    from kernel_cache.access import open_store
     from ks_inductor.evolve import EvolveConfig
     from ks_inductor.judge import Judge, JudgeConfig
     from ks_inductor.warm import problems_from_model, warm
@@ -134,7 +134,7 @@ def warm_layer(layer: Any, phase_inputs: dict[str, tuple], db: str, budget: int,
         rank = {p.key: next((i for i, k in enumerate(kinds) if p.name.startswith(k)), None) for p in problems}
         problems = sorted((p for p in problems if rank[p.key] is not None), key=lambda p: rank[p.key])
     out: dict[str, Any] = {"regions": len(problems), "items": [], "skipped_for_time": []}
-    store = KernelStore(db)
+    store = open_store(db)
     config = EvolveConfig(budget=budget, time_limit_s=region_time)
     with Judge(JudgeConfig.for_search()) as judge:
         for p in problems:

@@ -269,7 +269,7 @@ def main() -> int:
     import torch
     import triton
 
-    from kernel_cache.store import KernelStore
+    from kernel_cache.access import open_store
     from ks_inductor.evolve import EvolveConfig, evolve_problem
     from ks_inductor.judge import Judge, JudgeConfig
     from ks_inductor.judge import timing as T
@@ -295,7 +295,7 @@ def main() -> int:
     res["bf16_matmul_tflops"] = mm_peak / 1e12
     db = args.db or f"sqlite:///{tempfile.mkdtemp(prefix='ks-evolve-')}/kernels.db"
     res["db"] = db
-    store = KernelStore(db)
+    store = open_store(db)
     jc = JudgeConfig.for_search(backend="triton-cuda", rounds=args.judge_rounds, rep_ms=args.judge_rep_ms,
                                 baselines=tuple(b for b in args.baselines.split(",") if b))
     out_path = Path(args.out)

@@ -58,7 +58,7 @@ def main() -> int:
 
     from integrations import lmdeploy as L
     from integrations.ops import pack_for_problems, stack_baselines
-    from kernel_cache.store import KernelStore
+    from kernel_cache.access import open_store
     from ks_inductor.evolve import EvolveConfig
 
     dt, eps, h, inter = torch.bfloat16, 1e-6, args.hidden, args.intermediate
@@ -73,7 +73,7 @@ def main() -> int:
                               config=EvolveConfig(budget=args.budget, time_limit_s=args.time_per_op,
                                                   backend="triton-cuda"),
                               console=Console(stderr=True), baselines=stack_baselines("lmdeploy"))
-    with KernelStore(str(work / "k.db")) as store:
+    with open_store(str(work / "k.db")) as store:
         result["problems"] = [{"name": pr.name, "inputs": pr.signature(), "status": i.status,
                                "speedup_inductor": i.best_speedup,
                                "kernels": [{"status": k.status, "speedup_inductor": k.speedup_inductor,

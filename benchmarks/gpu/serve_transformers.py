@@ -158,10 +158,10 @@ def main() -> int:
                            console=Console(stderr=True))
     result["pack_build_s"] = time.perf_counter() - t0
     items = {i.key: i for i in build.warm.items}
-    from kernel_cache.store import KernelStore
+    from kernel_cache.access import open_store
 
     result["problems"] = []
-    with KernelStore(db) as store:
+    with open_store(db) as store:
         for prob in build.problems:
             ks = store.kernels(problem_key=prob.key)
             result["problems"].append({

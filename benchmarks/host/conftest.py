@@ -20,8 +20,8 @@ def ks_hit_db(tmp_path_factory) -> str:
     import torch
 
     try:
+        from kernel_cache.access import open_store
         from kernel_cache.record import KernelRecord
-        from kernel_cache.store import KernelStore
         from ks_inductor.compiler import backend as ks_backend
         from ks_inductor.judge.backends import current_fingerprint
     except ImportError as e:
@@ -31,7 +31,7 @@ def ks_hit_db(tmp_path_factory) -> str:
     reset_compilers()
     torch.compile(affine_model(), backend="kernelsmith", options=backend_options(db, "record"))(x)
     fp = current_fingerprint("triton-interpret")
-    with KernelStore(db) as store:
+    with open_store(db) as store:
         misses = store.misses()
         if not misses:
             pytest.skip("compiling the affine model recorded no miss; cannot build a cache hit")

@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.table import Table
 
+from kernel_cache.access import open_store
 from ks_inductor.cli.args import (
     EXIT_OK,
     add_db_argument,
@@ -26,7 +27,6 @@ from ks_inductor.cli.output import (
     fmt_speedup,
     fmt_when,
     missing_cache,
-    open_cache,
     out_console,
     print_json,
 )
@@ -105,7 +105,7 @@ def _ls(args: argparse.Namespace) -> int:
     from kernel_cache.errors import CacheError, NoDatabaseError
 
     try:
-        with open_cache(args, create=False) as store:
+        with open_store(args.db, create=False) as store:
             records = store.kernels(status=args.status, op_family=args.family)
     except NoDatabaseError as e:
         missing_cache(args, e)
@@ -133,7 +133,7 @@ def _show(args: argparse.Namespace) -> int:
 
     try:
         # Nothing to show in a cache that is not there, named or not: NoDatabaseError is a usage error here.
-        with open_cache(args, create=False) as store:
+        with open_store(args.db, create=False) as store:
             r = store.get_kernel(args.id)
             problem = store.get_problem(r.problem_key)
     except CacheError as e:
@@ -170,7 +170,7 @@ def _rm(args: argparse.Namespace) -> int:
     from kernel_cache.errors import CacheError
 
     try:
-        with open_cache(args, create=False) as store:
+        with open_store(args.db, create=False) as store:
             for i in args.ids:
                 store.get_kernel(i)  # refuse the whole command on an unknown id
             n = store.delete_kernels(args.ids)
@@ -187,7 +187,7 @@ def _gc(args: argparse.Namespace) -> int:
     from kernel_cache.errors import CacheError, NoDatabaseError
 
     try:
-        with open_cache(args, create=False) as store:
+        with open_store(args.db, create=False) as store:
             doomed = store.gc_plan(keep=args.keep, drop_rejected=not args.keep_rejected)
             forgotten = 0
             if not args.dry_run:
@@ -218,7 +218,7 @@ def _stats(args: argparse.Namespace) -> int:
     from kernel_cache.errors import CacheError, NoDatabaseError
 
     try:
-        with open_cache(args, create=False) as store:
+        with open_store(args.db, create=False) as store:
             s = store.stats()
     except NoDatabaseError as e:
         missing_cache(args, e)

@@ -79,9 +79,9 @@ def time_limit_s(args: argparse.Namespace) -> float | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kernel_cache.access import open_store
     from kernel_cache.errors import CacheError
     from kernel_cache.record import VERIFIED
-    from kernel_cache.store import KernelStore
     from ks_inductor.evolve import EvolveConfig, LLMConfig
     from ks_inductor.evolve.evolver import EvolveError, evolve_problem
     from ks_inductor.evolve.mutators.llm import LLMUnavailable
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
                           islands=args.islands, backend=args.backend, llm=llm, seed=args.seed,
                           resume=not args.no_resume, parallel=args.parallel, settle_at=args.settle_at)
     try:
-        store = KernelStore(args.db)
+        store = open_store(args.db)
     except CacheError as e:
         raise UsageError(str(e)) from None
     try:

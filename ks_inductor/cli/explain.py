@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from kernel_cache.access import open_store
 from ks_inductor.cli.args import (
     EXIT_OK,
     UsageError,
@@ -16,7 +17,7 @@ from ks_inductor.cli.args import (
     command,
 )
 from ks_inductor.cli.inputs import model_and_inputs
-from ks_inductor.cli.output import missing_cache, open_cache, out_console, print_json
+from ks_inductor.cli.output import missing_cache, out_console, print_json
 
 SOURCES = "a model factory (module:function), a KernelBench file or --hf-config"
 
@@ -37,7 +38,7 @@ def _check_cache(args: argparse.Namespace) -> None:
     from kernel_cache.errors import CacheError, NoDatabaseError
 
     try:
-        open_cache(args, create=False).close()
+        open_store(args.db, create=False).close()
     except NoDatabaseError as e:
         missing_cache(args, e)
     except CacheError as e:

@@ -83,14 +83,6 @@ def cache_named(args: argparse.Namespace) -> bool:
     return getattr(args, "db", None) is not None or Settings.from_env().db is not None
 
 
-def open_cache(args: argparse.Namespace, create: bool) -> Any:
-    """The cache ``--db`` names. Only commands that store something create it (and its folder); a command that
-    reads gets :class:`kernel_cache.errors.NoDatabaseError` where there is none."""
-    from kernel_cache.store import KernelStore
-
-    return KernelStore(args.db, create=create)
-
-
 def missing_cache(args: argparse.Namespace, e: Any) -> None:
     """A command that only reads found no cache. A SQLite file the user named is a usage error (a mistyped path
     must not read as an empty cache); the default file not existing yet, or a server database kernelsmith has not

@@ -17,6 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from kernel_cache.access import open_store
 from ks_inductor.cli.args import (
     EXIT_NOTHING,
     EXIT_OK,
@@ -41,7 +42,6 @@ from ks_inductor.cli.output import (
     fail,
     fmt_number,
     fmt_speedup,
-    open_cache,
     out_console,
     print_json,
     require_file,
@@ -136,7 +136,7 @@ def _export_cache(args: argparse.Namespace) -> int:
 
     c = result_console(args)
     try:
-        with open_cache(args, create=False) as store, err_console().status(f"exporting to {args.output}"):
+        with open_store(args.db, create=False) as store, err_console().status(f"exporting to {args.output}"):
             filters = ExportFilters(keys=match_keys(store, args.keys), op_family=args.family,
                                     fingerprint=args.fingerprint, min_speedup=args.min_speedup)
             res = export_pack(store, args.output, filters, sign_key=args.sign_key, vectors=not args.no_vectors)
@@ -302,7 +302,7 @@ def _import(args: argparse.Namespace) -> int:
                 judge.close()
         if contents is None:
             raise PackError(f"pack {args.file} refused; nothing was imported", report.reasons)
-        with open_cache(args, create=True) as store, err_console().status("merging"):
+        with open_store(args.db, create=True) as store, err_console().status("merging"):
             res = merge_contents(report, contents, store, t0)
     except CacheError as e:
         return fail(args, e, cache_error_code(e))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from kernel_cache.access import open_store
 from ks_inductor.cli.args import (
     EXIT_OK,
     UsageError,
@@ -14,7 +15,7 @@ from ks_inductor.cli.args import (
     command,
     nonnegative_float,
 )
-from ks_inductor.cli.output import err_console, match_keys, open_cache
+from ks_inductor.cli.output import err_console, match_keys
 
 MIN_GAIN = 0.05
 MAX_NOISE = 0.05
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         # Reads only: a missing cache is reported, not created.
-        store = open_cache(args, create=False)
+        store = open_store(args.db, create=False)
     except CacheError as e:
         raise UsageError(str(e)) from None
     try:

@@ -8,6 +8,7 @@ import os
 import time
 from typing import Any
 
+from kernel_cache.access import open_store
 from ks_inductor.cli.args import (
     EXIT_NOTHING,
     EXIT_OK,
@@ -23,7 +24,7 @@ from ks_inductor.cli.args import (
     positive_int,
 )
 from ks_inductor.cli.inputs import check_hf_flags, model_and_inputs
-from ks_inductor.cli.output import err_console, open_cache, out_console, print_json
+from ks_inductor.cli.output import err_console, out_console, print_json
 
 SOURCES = "a model factory (module:function), a KernelBench file or folder, --hf-config, --kernelbench DIR or " \
           "--from-misses"
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.from_misses and not folder:
         # A bad factory or a model that cannot fit is reported before the cache is opened (and perhaps created).
         model, input_sets = model_and_inputs(args, SOURCES)
-    store = open_cache(args, create=True)
+    store = open_store(args.db, create=True)
     try:
         if args.from_misses:
             problems, origin = problems_from_misses(store), "misses"
@@ -101,13 +102,13 @@ def run(args: argparse.Namespace) -> int:
                 console.print("no recorded misses; compile with options={'kernelsmith.on_miss': 'record'} first")
         elif folder:
             with console.status("tracing the regions of the folder's models"):
-                problems = problems_from_folder(folder, db=args.db, judge_backend=args.backend, levels=args.levels,
-                                                ids=args.problems)
+                problems = problems_from_folder(folder, judge_backend=args.backend, levels=args.levels,
+                                                ids=args.problems, store=store)
             origin = "kernelbench"
         else:
             with console.status("tracing the model's regions"):
                 problems = [p for inputs in input_sets
-                            for p in problems_from_model(model, inputs, db=args.db, judge_backend=args.backend)]
+                            for p in problems_from_model(model, inputs, judge_backend=args.backend, store=store)]
             origin = "model"
         console.print(f"{len({p.key for p in problems})} distinct regions to warm")
         config = EvolveConfig(budget=args.budget, time_limit_s=args.time_limit, islands=args.islands,
@@ -116,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         # The whole-run limit counts from the command's start: tracing the model is part of the run.
         total = None if args.total_time is None else args.total_time - (time.monotonic() - started)
         if args.ray:
-            executor = RayExecutor(args.ray, db_url=store.url, results=args.ray_results).connect()
+            executor = RayExecutor(args.ray, db=store.location, results=args.ray_results).connect()
         summary = warm(problems, store, config, force=args.force, console=console, origin=origin,
                        total_time_s=total, executor=executor)
     except (WarmError, BackendUnavailable, RayUnavailable) as e:

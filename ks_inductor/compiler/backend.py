@@ -74,7 +74,14 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from kernel_cache.access import open_store
+from kernel_cache.fingerprint import EnvFingerprint
+from kernel_cache.lazy_store import LazyKernelStore
+from kernel_cache.problem import Problem
+from kernel_cache.record import KernelRecord
 from kernel_cache.settings import Settings
+from kernel_cache.urls import parse_url
+from ks_inductor.contracts import CompileStore, KernelLookup, SearchStore
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +208,7 @@ class CompileReport:
 
 
 _REPORTS: collections.deque[CompileReport] = collections.deque(maxlen=256)
-_STORES: dict[str, Any] = {}
+_STORES: dict[str, LazyKernelStore] = {}
 _STORE_LOCK = threading.Lock()
 _FINGERPRINT: dict[str | None, Any] = {}
 
@@ -224,19 +231,15 @@ def current_fingerprint(judge_backend: str | None = None) -> Any:
     return _FINGERPRINT[judge_backend]
 
 
-def open_store(url: str | None) -> Any:
-    """One store per URL per process. Lookups on a SQLite file go through the driver alone; the full KernelStore
-    (and SQLAlchemy) is opened when something else is asked for, or for a database it must create, migrate or
-    refuse (see :mod:`kernel_cache.lazy_store`)."""
-    from kernel_cache.lazy_store import LazyKernelStore
-    from kernel_cache.urls import default_db_url
-
-    key = url or default_db_url()
+def shared_store(url: str | None) -> LazyKernelStore:
+    """One store per database per process, opened lazily (:func:`kernel_cache.access.open_store`): lookups on a
+    SQLite file go through the driver alone; the full KernelStore (and SQLAlchemy) is opened when something else
+    is asked for, or for a database it must create, migrate or refuse."""
+    location = parse_url(url)
     with _STORE_LOCK:
-        store = _STORES.get(key)
+        store = _STORES.get(location.url)
         if store is None:
-            store = LazyKernelStore(url)
-            _STORES[key] = store
+            store = _STORES[location.url] = open_store(location, lazy=True)
         return store
 
 
@@ -276,10 +279,9 @@ class EagerChoice:
     timed: bool = True
 
 
-def stored_room(store: Any, problem_key: str, fp: Any) -> dict[str, Any] | None:
-    """The room stored for a region's key on this machine, or None (none measured, or a store without rooms)."""
-    read = getattr(store, "room", None)
-    return read(problem_key, fp.id) if read is not None else None
+def stored_room(store: KernelLookup, problem_key: str, fp: EnvFingerprint) -> dict[str, Any] | None:
+    """The room stored for a region's key on this machine, or None (none measured)."""
+    return store.room(problem_key, fp.id)
 
 
 def _eager_choice(room: dict[str, Any] | None, problem: Any) -> EagerChoice | None:
@@ -294,7 +296,7 @@ def _eager_choice(room: dict[str, Any] | None, problem: Any) -> EagerChoice | No
 
 
 def analyze(gm: fx.GraphModule, opts: BackendOptions, act_on_miss: bool = True,
-            store: Any = None) -> tuple[CompileReport, list[_Hit], Any]:
+            store: CompileStore | None = None) -> tuple[CompileReport, list[_Hit], CompileStore]:
     """Regions, problems, lookups and the on-miss policy. Raises only for a failure of the whole analysis.
     ``store``: what to look kernels up in instead of ``opts.db`` (explain passes an empty one when there is no
     cache, so that it creates none)."""
@@ -304,7 +306,7 @@ def analyze(gm: fx.GraphModule, opts: BackendOptions, act_on_miss: bool = True,
     report = CompileReport()
     fp = current_fingerprint(opts.judge_backend)
     device = "cpu" if fp.backend == "cpu-interpret" else "cuda"
-    store = store if store is not None else open_store(opts.db)
+    store = store if store is not None else shared_store(opts.db)
     part = rg.partition(gm)
     hits: list[_Hit] = []
     for region in part.regions:
@@ -385,7 +387,17 @@ def _drop_unrunnable(hits: list[_Hit]) -> list[_Hit]:
     return kept
 
 
-def _on_miss(opts: BackendOptions, store: Any, problem: Any, fp: Any, rr: RegionReport) -> Any:
+def _searchable(store: CompileStore) -> SearchStore:
+    """What a search on a miss writes to: the compile's lazy store's full store, or a store that is one."""
+    if isinstance(store, LazyKernelStore):
+        return store.full()
+    if not isinstance(store, SearchStore):
+        raise TypeError(f"{type(store).__name__} cannot store a search: it is not a SearchStore")
+    return store
+
+
+def _on_miss(opts: BackendOptions, store: CompileStore, problem: Problem, fp: EnvFingerprint,
+             rr: RegionReport) -> KernelRecord | None:
     if opts.on_miss == "fallback":
         return None
     if opts.on_miss == "record":
@@ -399,7 +411,8 @@ def _on_miss(opts: BackendOptions, store: Any, problem: Any, fp: Any, rr: Region
         from ks_inductor.evolve import EvolveConfig, evolve_problem
 
         summary = evolve_problem(problem, EvolveConfig(budget=int(opts.budget), time_limit_s=opts.time_limit_s,
-                                                       backend=opts.judge_backend), store, progress=False)
+                                                       backend=opts.judge_backend), _searchable(store),
+                                 progress=False)
         rr.note = f"evolved: {summary.judged} judged, {summary.accepted} accepted"
     except Exception as e:  # noqa: BLE001
         _warn(f"evolving {problem.key} failed: {type(e).__name__}: {e}")
@@ -599,7 +612,7 @@ def swap_sets(hits: list[_Hit]) -> list[list[_Hit]]:
 
 
 def _compile_swapped(gm: fx.GraphModule, example_inputs: list[Any], hits: list[_Hit], use_triton_op: bool, name: str,
-                     opts: BackendOptions, patches: dict[str, Any], report: CompileReport, store: Any) -> tuple[str, Any]:
+                     opts: BackendOptions, patches: dict[str, Any], report: CompileReport, store: CompileStore | None) -> tuple[str, Any]:
     """Compile ``gm`` with ``hits`` swapped in as ``name`` ops, and let the graph guard decide: ("kept", the
     compiled graph); (SLOWER, Inductor's compile of ``gm`` where the guard made one, else None); ("failed", None)
     where the swapped graph did not compile (the next variant is tried); ("none", None) where no hit could be

@@ -22,9 +22,10 @@ from ks_inductor.compiler.backend import (
     RegionReport,
     analyze,
     current_fingerprint,
-    open_store,
+    shared_store,
 )
 from ks_inductor.compiler.served import region_why, render
+from ks_inductor.contracts import CompileStore
 from ks_inductor.judge.room import room_cell
 
 log = logging.getLogger(__name__)
@@ -79,16 +80,18 @@ class Explanation:
 
 
 def explain(model: Any, *inputs: Any, db: str | None = None, judge_backend: str | None = None,
-            dynamic: bool | None = False, **kwargs: Any) -> Explanation:
-    """Trace ``model(*inputs, **kwargs)`` with Dynamo and report its regions against the kernel cache."""
+            dynamic: bool | None = False, store: CompileStore | None = None, **kwargs: Any) -> Explanation:
+    """Trace ``model(*inputs, **kwargs)`` with Dynamo and report its regions against the kernel cache: ``store``,
+    one the caller has open, else the one ``db`` names (this process's shared store)."""
     opts, _ = BackendOptions.resolve({})
     opts.db = db or opts.db
     opts.judge_backend = judge_backend or opts.judge_backend
     result = Explanation()
     seen: set[str] = set()
-    result.no_cache = _missing_cache(opts.db)
-    # Opened here rather than inside Dynamo's callback, so that a bad --db is reported as itself.
-    store = _EmptyCache() if result.no_cache else open_store(opts.db)
+    if store is None:
+        result.no_cache = _missing_cache(opts.db)
+        # Opened here rather than inside Dynamo's callback, so that a bad --db is reported as itself.
+        store = _EmptyCache() if result.no_cache else shared_store(opts.db)
 
     def capture(gm: torch.fx.GraphModule, example_inputs: list[Any], **_: Any) -> Any:
         report, _hits, _store = analyze(gm, opts, act_on_miss=False, store=store)
@@ -106,7 +109,7 @@ def explain(model: Any, *inputs: Any, db: str | None = None, judge_backend: str 
     return result
 
 
-def _stored_whys(report: Any, store: Any, fp: Any) -> None:
+def _stored_whys(report: Any, store: CompileStore, fp: Any) -> None:
     """Each region's stored room where the analysis did not read it; and a missed region's note, where it has
     none: why the latest search of its key stored no kernel."""
     from ks_inductor.compiler.backend import stored_room
@@ -114,24 +117,18 @@ def _stored_whys(report: Any, store: Any, fp: Any) -> None:
     for r in report.regions:
         if r.key and r.room is None:
             r.room = stored_room(store, r.key, fp)
-    last_why = getattr(store, "last_why", None)
-    if last_why is None:
-        return
     for r in report.regions:
         if r.status == "miss" and r.key and not r.note:
-            why = last_why(r.key)
+            why = store.last_why(r.key)
             if why:
                 r.note = f"last search: {why}"
 
 
 def _missing_cache(url: str | None) -> str | None:
     """The SQLite file ``url`` names when it does not exist (opening it would create it); None otherwise."""
-    from kernel_cache.urls import resolve_url, sqlite_path
+    from kernel_cache.urls import parse_url
 
-    try:
-        path = sqlite_path(resolve_url(url))
-    except Exception:  # noqa: BLE001 - not a URL at all: opening the store says so
-        return None
+    path = parse_url(url).sqlite_file
     return str(path) if path is not None and not path.exists() else None
 
 
@@ -140,6 +137,24 @@ class _EmptyCache:
 
     def lookup(self, problem_key: str, fingerprint: Any) -> None:
         return None
+
+    def guard_decision(self, key: str) -> None:
+        return None
+
+    def room(self, problem_key: str, fingerprint_id: str) -> None:
+        return None
+
+    def last_why(self, problem_key: str) -> None:
+        return None
+
+    def record_miss(self, problem: Any, fingerprint: Any) -> None:
+        """Explain acts on no miss; nothing is recorded where there is no cache."""
+
+    def put_guard_decision(self, key: str, fingerprint_id: str, result: dict[str, Any]) -> None:
+        """Explain measures no graph."""
+
+    def close(self) -> None:
+        """Nothing is open."""
 
 
 class _CallableModule(types.ModuleType):

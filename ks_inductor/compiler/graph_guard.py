@@ -36,6 +36,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from ks_inductor.contracts import CompileStore
 from ks_inductor.judge import device_lock
 
 log = logging.getLogger(__name__)
@@ -236,13 +237,13 @@ def _inductor_config_hash() -> str:
 class GuardPlan:
     key: str | None  # None: the graph is not timed, ``known`` says why
     fingerprint_id: str
-    store: Any
+    store: CompileStore | None
     known: GuardResult | None = None  # measured before (this process or, through the store, an earlier one)
     unconfirmed: GuardResult | None = None  # a stored result that this process measures again before reusing it
 
     @classmethod
     def make(cls, gm: fx.GraphModule, example_inputs: list[Any], kernels: list[Any] | None,
-             patches: dict[str, Any], fingerprint: Callable[[], Any], variant: str, store: Any) -> GuardPlan | None:
+             patches: dict[str, Any], fingerprint: Callable[[], Any], variant: str, store: CompileStore | None) -> GuardPlan | None:
         """The guard's plan for this compile, or None where it does not run (``kernels`` None: the options or
         untimed kernels turn it off) or cannot (then the swaps stand). ``kernels``: the records swapped in;
         ``fingerprint``: this machine's, computed only when the graph is timed."""

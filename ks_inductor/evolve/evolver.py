@@ -18,6 +18,7 @@ from typing import Any
 
 from kernel_cache.record import QUARANTINED, REJECTED, VERIFIED, KernelRecord, StepRecord
 from ks_inductor.candidate import Candidate
+from ks_inductor.contracts import RoomJudge, SearchJudge, SearchStore
 from ks_inductor.evolve.archive import Archive, Program
 from ks_inductor.evolve.config import EvolveConfig
 from ks_inductor.evolve.lineage import lineage, winning_move
@@ -107,7 +108,7 @@ class MutationContext:
     results: dict[str, EvalResult]  # program id -> its latest verdict (for feedback)
 
 
-def hardware_facts(judge: Any) -> dict[str, Any]:
+def hardware_facts(judge: SearchJudge) -> dict[str, Any]:
     fp = judge.fingerprint
     peaks = judge.backend.nominal_peaks(fp.device_name) if hasattr(judge.backend, "nominal_peaks") else {}
     return {"device": fp.device_name, "backend": fp.backend, "capability": fp.capability, "sm_count": fp.sm_count,
@@ -135,8 +136,8 @@ def _program_from(cand: Candidate, res: EvalResult, descriptor: dict[str, Any], 
 
 
 class Evolver:
-    def __init__(self, problem: Problem, config: EvolveConfig, store: Any, judge: Any, progress: Any = True,
-                 started: float | None = None) -> None:
+    def __init__(self, problem: Problem, config: EvolveConfig, store: SearchStore, judge: SearchJudge,
+                 progress: Any = True, started: float | None = None) -> None:
         self.problem = problem
         # When the run's time limit started counting (``time.monotonic``): the caller's start, when it set up the
         # judge for this run, else the loop's.
@@ -750,7 +751,7 @@ class _Bar:
             self.progress.stop()
 
 
-def search_judge(config: EvolveConfig) -> Any:
+def search_judge(config: EvolveConfig) -> RoomJudge:
     """The judge an optimizer run makes for itself: the short search protocol, the run's backend and trials."""
     from ks_inductor.judge import Judge
 
@@ -772,7 +773,7 @@ def search_judge_config(config: EvolveConfig) -> Any:
     return jc
 
 
-def evolve_problem(problem: Problem, config: EvolveConfig, store: Any, judge: Any | None = None,
+def evolve_problem(problem: Problem, config: EvolveConfig, store: SearchStore, judge: SearchJudge | None = None,
                    progress: Any = True) -> EvolveSummary:
     """Evolve a faster verified kernel for ``problem``; the winner goes to ``store``. ``config.time_limit_s``
     bounds the whole call, the judge's start and the final judgments included. ``progress``: True for a progress
@@ -791,5 +792,5 @@ def evolve_problem(problem: Problem, config: EvolveConfig, store: Any, judge: An
     finally:
         if own:
             judge.close()
-        elif hasattr(judge, "release"):
+        else:
             judge.release(problem)  # a shared judge (warm) keeps no GB-scale reference of a finished search

@@ -11,7 +11,14 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from kernel_cache.fingerprint import EnvFingerprint
+from ks_inductor.contracts import Apply, RegionSource, SearchJudge, SearchStore
+
+if TYPE_CHECKING:
+    from ks_inductor.evolve.config import EvolveConfig
+    from ks_inductor.gpu_util import GpuSampler
 
 # Regions in flight per local GPU when the config says nothing. A judgment holds its device alone for a small part
 # of its wall time (the timing; its worker's start, compile and checks overlap others), and a region's search keeps
@@ -19,14 +26,14 @@ from typing import Any
 REGIONS_PER_GPU = 3
 
 
-def default_parallel_regions(fp: Any, judge: Any = None) -> int:
+def default_parallel_regions(fp: EnvFingerprint, judge: SearchJudge | None = None) -> int:
     """Regions in flight when the config says nothing: ``REGIONS_PER_GPU`` per local device, and two on the CPU (the
     interpreter judge's workers are processes of their own, so a second region keeps the cores busy while the
     first one's loop waits on its verdicts)."""
     if not fp.timed:
         return 2
-    if judge is not None and getattr(judge, "device_count", None):
-        return REGIONS_PER_GPU * max(1, int(judge.device_count))
+    if judge is not None and judge.device_count:
+        return REGIONS_PER_GPU * judge.device_count
     import torch
 
     return REGIONS_PER_GPU * max(1, torch.cuda.device_count())
@@ -36,7 +43,7 @@ class LockedStore:
     """The kernel cache behind one lock: the region searches write their steps and verdicts from several threads,
     and a store's connection is not meant to be shared by threads at once."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: SearchStore) -> None:
         self._store = store
         self.lock = threading.RLock()
 
@@ -130,32 +137,33 @@ class _Board:
 
 
 class RegionThreads:
-    """Searches up to ``workers`` regions at once with one shared judge (made for the run when none is given)."""
+    """Searches up to ``workers`` regions at once with one shared judge (made for the run when none is given): a
+    :class:`ks_inductor.contracts.RegionExecutor` that runs here."""
 
-    def __init__(self, judge: Any = None, workers: int = 2) -> None:
+    local = True
+
+    def __init__(self, judge: SearchJudge | None = None, workers: int = 2) -> None:
         self.judge = judge
         self.workers = max(1, workers)
         self.judgments = 0
         self.rate = 0.0  # judgments per minute over the run, once it ended
-        self.gpu: Any = None  # a started GpuSampler, set by warm() on a host with GPUs to show
+        self.gpu: GpuSampler | None = None  # a started sampler, set by warm() on a host with GPUs to show
 
-    def fingerprint(self, config: Any) -> Any:
+    def fingerprint(self, config: EvolveConfig) -> EnvFingerprint:
         from ks_inductor.judge.backends import current_fingerprint
 
         return self.judge.fingerprint if self.judge is not None else current_fingerprint(config.backend)
 
-    def run(self, todo: Any, config: Any, store: Any, deadline: float | None, apply: Any,
-            console: Any) -> None:
-        """Search every region of ``todo``, ``workers`` at a time; ``deadline`` (``time.time()``) bounds the whole
-        run: each region's search gets at most what is left of it when it starts, and a region that does not
-        start in time is ``not-run``. ``todo``: a list of ``(item, problem)``, searched in its order, or a
-        :class:`ks_inductor.warm.rooms.RegionQueue`, whose regions start as their rooms arrive (the loop waits on
-        the rooms and the searches at once, so a free thread takes a region the moment its room is known)."""
+    def run(self, regions: RegionSource, config: EvolveConfig, store: SearchStore, deadline: float | None,
+            apply: Apply, console: Any) -> None:
+        """Search every region ``regions`` hands out, ``workers`` at a time; ``deadline`` (``time.time()``) bounds
+        the whole run: each region's search gets at most what is left of it when it starts, and a region that does
+        not start in time is ``not-run``. Regions start as their rooms arrive (the loop waits on the rooms and the
+        searches at once, so a free thread takes a region the moment its room is known)."""
         from ks_inductor.evolve.evolver import search_judge
         from ks_inductor.warm.region import evolve_region, region_config
-        from ks_inductor.warm.rooms import RegionQueue
 
-        queue = todo if isinstance(todo, RegionQueue) else RegionQueue(list(todo))
+        queue = regions
         if queue.exhausted:
             return
         own = self.judge is None
@@ -168,7 +176,7 @@ class RegionThreads:
             if left is not None and left <= 0:
                 return {"status": "not-run", "note": "the whole-run limit was reached before this region started"}
             t1 = time.monotonic()
-            outcome = evolve_region(problem, region_config(config, left, getattr(item, "time_limit_s", None)),
+            outcome = evolve_region(problem, region_config(config, left, item.time_limit_s),
                                     locked, judge, progress=board.start(item))
             outcome["wall_s"] = time.monotonic() - t1
             return outcome

@@ -16,7 +16,11 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ks_inductor.evolve.config import EvolveConfig
+    from ks_inductor.problem import Problem
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +72,12 @@ class CodegenPrefetch:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def start_prefetch(problems: Sequence[Any], config: Any, target: str | None, deadline: float | None,
+def start_prefetch(problems: Sequence[Problem], config: EvolveConfig, target: str | None, deadline: float | None,
                    skip: Callable[[str], bool] | None = None) -> CodegenPrefetch | None:
     """A started :class:`CodegenPrefetch` for the searches of ``problems`` about to run here (``config``'s
     per-search limit bounding each generation; a region whose key ``skip`` names when its turn comes is left out),
     or None where there is nothing to generate ahead, the searches seed from no Inductor code
     (``config.inductor_seeds`` off) or the judge's device is not known."""
-    if not problems or not getattr(config, "inductor_seeds", True) or target is None:
+    if not problems or not config.inductor_seeds or target is None:
         return None
-    return CodegenPrefetch(problems, target, deadline, getattr(config, "time_limit_s", None), skip=skip)
+    return CodegenPrefetch(problems, target, deadline, config.time_limit_s, skip=skip)

@@ -32,7 +32,14 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from kernel_cache.fingerprint import EnvFingerprint
+from kernel_cache.urls import CacheURL, parse_url
+from ks_inductor.contracts import Apply, RegionSource, SearchJudge, SearchStore
+
+if TYPE_CHECKING:
+    from ks_inductor.evolve.config import EvolveConfig
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +84,7 @@ def config_from_json(data: dict[str, Any]) -> Any:
 
 # One judge per worker process and device set: Ray reuses worker processes across tasks, and a judge's sandboxed
 # workers cost seconds to start.
-_JUDGES: dict[tuple[str, str], Any] = {}
+_JUDGES: dict[tuple[str, str], SearchJudge] = {}
 
 
 def _close_judges() -> None:
@@ -89,7 +96,7 @@ def _close_judges() -> None:
     _JUDGES.clear()
 
 
-def _judge_for(config: Any) -> Any:
+def _judge_for(config: EvolveConfig) -> SearchJudge:
     from ks_inductor.evolve.evolver import search_judge
 
     ident = (json.dumps([config.backend, config.judge_trials]), os.environ.get("CUDA_VISIBLE_DEVICES", ""))
@@ -114,8 +121,7 @@ def evolve_task(problem_json: str, config_json: str, db_url: str, results: str, 
     """One region on a Ray worker → :func:`ks_inductor.warm.region.evolve_region`'s outcome as a JSON string, plus
     ``worker`` (where it ran), ``written`` (whether the worker stored it) and, when it did not, ``kernel``, ``steps``
     and ``problem`` for the driver to store."""
-    from kernel_cache.store import KernelStore
-    from kernel_cache.urls import sqlite_path
+    from kernel_cache.access import open_store
     from ks_inductor.problem import Problem
     from ks_inductor.warm.region import evolve_region, region_config
 
@@ -129,10 +135,11 @@ def evolve_task(problem_json: str, config_json: str, db_url: str, results: str, 
                            "written": True, "wall_s": 0.0})
     # Searches on a worker print nothing: a progress bar per worker would interleave on the driver's terminal.
     config = region_config(config, left)
-    path = sqlite_path(db_url)
+    location = parse_url(db_url)
+    path = location.sqlite_file
     written = results == "db" and (path is None or path.exists())
     tmp = None if written else tempfile.mkdtemp(prefix="ks-ray-")
-    store = KernelStore(db_url if written else os.path.join(tmp, "region.db"))
+    store = open_store(location if written else os.path.join(tmp, "region.db"))
     try:
         judge = _judge_for(config)
         out = evolve_region(problem, config, store, judge, progress=False)
@@ -175,7 +182,7 @@ class RayExecutor:
     task whose worker died, before the driver's own re-submissions."""
 
     address: str = "auto"
-    db_url: str = ""
+    db: str | CacheURL | None = None  # the cache the workers write to with ``results="db"``; read once, here
     results: str = "auto"
     num_cpus: int | None = None
     max_retries: int = MAX_RETRIES
@@ -184,6 +191,24 @@ class RayExecutor:
     resources: dict[str, Any] = field(default_factory=dict)
     nodes: dict[str, _Node] = field(default_factory=dict)
     worker_deaths: int = 0
+    # As a RegionExecutor: the searches run on the workers, each with a judge of its own, and the cluster's GPUs
+    # are not this host's to show.
+    local: ClassVar[bool] = False
+    judge: SearchJudge | None = None
+    gpu: Any = None
+
+    @property
+    def workers(self) -> int:
+        """Searches at once: one per GPU of the cluster (per CPU without GPUs), once connected."""
+        return self.slots
+
+    def __post_init__(self) -> None:
+        self.db = parse_url(self.db)
+
+    @property
+    def location(self) -> CacheURL:
+        assert isinstance(self.db, CacheURL)
+        return self.db
 
     def connect(self) -> RayExecutor:
         ray = _ray()
@@ -215,9 +240,7 @@ class RayExecutor:
         return self
 
     def _shared_db(self) -> bool:
-        from kernel_cache.urls import sqlite_path
-
-        if sqlite_path(self.db_url) is None:
+        if self.location.sqlite_file is None:
             return True  # a server database: every worker reaches it
         import ray
 
@@ -234,10 +257,8 @@ class RayExecutor:
             return {"num_gpus": 1, "num_cpus": 0}
         return {"num_cpus": 1}
 
-    def fingerprint(self, config: Any) -> Any:
+    def fingerprint(self, config: EvolveConfig) -> EnvFingerprint:
         """The workers' environment (what their kernels are stored under), asked of one worker."""
-        from ks_inductor.judge.backends import EnvFingerprint
-
         ray = _ray()
         task = ray.remote(_fingerprint_task).options(**self._options(), max_retries=MAX_RETRIES)
         return EnvFingerprint.from_json(json.loads(ray.get(task.remote(config.backend))))
@@ -247,10 +268,11 @@ class RayExecutor:
         return (f"Ray cluster: {len(self.nodes)} node(s), {self.slots} {kind} worker(s); results written by "
                 f"{'the workers to the shared cache' if self.results == 'db' else 'this driver'}")
 
-    def run(self, todo: list[tuple[Any, Any]], config: Any, store: Any, deadline: float | None,
-            apply: Any, console: Any) -> None:
-        """Submit every region, then read outcomes as they come: ``apply(item, outcome)`` for each. A region whose
-        worker died after Ray's own retries is submitted again (:data:`RESUBMITS` times)."""
+    def run(self, regions: RegionSource, config: EvolveConfig, store: SearchStore, deadline: float | None,
+            apply: Apply, console: Any) -> None:
+        """Submit every region ``regions`` hands out (all at once: no room orders them here), then read outcomes
+        as they come: ``apply(item, outcome)`` for each. A region whose worker died after Ray's own retries is
+        submitted again (:data:`RESUBMITS` times)."""
         ray = _ray()
         task = ray.remote(evolve_task).options(**self._options(), max_retries=self.max_retries)
         config_json = json.dumps(config.to_json())
@@ -258,13 +280,13 @@ class RayExecutor:
         pending: dict[Any, tuple[Any, Any, int]] = {}
 
         def submit(item: Any, problem: Any, resubmits: int) -> None:
-            ref = task.remote(json.dumps(problem.to_json()), config_json, self.db_url, self.results, deadline)
+            ref = task.remote(json.dumps(problem.to_json()), config_json, self.location.url, self.results, deadline)
             pending[ref] = (item, problem, resubmits)
 
-        for item, problem in todo:
+        for item, problem in iter(regions.take, None):
             submit(item, problem, 0)
         try:
-            self._collect(pending, submit, store, config, apply, _Board(self, len(todo), console))
+            self._collect(pending, submit, store, config, apply, _Board(self, regions.total, console))
         except BaseException:
             # Interrupted: the searches still queued or running would go on writing for nobody.
             for ref in pending:
@@ -274,8 +296,8 @@ class RayExecutor:
                     log.debug("cancelling a search: %s", e)
             raise
 
-    def _collect(self, pending: dict[Any, tuple[Any, Any, int]], submit: Any, store: Any, config: Any, apply: Any,
-                 board: _Board) -> None:
+    def _collect(self, pending: dict[Any, tuple[Any, Any, int]], submit: Any, store: SearchStore,
+                 config: EvolveConfig, apply: Apply, board: _Board) -> None:
         ray = _ray()
         import ray.exceptions as rx
 
@@ -311,7 +333,7 @@ class RayExecutor:
             board.refresh(0)
 
     @staticmethod
-    def _store(store: Any, outcome: dict[str, Any], config: dict[str, Any]) -> None:
+    def _store(store: SearchStore, outcome: dict[str, Any], config: dict[str, Any]) -> None:
         """The one-writer path: a worker's run, winner and steps, stored in the driver's cache under a run of its
         own (the worker's run lived in a private file)."""
         from kernel_cache.record import KernelRecord, StepRecord

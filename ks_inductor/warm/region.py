@@ -4,12 +4,18 @@ or on a Ray worker. Its outcome is JSON, so that it crosses a process or a host 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from ks_inductor.contracts import SearchJudge, SearchStore
+
+if TYPE_CHECKING:
+    from ks_inductor.evolve.config import EvolveConfig
+    from ks_inductor.problem import Problem
 
 log = logging.getLogger(__name__)
 
 
-def region_config(config: Any, left: float | None, share_s: float | None = None) -> Any:
+def region_config(config: EvolveConfig, left: float | None, share_s: float | None = None) -> EvolveConfig:
     """``config`` with its per-region time limit cut to the region's share of it (``share_s``, from its room) and
     to ``left`` seconds (what remains of the whole run)."""
     from dataclasses import replace
@@ -21,7 +27,8 @@ def region_config(config: Any, left: float | None, share_s: float | None = None)
     return config if limit == config.time_limit_s else replace(config, time_limit_s=limit)
 
 
-def evolve_region(problem: Any, config: Any, store: Any, judge: Any, progress: bool = False) -> dict[str, Any]:
+def evolve_region(problem: Problem, config: EvolveConfig, store: SearchStore, judge: SearchJudge,
+                  progress: Any = False) -> dict[str, Any]:
     """One region's search, as JSON: ``status`` (``done``, ``no-kernel`` or ``failed``), ``note`` (why there is no
     kernel, in one line, where there is none) and, when the search ran, ``summary`` (:meth:`EvolveSummary.to_json`). What both executors run, here or on a Ray worker."""
     from ks_inductor.evolve import EvolveError, evolve_problem

@@ -17,9 +17,14 @@ import logging
 import math
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from kernel_cache.fingerprint import EnvFingerprint
+from ks_inductor.contracts import Region, RoomJudge, SearchStore
 from ks_inductor.judge.room import SETTLE_AT, Room, time_share
+
+if TYPE_CHECKING:
+    from ks_inductor.evolve.config import EvolveConfig
 
 log = logging.getLogger(__name__)
 
@@ -29,13 +34,12 @@ log = logging.getLogger(__name__)
 ROOMS_PER_DEVICE = 2
 
 
-def settle_threshold(config: Any, fp: Any) -> float | None:
+def settle_threshold(config: EvolveConfig, fp: EnvFingerprint) -> float | None:
     """The fraction of the floor that settles a region for this run; None where no room is measured (the
     interpreter, unless the config asks)."""
-    at = getattr(config, "settle_at", None)
-    if at is not None:
-        return float(at)
-    return SETTLE_AT if getattr(fp, "timed", False) else None
+    if config.settle_at is not None:
+        return float(config.settle_at)
+    return SETTLE_AT if fp.timed else None
 
 
 def place(item: Any, room: Room, at: float, time_limit_s: float | None) -> float | None:
@@ -52,8 +56,8 @@ def place(item: Any, room: Room, at: float, time_limit_s: float | None) -> float
     return room.weight if room.best_ms is not None else -1.0
 
 
-def plan(todo: list[tuple[Any, Any]], rooms: dict[str, Room], at: float,
-         time_limit_s: float | None) -> tuple[list[tuple[Any, Any]], list[tuple[Any, Room]]]:
+def plan(todo: list[Region], rooms: dict[str, Room], at: float,
+         time_limit_s: float | None) -> tuple[list[Region], list[tuple[Any, Room]]]:
     """With every room known: (the regions to search, most time above the floor first; the settled ones with their
     rooms), each item read as :func:`place` reads it. A region without a room keeps its place after those with one."""
     search: list[tuple[float, int, Any, Any]] = []
@@ -88,8 +92,8 @@ class RegionQueue:
     One thread takes regions and waits on rooms (the executor's loop); :meth:`passed`, a set lookup, is safe from
     any (the code generation ahead asks it)."""
 
-    def __init__(self, todo: list[tuple[Any, Any]], judge: Any = None, store: Any = None, fp: Any = None,
-                 at: float | None = None, time_limit_s: float | None = None, deadline: float | None = None,
+    def __init__(self, todo: list[Region], judge: RoomJudge | None = None, store: SearchStore | None = None,
+                 fp: EnvFingerprint | None = None, at: float | None = None, time_limit_s: float | None = None, deadline: float | None = None,
                  console: Any = None, in_flight: int | None = None, idle: int = 0) -> None:
         self.total = len(todo)
         self.settled: list[tuple[Any, Room]] = []
@@ -106,7 +110,7 @@ class RegionQueue:
             else:
                 heapq.heappush(self._ready, (0.0, n, item, problem))
         if measured:
-            devices = getattr(judge, "device_count", None) or 1
+            devices = judge.device_count or 1
             self._in_flight = max(1, in_flight or ROOMS_PER_DEVICE * int(devices))
             self._send(idle)
 
@@ -129,7 +133,7 @@ class RegionQueue:
         worth starting ahead."""
         return key in self._passed
 
-    def take(self, idle: int = 0) -> tuple[Any, Any] | None:
+    def take(self, idle: int = 0) -> Region | None:
         """The ready region to search next (``(item, problem)``), or None where none is ready now; never blocks.
         ``idle``: as for :meth:`poll`."""
         self.poll(idle)

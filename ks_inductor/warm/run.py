@@ -11,9 +11,17 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from kernel_cache.fingerprint import EnvFingerprint
+from ks_inductor.contracts import RegionExecutor, RoomJudge, SearchJudge, SearchStore
 from ks_inductor.warm.region import evolve_region, region_config
+
+if TYPE_CHECKING:
+    from ks_inductor.evolve.config import EvolveConfig
+    from ks_inductor.gpu_util import GpuSampler
+    from ks_inductor.problem import Problem
+    from ks_inductor.warm.prefetch import CodegenPrefetch
 
 log = logging.getLogger(__name__)
 
@@ -91,17 +99,18 @@ class WarmSummary:
 # ----------------------------------------------------------------------------------------- warming
 
 
-def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = None, force: bool = False,
-         console: Any = None, origin: str = "model", total_time_s: float | None = None,
-         executor: Any = None) -> WarmSummary:
+def warm(problems: Sequence[Problem], store: SearchStore, config: EvolveConfig | None = None,
+         judge: SearchJudge | None = None, force: bool = False, console: Any = None, origin: str = "model",
+         total_time_s: float | None = None, executor: RegionExecutor | None = None) -> WarmSummary:
     """Evolve a kernel for each distinct problem key that has none yet for this machine.
 
     ``config.time_limit_s`` bounds each key's search; ``total_time_s`` bounds the whole run: each key gets at most
     what is left of it, and keys not reached in time are reported ``not-run``.
 
     One plan, two executors: the keys that need a search are found here (lookups only), then either searched here
-    one after another with the local judge (``executor`` None), or handed to ``executor`` (a
-    :class:`ks_inductor.warm.ray_cluster.RayExecutor`: one search per Ray worker, each with a local judge of its own).
+    one after another with the local judge (``executor`` None), or handed to ``executor``: several at once in this
+    process (:class:`ks_inductor.warm.parallel.RegionThreads`), or one search per Ray worker, each with a judge of
+    its own (:class:`ks_inductor.warm.ray_cluster.RayExecutor`).
     Every region's outcome comes back as :func:`evolve_region`'s JSON and is read the same way in both cases."""
     from rich.console import Console
 
@@ -124,10 +133,10 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
         fp = current_fingerprint(config.backend)
     t0 = time.perf_counter()
     summary = WarmSummary(fingerprint=fp.to_json())
-    distinct: dict[str, Any] = {}
+    distinct: dict[str, Problem] = {}
     for p in problems:
         distinct.setdefault(p.key, p)
-    todo: list[tuple[WarmItem, Any]] = []
+    todo: list[tuple[WarmItem, Problem]] = []
     for n, (key, problem) in enumerate(distinct.items(), 1):
         item = WarmItem(key=key, name=problem.name, origin=origin, signature=problem.signature())
         summary.items.append(item)
@@ -138,24 +147,24 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
             console.print(f"[{n}/{len(distinct)}] {problem.name} {key[:12]}: [cyan]cached[/] (kernel {existing.id})")
             continue
         todo.append((item, problem))
-    local = executor is None or isinstance(executor, RegionThreads)
+    local = executor is None or executor.local
     made = None  # a judge made here for the rooms, which the searches then share
     at = settle_threshold(config, fp)
     queue = RegionQueue(todo)
     rooms = False
     if todo and local and at is not None:
         if judge is None:
-            judge = getattr(executor, "judge", None)
+            judge = executor.judge if executor is not None else None
             if judge is None:
                 judge = made = search_judge(config)
             if executor is not None and executor.judge is None:
                 executor.judge = judge  # the searches reuse the baselines the rooms were measured from
-        rooms = hasattr(judge, "submit_room")  # a judge that measures no rooms leaves the order as it is
+        rooms = isinstance(judge, RoomJudge)  # a judge that measures no rooms leaves the order as it is
     if executor is None and len(todo) > 1:
         # Several regions at once, one judge for all: see ks_inductor.warm.parallel.
         from ks_inductor.warm.parallel import default_parallel_regions
 
-        n = getattr(config, "parallel_regions", None) or default_parallel_regions(fp, judge)
+        n = config.parallel_regions or default_parallel_regions(fp, judge)
         if n > 1:
             executor = RegionThreads(judge, n)
             # Each search keeps time for its final judgments assuming the searches beside it do the same at once.
@@ -168,15 +177,15 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
         store = LockedStore(store)
         queue = RegionQueue(todo, judge, store, fp, at, config.time_limit_s,
                             None if left is None else time.monotonic() + left, console,
-                            idle=executor.workers if isinstance(executor, RegionThreads) else 1)
+                            idle=executor.workers if executor is not None else 1)
     gpu = _gpu_sampler(fp, executor, todo)
     prefetch = _start_prefetch(todo, config, judge, executor, total_time_s, t0, queue.passed)
     if executor is not None:
-        if gpu is not None and hasattr(executor, "gpu"):
+        if gpu is not None:
             executor.gpu = gpu
         try:
             deadline = None if total_time_s is None else time.time() + total_time_s - (time.perf_counter() - t0)
-            executor.run(queue if isinstance(executor, RegionThreads) else todo, config, store, deadline,
+            executor.run(queue, config, store, deadline,
                          lambda item, outcome: apply_outcome(item, outcome, store, fp, console), console)
         finally:
             summary.wall_s = time.perf_counter() - t0
@@ -231,16 +240,16 @@ def warm(problems: Sequence[Any], store: Any, config: Any = None, judge: Any = N
     return summary
 
 
-def _start_prefetch(todo: list[Any], config: Any, judge: Any, executor: Any, total_time_s: float | None,
-                    t0: float, passed: Callable[[str], bool] | None = None) -> Any:
+def _start_prefetch(todo: list[tuple[WarmItem, Problem]], config: EvolveConfig, judge: SearchJudge | None,
+                    executor: RegionExecutor | None, total_time_s: float | None, t0: float,
+                    passed: Callable[[str], bool] | None = None) -> CodegenPrefetch | None:
     """Inductor's code generation for every region to search here, started in the background (see
     :mod:`ks_inductor.warm.prefetch`), or None for searches elsewhere (a Ray cluster: its workers are other
     processes, whose memo this one cannot fill). ``passed(key)``: the region's search started, or its room settled
     it, so its generation is not started ahead."""
-    from ks_inductor.warm.parallel import RegionThreads
     from ks_inductor.warm.prefetch import start_prefetch
 
-    if executor is not None and not isinstance(executor, RegionThreads):
+    if executor is not None and not executor.local:
         return None
     # The searches that start at once generate their own plans; the background takes the next ones, rather than
     # wait behind a search's generation of the same region while later regions start.
@@ -249,11 +258,11 @@ def _start_prefetch(todo: list[Any], config: Any, judge: Any, executor: Any, tot
     return start_prefetch([p for _, p in todo[first:]], config, _judge_device(judge, config), deadline, passed)
 
 
-def _judge_device(judge: Any, config: Any) -> str | None:
+def _judge_device(judge: SearchJudge | None, config: EvolveConfig) -> str | None:
     """The device the searches' judge runs candidates on ("cuda", "cpu" for the interpreter): the target of
     Inductor's code generation. None where it cannot be told."""
     if judge is not None:
-        return getattr(getattr(judge, "backend", None), "device", None)
+        return judge.backend.device
     from ks_inductor.judge.backends import detect_backend
 
     try:
@@ -263,14 +272,10 @@ def _judge_device(judge: Any, config: Any) -> str | None:
         return None
 
 
-def _gpu_sampler(fp: Any, executor: Any, todo: list[Any]) -> Any:
+def _gpu_sampler(fp: EnvFingerprint, executor: RegionExecutor | None, todo: list[Any]) -> GpuSampler | None:
     """A started :class:`ks_inductor.gpu_util.GpuSampler` for a search on this host's GPUs, else None: nothing to
     evolve, an untimed backend (no GPU work worth showing), or a Ray cluster (its GPUs are not all here)."""
-    if not todo or not getattr(fp, "timed", False):
-        return None
-    from ks_inductor.warm.parallel import RegionThreads
-
-    if executor is not None and not isinstance(executor, RegionThreads):
+    if not todo or not fp.timed or (executor is not None and not executor.local):
         return None
     from ks_inductor.gpu_util import GpuSampler
 
@@ -278,14 +283,15 @@ def _gpu_sampler(fp: Any, executor: Any, todo: list[Any]) -> Any:
     return gpu.start() if gpu.available else None
 
 
-def _end_gpu_sampler(gpu: Any, summary: WarmSummary) -> None:
+def _end_gpu_sampler(gpu: GpuSampler | None, summary: WarmSummary) -> None:
     if gpu is None:
         return
     gpu.stop()
     summary.gpu_util, summary.gpu_util_source = gpu.summary(), gpu.source
 
 
-def apply_outcome(item: WarmItem, outcome: dict[str, Any], store: Any, fp: Any, console: Any = None) -> None:
+def apply_outcome(item: WarmItem, outcome: dict[str, Any], store: SearchStore, fp: EnvFingerprint,
+                  console: Any = None) -> None:
     """Read one region's outcome (:func:`evolve_region`'s JSON) into ``item``; a stored verified kernel makes it
     ``found`` and clears the key's recorded miss."""
     status = outcome.get("status", "failed")
@@ -313,7 +319,7 @@ def apply_outcome(item: WarmItem, outcome: dict[str, Any], store: Any, fp: Any, 
             console.print(f"  [yellow]no kernel[/]: {item.note}")
 
 
-def _clear_miss(store: Any, key: str) -> None:
+def _clear_miss(store: SearchStore, key: str) -> None:
     try:
         store.clear_miss(key)
     except Exception as e:  # noqa: BLE001 - bookkeeping only

@@ -14,7 +14,12 @@ import logging
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from ks_inductor.contracts import CompileStore, SearchStore
+
+if TYPE_CHECKING:
+    from ks_inductor.problem import Problem
 
 log = logging.getLogger(__name__)
 
@@ -240,10 +245,12 @@ def _torch_dtype(name: str) -> Any:
 
 
 def problems_from_model(model: Any, inputs: Sequence[Any], db: str | None = None,
-                        judge_backend: str | None = None) -> list[Any]:
+                        judge_backend: str | None = None, store: CompileStore | None = None) -> list[Problem]:
+    """The distinct problems of the model's regions, looked up in ``store`` (one the caller has open, so that the
+    database is not opened twice), else in the cache ``db`` names."""
     from ks_inductor.compiler.explain import explain
 
-    return explain(model, *inputs, db=db, judge_backend=judge_backend).problems
+    return explain(model, *inputs, db=db, judge_backend=judge_backend, store=store).problems
 
 
 # The KernelBench levels taken from a checkout when none are named; level 4's models download weights.
@@ -284,7 +291,8 @@ def kernelbench_files(root: str | Path, levels: Sequence[int] | None = None,
 
 
 def problems_from_folder(folder: str | Path, db: str | None = None, judge_backend: str | None = None,
-                         levels: Sequence[int] | None = None, ids: Sequence[int] | None = None) -> list[Any]:
+                         levels: Sequence[int] | None = None, ids: Sequence[int] | None = None,
+                         store: CompileStore | None = None) -> list[Problem]:
     """The regions of every KernelBench file's model in ``folder`` (:func:`kernelbench_files`: a checkout, its
     levels, or a folder of problem files): what ``torch.compile(backend="kernelsmith")`` of those models looks up
     (the whole file is a different key from the regions a compile cuts)."""
@@ -294,7 +302,7 @@ def problems_from_folder(folder: str | Path, db: str | None = None, judge_backen
     for f in kernelbench_files(folder, levels, ids):
         try:
             model, inputs = kernelbench_model(f)
-            problems.extend(problems_from_model(model, inputs, db=db, judge_backend=judge_backend))
+            problems.extend(problems_from_model(model, inputs, db=db, judge_backend=judge_backend, store=store))
         except (WarmError, ProblemError) as e:
             log.warning("skipping %s: %s", f, e)
     if not problems:
@@ -302,7 +310,7 @@ def problems_from_folder(folder: str | Path, db: str | None = None, judge_backen
     return problems
 
 
-def problems_from_misses(store: Any) -> list[Any]:
+def problems_from_misses(store: SearchStore) -> list[Problem]:
     from ks_inductor.problem import Problem
 
     out = []

@@ -1,0 +1,162 @@
+"""A pack kernel as it serves, and the checks that prove it on the device a layer runs on before its first result is
+used: the pack's golden vectors, or, for a problem too large to carry them, the stack's own computation at the
+kernel's signature (and at the other signatures along an op's free dims, :mod:`integrations.served_op`)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .serving import R_NO_VECTORS
+from .signature import Signature, random_inputs, spec_signature
+
+
+@dataclass
+class PackKernel:
+    """One pack kernel as it serves: loaded on first use, after its golden vectors pass on the call's device."""
+
+    record: Any  # KernelRecord
+    problem: Any  # Problem
+    vectors: bytes | None
+    state: str = "unchecked"  # unchecked | passed | failed | none | slower | broken
+    note: str = ""
+    loaded: Any = None  # kernel_ops.LoadedKernel
+    race_us: tuple[float, float] | None = None  # median µs per call: (ours, the stack's own), where it was raced
+    # Its launches replayed without its Python forward (``launch_plan``), made once it passed its check on a GPU;
+    # None where it has none (``plan_note`` says why).
+    plan: Any = None
+    plan_note: str = ""
+    # Signatures other than its problem's, along the op's free dims (``PackGuard.bind``), where it was proven
+    # against the stack's own computation once: what a call there runs.
+    at: dict[Signature, SignatureProof] = field(default_factory=dict)
+    # Whether it beat the stack's own path, by bucket of its free dims' sizes (powers of two): "" where it did,
+    # else why not. Its problem's own signature fills the bucket it falls in.
+    bucket_races: dict[tuple[int, ...], str] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def call(self, *args: Any) -> Any:
+        """The kernel's outputs for ``args``: through its launch plan where it has one, else its forward."""
+        return _launch(self.plan, self.loaded.model, args)
+
+
+@dataclass
+class SignatureProof:
+    """A pack kernel at a signature its problem does not have (another length along a free dim): whether it
+    computed what the stack computes there (``why`` empty), the outputs it must return, and how it launches."""
+
+    kernel: PackKernel
+    why: str
+    outputs: list[tuple[tuple[int, ...], torch.dtype]] = field(default_factory=list)
+    plan: Any = None
+
+    def call(self, *args: Any) -> Any:
+        return _launch(self.plan, self.kernel.loaded.model, args)
+
+
+def _launch(plan: Any, forward: Callable[..., Any], args: tuple) -> Any:
+    """A kernel's outputs: replayed from its launch plan, or from its forward where it has none or the plan
+    declines this call (a pointer no longer aligned as it was specialized)."""
+    if plan is not None:
+        out = plan(*args)
+        if out is not None:
+            return out
+    return forward(*args)
+
+
+def kernel_rank(ke: dict[str, Any]) -> float:
+    """A pack manifest entry's recorded speedup, for ranking a key's kernels (0 where it has none)."""
+    sp = ke.get("speedup")
+    return float(sp) if isinstance(sp, (int, float)) else 0.0
+
+
+def _tolerance(dtype: str) -> tuple[float, float]:
+    from ks_inductor.judge.config import JudgeConfig
+
+    return JudgeConfig().tolerance(dtype)
+
+
+def _as_list(out: Any) -> list[Any]:
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def load_kernel(kernel: PackKernel) -> str:
+    """Load the kernel once; why it cannot be loaded, else ""."""
+    from ks_inductor.compiler import kernel_ops as ko
+
+    if kernel.loaded is None:
+        try:
+            kernel.loaded = ko.load_kernel(kernel.record)
+        except ko.KernelLoadError as e:
+            return f"cannot load: {e}"
+    return ""
+
+
+def check_trials(kernel: PackKernel, trials: list[tuple[list[torch.Tensor], list[torch.Tensor]]]) -> str:
+    """Why the loaded kernel's outputs differ from the reference's on ``trials``, else ""."""
+    from ks_inductor.judge.compare import compare_outputs
+
+    for i, (ins, ref) in enumerate(trials):
+        try:
+            with torch.no_grad():
+                got = [o.detach().to("cpu") for o in _as_list(kernel.loaded.model(*ins)) if isinstance(o, torch.Tensor)]
+        except Exception as e:  # noqa: BLE001 - a kernel that raises on its own check is not served
+            return f"trial {i}: {type(e).__name__}: {e}"
+        _, why = compare_outputs([r.to("cpu") for r in ref], got, _tolerance, i, "golden")
+        if why:
+            return why
+    return ""
+
+
+def run_golden_vectors(kernel: PackKernel, device: torch.device) -> tuple[bool, str]:
+    """Run the kernel on its golden inputs on ``device`` and compare with the reference outputs the pack carries."""
+    from kernel_cache.pack import golden_inputs
+
+    if kernel.vectors is None:
+        return False, R_NO_VECTORS
+    _, vectors, _ = golden_inputs(kernel.vectors)
+    if not vectors:
+        return False, R_NO_VECTORS
+    why = load_kernel(kernel)
+    if why:
+        return False, why
+    trials = [([x.to(device) for x in ins], outs) for ins, outs in vectors]
+    why = check_trials(kernel, trials)
+    return not why, why
+
+
+def run_against_stack(kernel: PackKernel, device: torch.device, reference: Callable[..., Any],
+                      n: int = 2) -> tuple[bool, str]:
+    """For a kernel whose problem was too large for golden vectors: seeded random inputs at its signature, on
+    ``device``, compared with the stack's own computation of the op (the layer's code, not the pack's)."""
+    sig = spec_signature(kernel.problem.input_specs)
+    if sig is None:
+        return False, R_NO_VECTORS
+    why = load_kernel(kernel)
+    if why:
+        return False, why
+    trials = stack_trials(device, reference, sig, n)
+    if isinstance(trials, str):
+        return False, trials
+    why = check_trials(kernel, trials)
+    return not why, why
+
+
+def stack_trials(device: torch.device, reference: Callable[..., Any], sig: Signature,
+                 n: int = 2) -> list[tuple[list[torch.Tensor], list[torch.Tensor]]] | str:
+    """``n`` sets of seeded random inputs at ``sig`` with the stack's own outputs for them; why not, where the
+    stack's computation raises there."""
+    gen = torch.Generator(device=device).manual_seed(0)
+    trials = []
+    for _ in range(n):
+        ins = random_inputs(sig, device, gen)
+        try:
+            with torch.no_grad():
+                ref = [o for o in _as_list(reference(*[x.clone() for x in ins])) if isinstance(o, torch.Tensor)]
+        except Exception as e:  # noqa: BLE001 - a signature the stack itself cannot compute is never served
+            return f"the stack's own computation raised: {type(e).__name__}: {e}"
+        trials.append((ins, ref))
+    return trials
