@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from benchmarks.results import KERNELSMITH, NO_KERNEL, OK, UNAVAILABLE, RunResult, WorkloadResult, load_result
@@ -317,7 +316,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def handle(args: argparse.Namespace) -> int:
-    console = Console(stderr=True)
+    from ks_inductor.cli.output import err_console
+
+    console = err_console()
     try:
         r = load_result(args.result)
     except (FileNotFoundError, ValueError) as e:
