@@ -193,14 +193,14 @@ def run_suite(cfg: RunConfig, console: Console | None = None) -> tuple[RunResult
     return result, out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0],
-                                     formatter_class=HelpFormatter)
+def main(argv: list[str] | None = None, prog: str = "python -m benchmarks.run") -> int:
+    """``prog``: the command line the help and the result file name this program by (``kernelsmith bench``)."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     add_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2),
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    return handle(args, argv)
+    return handle(args, argv, prog)
 
 
 def handle(args: argparse.Namespace, argv: list[str] | None = None, prog: str = "python -m benchmarks.run") -> int:

@@ -176,7 +176,7 @@ def test_a_db_in_a_folder_that_does_not_exist_is_refused_before_anything_runs(ar
     db = tmp_path / "nodir" / "k.db"
     assert main([*argv, "--db", str(db)]) == 2
     err = _one_line_error(capsys)
-    assert f"--db {db}: the folder {db.parent} does not exist" in err, err
+    assert f"no kernel cache at {db}: the folder {db.parent} does not exist (check --db" in err, err
     assert not db.parent.exists()
 
 

@@ -163,6 +163,13 @@ def test_report_through_the_command_writes_nothing_unless_asked(tmp_path, capfd)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["llm-ops-h200.json", "r.md"]
 
 
+def test_bench_and_report_help_name_the_command_that_ran_them(capfd):
+    for command in ("bench", "report"):
+        assert main([command, "--help"]) == 0
+        out = capfd.readouterr().out
+        assert out.startswith(f"usage: kernelsmith {command} ") and "benchmarks." not in out.splitlines()[0], out
+
+
 def test_packs_are_written_with_the_umask_mode(tmp_path):
     from kernel_cache.pack import ExportFilters, export_pack
     from kernel_cache.store import KernelStore

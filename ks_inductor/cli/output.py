@@ -96,7 +96,8 @@ def check_db_folder(args: argparse.Namespace) -> None:
     path = sqlite_file(named) if named else None
     if path is not None and not path.parent.is_dir():
         flag = "--db" if args.db is not None else "KERNELSMITH_DB"
-        raise UsageError(f"{flag} {named}: the folder {path.parent} does not exist (create it, or check the path)")
+        raise UsageError(f"no kernel cache at {named}: the folder {path.parent} does not exist (check {flag}; a "
+                         "cache is created where its folder exists)")
 
 
 def open_cache(args: argparse.Namespace, create: bool) -> Any:
