@@ -13,7 +13,8 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: setup.py pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# torch first, pinned, so that nothing pulls a CUDA build of torch onto a CPU machine
+	# torch first, pinned, so that nothing pulls another torch; its CPU build comes from PyTorch's CPU index
+	# (PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu make ...: README), plain PyPI has a CUDA build
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q --no-compile -e '.[dev]'
 	touch $@

@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from benchmarks.results import KERNELSMITH, NO_KERNEL, OK, UNAVAILABLE, RunResult, WorkloadResult, load_result
@@ -295,10 +294,10 @@ def write_report(r: RunResult, json_path: str | Path, plots: bool = True) -> lis
     return written
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m benchmarks.report") -> argparse.ArgumentParser:
     from ks_inductor.cli.args import HelpFormatter, add_verbose_argument
 
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.report", formatter_class=HelpFormatter,
+    ap = argparse.ArgumentParser(prog=prog, formatter_class=HelpFormatter,
                                  description="Print the markdown table of a benchmark result, or write it and its "
                                              "plots with -o")
     ap.add_argument("result", type=Path, help="a result JSON written by python -m benchmarks.run")
@@ -310,14 +309,17 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "python -m benchmarks.report") -> int:
+    """``prog``: the command line the help names this program by (``kernelsmith report``)."""
+    args = build_parser(prog).parse_args(argv)
     logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), stream=sys.stderr)
     return handle(args)
 
 
 def handle(args: argparse.Namespace) -> int:
-    console = Console(stderr=True)
+    from ks_inductor.cli.output import err_console
+
+    console = err_console()
     try:
         r = load_result(args.result)
     except (FileNotFoundError, ValueError) as e:

@@ -36,6 +36,7 @@ from ks_inductor.cli.args import (
     positive_float,
     positive_int,
 )
+from ks_inductor.cli.output import err_console, out_console
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,7 @@ def run_suite(cfg: RunConfig, console: Console | None = None) -> tuple[RunResult
     from benchmarks.roofline import Ceilings, measure_ceilings
     from benchmarks.suites import SuiteContext, kernelbench, llm_ops
 
-    console = console or Console(stderr=True)
+    console = console or err_console()
     suites = {"llm-ops": llm_ops, "kernelbench": kernelbench}
     suites[cfg.suite].plan(cfg)  # bad filters and missing inputs fail here, before a file or a store is touched
     _check_device(cfg)
@@ -192,19 +193,23 @@ def run_suite(cfg: RunConfig, console: Console | None = None) -> tuple[RunResult
     return result, out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0],
-                                     formatter_class=HelpFormatter)
+def main(argv: list[str] | None = None, prog: str = "python -m benchmarks.run") -> int:
+    """``prog``: the command line the help and the result file name this program by (``kernelsmith bench``)."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     add_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2),
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    return handle(args, argv)
+    return handle(args, argv, prog)
 
 
 def handle(args: argparse.Namespace, argv: list[str] | None = None, prog: str = "python -m benchmarks.run") -> int:
-    console = Console(stderr=True)
+    from ks_inductor.cli.args import UsageError
+    from ks_inductor.cli.output import check_db_folder
+
+    console = err_console()
     try:
+        check_db_folder(args)
         if getattr(args, "export_problems", None):
             from benchmarks.workloads import FULL, SMOKE, export_problems, llm_ops_workloads
 
@@ -214,12 +219,13 @@ def handle(args: argparse.Namespace, argv: list[str] | None = None, prog: str = 
             return 0
         cfg = config_from_args(args, argv, prog)
         result, out = run_suite(cfg, console)
-    except (BenchUsageError, FileNotFoundError) as e:
+    except (BenchUsageError, FileNotFoundError, UsageError) as e:
         console.print(f"[red]error:[/] {e}")
         return 2
     from benchmarks.report import render_table
 
-    console.print(render_table(result))
+    # The result's table, on stdout: never cut where stdout is a pipe or a file.
+    out_console().print(render_table(result))
     return 0
 
 

@@ -42,3 +42,8 @@ class PackError(CacheError):
 
 class SigningUnavailableError(PackError):
     """Signing was asked for but the ``cryptography`` package is missing."""
+
+
+class KeyFileError(PackError):
+    """A signing or trusted key that is not there, or not the kind of key asked for: a mistake in what the user
+    named, not a fault of the pack."""

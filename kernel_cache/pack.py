@@ -362,6 +362,8 @@ def _read_entries(path: Path, report: VerifyReport) -> dict[str, bytes]:
         with zipfile.ZipFile(path) as zf:
             infos = zf.infolist()
             names = [i.filename for i in infos]
+            # Signed is what the pack's directory says, so that a damaged signature reads as damaged, not absent.
+            report.signed = SIGNATURE in names
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:
                 report.reasons.append(f"duplicate entries (a tampering sign): {', '.join(dupes[:5])}")
@@ -427,7 +429,6 @@ def _load_manifest(entries: dict[str, bytes], report: VerifyReport) -> tuple[dic
 def _check_signature(entries: dict[str, bytes], raw_manifest: bytes, trust_keys: list[Any] | None,
                      report: VerifyReport) -> None:
     sig = entries.get(SIGNATURE)
-    report.signed = sig is not None
     if trust_keys:
         from kernel_cache.signing import check_signature, load_public_key
 
@@ -440,7 +441,7 @@ def _check_signature(entries: dict[str, bytes], raw_manifest: bytes, trust_keys:
             report.reasons.append(f"bad signature: {why}")
         else:
             report.signature_checked = True
-    elif sig is not None:
+    elif report.signed:
         report.warnings.append("the pack is signed, but no --trust-key was given: the signature was not checked")
 
 

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from kernel_cache.errors import PackError, SigningUnavailableError
+from kernel_cache.errors import KeyFileError, PackError, SigningUnavailableError
 
 ALGORITHM = "ed25519"
 
@@ -60,16 +60,18 @@ def generate_keypair(path: str | os.PathLike[str]) -> tuple[Path, Path]:
 
 def load_private_key(path: str | os.PathLike[str]) -> Any:
     serialization, ed25519 = _crypto()
+    if not Path(path).is_file():
+        raise KeyFileError(f"signing key not found: {path}")
     try:
         data = Path(path).read_bytes()
     except OSError as e:
-        raise PackError(f"cannot read signing key {path}: {e.strerror}") from None
+        raise KeyFileError(f"cannot read signing key {path}: {e.strerror}") from None
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as e:
-        raise PackError(f"{path} is not an unencrypted PEM private key ({e})") from None
+        raise KeyFileError(f"{path} is not an unencrypted PEM private key ({e})") from None
     if not isinstance(key, ed25519.Ed25519PrivateKey):
-        raise PackError(f"{path} is not an ed25519 key; generate one with `kernelsmith pack keygen`")
+        raise KeyFileError(f"{path} is not an ed25519 key; generate one with `kernelsmith pack keygen`")
     return key
 
 
@@ -77,7 +79,14 @@ def load_public_key(spec: str | os.PathLike[str]) -> Any:
     """A trusted key from a file (PEM or OpenSSH) or given inline as base64/hex of the raw 32 bytes."""
     serialization, ed25519 = _crypto()
     p = Path(spec)
-    raw = p.read_bytes().strip() if p.is_file() else str(spec).strip().encode()
+    is_file = p.is_file()
+    try:
+        raw = p.read_bytes().strip() if is_file else str(spec).strip().encode()
+    except OSError as e:
+        raise KeyFileError(f"cannot read trusted key {spec}: {e.strerror}") from None
+    if b"PRIVATE KEY-----" in raw:
+        raise KeyFileError(f"trusted key {spec} is a private key: give its public key ({spec}.pub from "
+                           "`kernelsmith pack keygen`)")
     try:
         if raw.startswith(b"-----BEGIN"):
             key = serialization.load_pem_public_key(raw)
@@ -91,9 +100,13 @@ def load_public_key(spec: str | os.PathLike[str]) -> Any:
                 data = base64.b64decode(text, validate=True)
             key = ed25519.Ed25519PublicKey.from_public_bytes(data)
     except (ValueError, TypeError, binascii.Error, UnicodeDecodeError) as e:
-        raise PackError(f"trusted key {spec}: not an ed25519 public key (PEM, ssh-ed25519, base64 or hex): {e}") from None
+        if not is_file:  # neither a file nor a key written inline: most likely a mistyped path
+            raise KeyFileError(f"trusted key file not found: {spec} (nor is it an inline base64 or hex ed25519 "
+                               "public key)") from None
+        raise KeyFileError(f"trusted key {spec}: not an ed25519 public key (PEM, ssh-ed25519, base64 or hex): "
+                           f"{e}") from None
     if not isinstance(key, ed25519.Ed25519PublicKey):
-        raise PackError(f"trusted key {spec} is not an ed25519 key")
+        raise KeyFileError(f"trusted key {spec} is not an ed25519 key")
     return key
 
 

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from kernel_cache.settings import Settings
 
@@ -62,6 +63,21 @@ def main(argv: list[str] | None = None) -> int:
         return run(db, args.budget)
 
 
+# Wide enough that no column of a table printed to a pipe or a file is ever cut.
+UNCUT_WIDTH = 1 << 15
+
+
+def print_uncut(console: Any, table: Any) -> None:
+    """Print ``table`` whole: fitted to a terminal, as wide as its contents anywhere else (``make demo | cat``
+    would otherwise get 80 columns and cut cells)."""
+    from rich.console import Console
+
+    if console.is_terminal:
+        console.print(table)
+    else:  # a console's own width caps what one print may take, so a wide one prints the table
+        Console(file=console.file, width=UNCUT_WIDTH, no_color=console.no_color, highlight=False).print(table)
+
+
 def run(db: str, budget: int) -> int:
     """Warm the block's regions into ``db``, compile it with the backend, and check what was served."""
     import torch
@@ -97,7 +113,7 @@ def run(db: str, budget: int) -> int:
     # What the compile itself swapped in, not what a lookup would find: a kernel that fails to load falls back.
     swapped = sum(r.swapped for r in compile_reports()[n_reports:])
     report = explain(model, *inputs, judge_backend=backend, store=store)
-    console.print(report.table())
+    print_uncut(console, report.table())
     err = (got - want).abs().max().item()
     console.print(f"regions served from the cache: {swapped} of {len(report.regions)}; "
                   f"largest difference from eager: {err:.3g}")

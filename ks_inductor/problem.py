@@ -73,8 +73,38 @@ def problem_from_callable(
         gm = trace_aten(fn, *fake_inputs)
     except Exception as e:  # noqa: BLE001
         raise ProblemError(f"could not trace {name} to an aten graph: {type(e).__name__}: {e}") from None
+    inline_constants(gm, name)
     source = render_problem_source(gm, specs, name)
     return problem_from_source(source, name=name, filename=f"<{name}>")
+
+
+def inline_constants(gm: Any, name: str) -> None:
+    """Replace the tensor constants tracing lifted onto ``gm`` (``self._tensor_constant0``: a tensor a region
+    makes from no input, such as the empty key/value cache a model concatenates to) by the ``aten.full`` call that
+    makes them, so that the rendered problem carries them and its key names their value. A constant that is not
+    one value repeated cannot be written that way: a ProblemError that says so."""
+    import torch
+
+    for node in list(gm.graph.nodes):
+        if node.op != "get_attr":
+            continue
+        value = getattr(gm, str(node.target), None)
+        if not isinstance(value, torch.Tensor):
+            continue
+        flat = value.detach().reshape(-1)
+        if flat.numel() and not (value.is_contiguous() and bool((flat == flat[0]).all())):
+            raise ProblemError(f"{name}: the region uses a tensor constant of {flat.numel()} differing values "
+                               f"({_dtype_name(value.dtype)}{list(value.shape)}), which a problem cannot carry")
+        fill = flat[0].item() if flat.numel() else 0
+        with gm.graph.inserting_before(node):
+            full = gm.graph.call_function(torch.ops.aten.full.default, (list(value.shape), fill),
+                                          {"dtype": value.dtype, "layout": torch.strided, "device": value.device,
+                                           "pin_memory": False})
+        full.meta = dict(node.meta)
+        node.replace_all_uses_with(full)
+        gm.graph.erase_node(node)
+        delattr(gm, str(node.target))
+    gm.recompile()
 
 
 # --------------------------------------------------------------------------------------------- tracing

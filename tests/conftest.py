@@ -16,17 +16,29 @@ if str(ROOT) not in sys.path:
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-# No test writes the user's kernelsmith home (~/.cache/kernelsmith: the default cache, graph analyses, kernel
-# modules): each test process gets a home of its own, removed when its session ends. A test that needs another
-# home sets KERNELSMITH_HOME itself.
-_HOME = tempfile.mkdtemp(prefix="kernelsmith-test-home-")
-_HOME_OWNER = os.getpid()
+# Everything a test run writes outside its checkout lands in one folder, removed when the run ends: temporary
+# files and folders (TMPDIR: pytest's tmp_path, the judge's scratch, Inductor's cache), Triton's cache, Ray's
+# sessions and each test process's kernelsmith home (the default cache, graph analyses, kernel modules), so that
+# neither /tmp nor the user's ~/.triton and ~/.cache/kernelsmith keep anything. xdist's workers inherit the folder
+# from the process that made it (through the environment), and only that process removes it. A test that needs
+# another home sets KERNELSMITH_HOME itself.
+_RUN_DIR = os.environ.get("KERNELSMITH_TEST_RUN_DIR")
+_RUN_OWNER = None
+if _RUN_DIR is None:
+    _RUN_DIR = tempfile.mkdtemp(prefix="ks-test-")  # short: Ray's socket paths must fit 107 bytes
+    _RUN_OWNER = os.getpid()
+    os.environ["KERNELSMITH_TEST_RUN_DIR"] = _RUN_DIR
+    os.environ["TMPDIR"] = _RUN_DIR
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(_RUN_DIR, "triton")
+    os.environ["RAY_TMPDIR"] = os.path.join(_RUN_DIR, "ray")
+tempfile.tempdir = None  # read TMPDIR again
+_HOME = tempfile.mkdtemp(prefix="home-", dir=_RUN_DIR)
 os.environ["KERNELSMITH_HOME"] = _HOME
 
 
 def pytest_unconfigure(config):
-    if os.getpid() == _HOME_OWNER:  # never from a process forked off a test
-        shutil.rmtree(_HOME, ignore_errors=True)
+    if os.getpid() == _RUN_OWNER:  # never from a worker or a process forked off a test
+        shutil.rmtree(_RUN_DIR, ignore_errors=True)
 
 
 # Candidate kernels in tests run through the Triton interpreter on CPU unless a GPU test asks otherwise.

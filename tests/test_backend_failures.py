@@ -106,6 +106,16 @@ def test_unreachable_database_warns_and_falls_back(model):
     assert caught and B.compile_reports()[-1].swapped == 0
 
 
+def test_a_database_in_a_missing_folder_warns_and_creates_nothing(tmp_path, model):
+    m, x = model
+    db = tmp_path / "nonexistent" / "dir" / "x.db"
+    caught = _run(m, x, str(db))
+    assert any(f"the folder {db.parent} does not exist" in str(w.message) and "using Inductor" in str(w.message)
+               for w in caught), [str(w.message) for w in caught]
+    assert not (tmp_path / "nonexistent").exists()
+    assert B.compile_reports()[-1].swapped == 0
+
+
 def test_kernel_that_fails_to_load_falls_back(tmp_path, model):
     m, x = model
     db = str(tmp_path / "k.db")

@@ -18,5 +18,11 @@ def test_mode_travels_as_an_option_and_reaches_inductor(monkeypatch):
 def test_unknown_option_is_a_clear_error():
     from ks_inductor.compiler.backend import BackendOptions
 
-    with pytest.raises(ValueError, match="unknown kernelsmith option"):
+    with pytest.raises(ValueError, match="unknown kernelsmith option") as e:
         BackendOptions.resolve({"kernelsmith.nope": 1})
+    # the options as the README names them, not the fields they set
+    assert "kernelsmith.time_limit," in str(e.value) and "kernelsmith.judge," in str(e.value)
+    assert "time_limit_s" not in str(e.value) and "judge_backend" not in str(e.value)
+    with pytest.raises(ValueError, match="did you mean 'kernelsmith.time_limit'"):
+        BackendOptions.resolve({"kernelsmith.timelimit": 1})
+    assert BackendOptions.resolve({"kernelsmith.time_limit": 5})[0].time_limit_s == 5

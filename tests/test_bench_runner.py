@@ -33,7 +33,7 @@ def _args(tmp_path: Path, db: str, *extra: str) -> list[str]:
             "--out", str(tmp_path / "r.json"), "--no-plots", *extra]
 
 
-def test_llm_ops_smoke_times_cached_kernel_against_peers(tmp_path):
+def test_llm_ops_smoke_times_cached_kernel_against_peers(tmp_path, capsys):
     pytest.importorskip("kernel_cache.store")
     from benchmarks.results import KERNELSMITH, NO_KERNEL, OK, UNAVAILABLE, load_result
     from benchmarks.run import main
@@ -46,6 +46,9 @@ def test_llm_ops_smoke_times_cached_kernel_against_peers(tmp_path):
     rc = main(_args(tmp_path, db, "--ops", "rmsnorm,silu_mul", "--dtypes", "bfloat16", "--phases", "prefill",
                     "--peers", "eager,F.rms_norm,liger"))
     assert rc == 0
+    # The result's table is on stdout (a pipe here), whole: no cell cut to a terminal's width.
+    table = capsys.readouterr().out
+    assert "rmsnorm-bf16-prefill" in table and "silu_mul-bf16-prefill" in table and "…" not in table, table
     r = load_result(tmp_path / "r.json")
     assert r.smoke and r.suite == "llm-ops"
     assert [x.name for x in r.workloads] == ["rmsnorm-bf16-prefill", "silu_mul-bf16-prefill"]

@@ -86,6 +86,41 @@ def test_a_model_that_cannot_fit_is_refused_before_it_is_built(tmp_path, monkeyp
     assert not (tmp_path / "k.db").exists()
 
 
+HF_SMALL = ["--hf-config", "llama", "--hf-set", "hidden_size=64", "--hf-set", "intermediate_size=128",
+            "--hf-set", "num_attention_heads=4", "--hf-set", "num_key_value_heads=2", "--hf-set", "vocab_size=128"]
+
+
+def test_a_mistyped_config_key_or_model_type_is_a_one_line_error(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("transformers")
+    import transformers
+
+    def never(*a, **k):
+        raise AssertionError("the model was built")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_config", never)
+    db = str(tmp_path / "k.db")
+    assert main(["explain", *HF_SMALL, "--hf-set", "num_hiden_layers=1", "--seq", "2", "--db", db]) == 2
+    err = _one_line_error(capsys)
+    assert "--hf-set num_hiden_layers" in err and "closest: num_hidden_layers" in err, err
+    assert main(["warm", *HF_SMALL, "--hf-set", "hidden_sise=64", "--db", db]) == 2
+    err = _one_line_error(capsys)
+    assert "hidden_sise" in err and "hidden_size" in err and "parameters" not in err, err
+    assert main(["explain", "--hf-config", "llamaa", "--db", db]) == 2
+    err = _one_line_error(capsys)
+    assert "--hf-config 'llamaa'" in err and "closest: llama" in err and len(err) < 200, err
+
+
+def test_config_fields_spelled_right_are_taken():
+    pytest.importorskip("transformers")
+    import transformers
+
+    from ks_inductor.warm.sources import check_config_keys
+
+    cfg = transformers.AutoConfig.for_model("llama")
+    # a field, a field of rope_parameters, and an argument the constructor keeps under a private name
+    check_config_keys(cfg, {"num_hidden_layers": 1, "rope_theta": 5.0, "attn_implementation": "eager"})
+
+
 def test_the_size_estimate_and_what_fits():
     pytest.importorskip("transformers")
     import transformers
@@ -131,6 +166,36 @@ def test_pack_commands_say_first_that_a_pack_is_missing(tmp_path, capsys):
         if "--json" in argv:
             assert json.loads(out.out)["ok"] is False
     assert not (tmp_path / "k.db").exists()
+
+
+@pytest.mark.parametrize("argv", [
+    ["evolve", "p.py"], ["warm", "m:f"], ["explain", "m:f"], ["cache", "ls"], ["cache", "gc"],
+    ["pack", "import", "p.kspack"], ["pack", "export", "-o", "p.kspack"], ["export-trajectories", "-o", "t.jsonl"],
+])
+def test_a_db_in_a_folder_that_does_not_exist_is_refused_before_anything_runs(argv, tmp_path, capsys):
+    db = tmp_path / "nodir" / "k.db"
+    assert main([*argv, "--db", str(db)]) == 2
+    err = _one_line_error(capsys)
+    assert f"no kernel cache at {db}: the folder {db.parent} does not exist (check --db" in err, err
+    assert not db.parent.exists()
+
+
+def test_the_benchmark_runner_refuses_a_db_in_a_missing_folder(tmp_path, capsys):
+    from benchmarks.run import main as bench
+
+    db = tmp_path / "nodir" / "k.db"
+    assert bench(["--suite", "llm-ops", "--device", "cpu", "--smoke", "--db", str(db)]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert not db.parent.exists()
+
+
+def test_a_file_that_is_not_a_cache_is_a_usage_error(tmp_path, capsys):
+    not_sqlite = tmp_path / "p.py"
+    not_sqlite.write_text("x = 1\n")
+    for argv in (["cache", "ls"], ["cache", "stats"], ["cache", "show", "1"]):
+        assert main([*argv, "--db", str(not_sqlite)]) == 2, argv
+        assert "is not a SQLite database" in _one_line_error(capsys)
+    assert not_sqlite.read_text() == "x = 1\n"
 
 
 def test_a_typed_folder_for_kernelbench_is_checked(tmp_path, capsys):

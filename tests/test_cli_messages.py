@@ -163,6 +163,13 @@ def test_report_through_the_command_writes_nothing_unless_asked(tmp_path, capfd)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["llm-ops-h200.json", "r.md"]
 
 
+def test_bench_and_report_help_name_the_command_that_ran_them(capfd):
+    for command in ("bench", "report"):
+        assert main([command, "--help"]) == 0
+        out = capfd.readouterr().out
+        assert out.startswith(f"usage: kernelsmith {command} ") and "benchmarks." not in out.splitlines()[0], out
+
+
 def test_packs_are_written_with_the_umask_mode(tmp_path):
     from kernel_cache.pack import ExportFilters, export_pack
     from kernel_cache.store import KernelStore
@@ -205,3 +212,19 @@ def test_the_demo_leaves_no_folder_behind(tmp_path, monkeypatch):
     assert seen and seen[0].parent.parent == scratch
     assert list(scratch.iterdir()) == []
     assert demo.main(["--db", str(tmp_path / "mine.db")]) == 0 and seen[-1] == tmp_path / "mine.db"
+
+
+def test_the_demo_prints_its_table_whole_to_a_pipe():
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from ks_inductor.demo import print_uncut
+
+    table = Table("region", "operations", "why")
+    table.add_row("gemm_gelu-bf16-decode", "mm, add, gelu " * 6, "no verified kernel in the cache for this key " * 2)
+    piped = Console(file=io.StringIO())  # not a terminal: rich would take 80 columns
+    print_uncut(piped, table)
+    text = piped.file.getvalue()
+    assert "…" not in text and "gemm_gelu-bf16-decode" in text and max(map(len, text.splitlines())) > 80, text

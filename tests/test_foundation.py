@@ -370,3 +370,34 @@ def test_vectorized_bootstrap_matches_the_loop():
     ragged = [r[:-1] if i == 0 else r for i, r in enumerate(cand)]  # one short round: the loop
     _, lcb_loop = ratio_with_lcb(ref, ragged)
     assert lcb_vec < ratio and abs(lcb_vec - lcb_loop) < 0.05
+
+
+def test_a_test_run_writes_only_into_one_folder_it_removes(tmp_path):
+    """TMPDIR, Triton's cache, Ray's sessions and the kernelsmith home of a test run all lie in one folder, gone
+    when the run ends."""
+    import os
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    probe = tmp_path / "test_probe.py"
+    probe.write_text(
+        "import os, tempfile\n"
+        "def test_write():\n"
+        "    paths = [tempfile.mkdtemp(prefix='ks-judge-'), os.environ['TRITON_CACHE_DIR'],\n"
+        "             os.environ['RAY_TMPDIR'], os.environ['KERNELSMITH_HOME']]\n"
+        "    for p in paths:\n"
+        "        os.makedirs(p, exist_ok=True)\n"
+        "        open(os.path.join(p, 'x'), 'w').close()\n"
+        "    print('PATHS', os.environ['KERNELSMITH_TEST_RUN_DIR'], *paths)\n")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("KERNELSMITH_TEST_RUN_DIR", "TMPDIR", "TRITON_CACHE_DIR", "RAY_TMPDIR", "KERNELSMITH_HOME",
+                        "PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
+    env["TMPDIR"] = str(tmp_path)
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-p", "tests.conftest",
+                          str(probe)], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    (line,) = [ln for ln in out.stdout.splitlines() if "PATHS" in ln]
+    run_dir, *paths = line.split("PATHS ", 1)[1].split()
+    assert all(Path(p).is_relative_to(run_dir) for p in paths), (run_dir, paths)
+    assert Path(run_dir).parent == tmp_path and not Path(run_dir).exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["test_probe.py"]

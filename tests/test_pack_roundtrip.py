@@ -227,3 +227,49 @@ def test_oversized_vectors_are_omitted_and_recorded(tmp_path, source_db, here):
     assert all(k["vectors"] == "none" for k in manifest["kernels"])
     assert "MiB" in manifest["problems"][0]["vectors_note"]
     assert verify_pack(pack, fingerprint=here).ok
+
+
+def _damage_entry(src: Path, dst: Path, name: str) -> None:
+    """A copy of ``src`` whose ``name`` entry's bytes are flipped in place: the zip's directory still lists it."""
+    data = bytearray(src.read_bytes())
+    with zipfile.ZipFile(src) as zf:
+        info = zf.getinfo(name)
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+    for i in range(start, start + min(8, info.compress_size)):
+        data[i] ^= 0xFF
+    dst.write_bytes(bytes(data))
+
+
+def test_key_files_and_damaged_signatures_through_the_command(tmp_path, source_db, capsys):
+    from kernel_cache.signing import generate_keypair
+    from ks_inductor.cli import main
+    from tests.test_cli_consistency import _one_line_error
+
+    priv, pub = generate_keypair(tmp_path / "team")
+    signed = tmp_path / "s.kspack"
+    export_pack(source_db, signed, sign_key=priv, vectors=False)
+    verify = ["pack", "verify", str(signed), "--backend", "triton-interpret"]
+
+    # A private key given where a public one is trusted, and a key file that is not there: usage errors.
+    assert main([*verify, "--trust-key", str(priv)]) == 2
+    assert f"trusted key {priv} is a private key" in _one_line_error(capsys)
+    assert main([*verify, "--trust-key", str(tmp_path / "nokey.pub")]) == 2
+    assert f"trusted key file not found: {tmp_path / 'nokey.pub'}" in _one_line_error(capsys)
+    assert main(["pack", "export", "--db", source_db.where, "-o", str(tmp_path / "o.kspack"),
+                 "--sign-key", str(tmp_path / "nokey.pem")]) == 2
+    assert f"signing key not found: {tmp_path / 'nokey.pem'}" in _one_line_error(capsys)
+    assert main([*verify, "--trust-key", str(pub)]) == 0
+    capsys.readouterr()
+
+    # A signed pack whose signature entry is damaged is not an unsigned one.
+    damaged = tmp_path / "d.kspack"
+    _damage_entry(signed, damaged, "manifest.sig")
+    assert main(["pack", "verify", str(damaged), "--backend", "triton-interpret", "--trust-key", str(pub)]) == 1
+    out = capsys.readouterr().out
+    assert "manifest.sig is damaged" in out and "unsigned" not in out, out
+    # A pack too damaged to be read says so, not that it is unsigned.
+    truncated = tmp_path / "t.kspack"
+    truncated.write_bytes(signed.read_bytes()[:600])
+    assert main(["pack", "verify", str(truncated), "--backend", "triton-interpret"]) == 1
+    out = capsys.readouterr().out
+    assert "signature: not read: the pack is damaged" in out and "unsigned" not in out, out

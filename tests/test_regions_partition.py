@@ -329,3 +329,48 @@ def test_random_ops_stay_with_inductor_and_the_rest_makes_regions():
     out = torch.compile(Noisy(), backend="kernelsmith")(torch.ones(256, 256))
     # relu(1) * U(0, 1) + dropout(1): mean 0.5 + 1.0; a region that dropped the noise would give 1 or 3 exactly.
     assert 1.4 < out.mean().item() < 1.6 and out.std().item() > 0.2
+
+
+class EmptyCacheConcat(nn.Module):
+    """A key projection concatenated to an empty cache made in forward, as transformers' cache does, times a
+    constant: tensors the region makes from no input, which tracing lifts as constants."""
+
+    def __init__(self, scale: float):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.scale = scale
+
+    def forward(self, x):
+        k = self.lin(x).view(2, 1, 4, 8)
+        return torch.cat([torch.tensor([]).view(2, 1, 0, 8), k], -2) * torch.tensor([[self.scale] * 2]).sum()
+
+
+def test_tensor_constants_a_region_makes_are_carried_into_its_problem():
+    from ks_inductor.compiler.explain import explain
+    from ks_inductor.problem import exec_problem_source, problem_from_callable
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 8)
+    keys = []
+    for scale in (3.0, 4.0):
+        m = EmptyCacheConcat(scale).eval()
+        (region,) = [r for r in explain(m, x).regions if "cat" in r.ops]
+        assert region.status != "unsupported", region.note
+        keys.append(region.key)
+    assert keys[0] != keys[1]  # the constant's value is part of what the region computes
+
+    # The problem's own model runs, and computes the region with its constants.
+    def region(h):
+        return torch.cat([torch.tensor([]).view(0, 4), h], 0) * torch.tensor([[3.0, 3.0]]).sum()
+
+    problem = problem_from_callable(region, [torch.randn(4, 8).t()], name="cache_cat")
+    h = torch.randn(8, 4)
+    got = exec_problem_source(problem.source, "<cache_cat>").Model()(h)
+    torch.testing.assert_close(got, h * 6.0)
+
+
+def test_a_constant_a_problem_cannot_carry_is_a_readable_reason():
+    from ks_inductor.problem import ProblemError, problem_from_callable
+
+    with pytest.raises(ProblemError, match=r"tensor constant of 3 differing values \(float32\[3\]\)"):
+        problem_from_callable(lambda x: x + torch.tensor([1.0, 2.0, 3.0]), [torch.randn(3)], name="c")

@@ -29,7 +29,7 @@ def register_program(sub: Any, name: str, program: str, helptext: str) -> None:
     """A command that hands every argument, ``--help`` included, to ``python -m benchmarks.PROGRAM``."""
     p = sub.add_parser(name, help=helptext, add_help=False, prefix_chars="\0")
     p.add_argument("argv", nargs="*", help=f"arguments of python -m benchmarks.{program}")
-    p.set_defaults(func=run_program, program=program)
+    p.set_defaults(func=run_program, program=program, prog=f"kernelsmith {name}")
 
 
 def register(sub: Any) -> None:
@@ -47,4 +47,7 @@ def run_program(args: argparse.Namespace) -> int:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p))
     # -v before the command reaches the program as well as -v after it.
     argv = [*args.argv, *["-v"] * args.verbose]
-    return subprocess.call([sys.executable, "-m", f"benchmarks.{args.program}", *argv], env=env)
+    # The program's main is called with this command's name, so that its help and messages say how it was run.
+    code = (f"import sys; from benchmarks.{args.program} import main; "
+            f"sys.exit(main(sys.argv[1:], prog={args.prog!r}))")
+    return subprocess.call([sys.executable, "-c", code, *argv], env=env)

@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 
 from ks_inductor.cli import bench, cache, eval, evolve, explain, pack, report, trajectories, warm
 from ks_inductor.cli.args import EXIT_USAGE, HelpFormatter, UsageError, add_verbose_argument
-from ks_inductor.cli.output import err_console, fail, print_error
+from ks_inductor.cli.output import check_db_folder, err_console, fail, print_error
 
 # One module per command, in the order ``kernelsmith --help`` lists them.
 COMMANDS = (eval, evolve, warm, explain, cache, pack, trajectories, bench, report)
@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
+        check_db_folder(args)
         return int(func(args) or 0)
     except KeyboardInterrupt:
         err_console().print("[yellow]interrupted[/]")

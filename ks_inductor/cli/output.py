@@ -83,6 +83,23 @@ def cache_named(args: argparse.Namespace) -> bool:
     return getattr(args, "db", None) is not None or Settings.from_env().db is not None
 
 
+def check_db_folder(args: argparse.Namespace) -> None:
+    """A SQLite file the user named (``--db`` or ``$KERNELSMITH_DB``) must be in a folder that exists: no command
+    creates a mistyped folder, and none reads a mistyped path as an empty cache. The default cache's folder in
+    ``$KERNELSMITH_HOME`` is created where it is missing."""
+    from kernel_cache.settings import Settings
+    from kernel_cache.urls import parse_url
+
+    if not hasattr(args, "db"):
+        return
+    named = args.db if args.db is not None else Settings.from_env().db
+    path = parse_url(named).sqlite_file if named else None
+    if path is not None and not path.parent.is_dir():
+        flag = "--db" if args.db is not None else "KERNELSMITH_DB"
+        raise UsageError(f"no kernel cache at {named}: the folder {path.parent} does not exist (check {flag}; a "
+                         "cache is created where its folder exists)")
+
+
 def missing_cache(args: argparse.Namespace, e: Any) -> None:
     """A command that only reads found no cache. A SQLite file the user named is a usage error (a mistyped path
     must not read as an empty cache); the default file not existing yet, or a server database kernelsmith has not
@@ -96,11 +113,18 @@ def missing_cache(args: argparse.Namespace, e: Any) -> None:
 
 
 def cache_error_code(e: Exception) -> int:
-    """2 for a cache the user named wrongly (it cannot be opened, an unknown id); 1 for what the job itself found
-    (a refused pack, a damaged database)."""
-    from kernel_cache.errors import DatabaseUnavailableError, NotFoundError
+    """2 for a cache or key the user named wrongly (it cannot be opened, is not a kernelsmith database, an unknown
+    id, a key file that is missing or of the wrong kind); 1 for what the job itself found (a refused pack)."""
+    from kernel_cache.errors import (
+        CorruptDatabaseError,
+        DatabaseUnavailableError,
+        KeyFileError,
+        NotFoundError,
+        SchemaTooNewError,
+    )
 
-    return EXIT_USAGE if isinstance(e, (DatabaseUnavailableError, NotFoundError)) else EXIT_NOTHING
+    usage = (DatabaseUnavailableError, NotFoundError, CorruptDatabaseError, SchemaTooNewError, KeyFileError)
+    return EXIT_USAGE if isinstance(e, usage) else EXIT_NOTHING
 
 
 def match_keys(store: Any, prefixes: list[str] | None) -> list[str] | None:

@@ -239,7 +239,7 @@ def _print_report(c: Console, report: Any) -> None:
     if report.kernels:
         c.print(t)
     sig = ("signature checked" if report.signature_checked else "signed, not checked" if report.signed
-           else "unsigned")
+           else "not read: the pack is damaged" if report.manifest is None else "unsigned")
     c.print(f"signature: {sig}")
     for w in report.warnings:
         c.print(f"[yellow]warning:[/] {w}")

@@ -63,6 +63,7 @@ see :mod:`kernel_cache.reader`).
 from __future__ import annotations
 
 import collections
+import difflib
 import logging
 import operator
 import threading
@@ -108,6 +109,16 @@ class KernelsmithWarning(UserWarning):
     """Something went wrong and the backend used Inductor instead; the message says what."""
 
 
+# Options spelled in torch.compile(options=...) as the README spells them -> the BackendOptions field they set.
+_OPTION_FIELDS = {"time_limit": "time_limit_s", "judge": "judge_backend"}
+
+
+def option_names() -> list[str]:
+    """Every ``kernelsmith.`` option ``torch.compile(options=...)`` takes, as the README names them."""
+    public = {field: name for name, field in _OPTION_FIELDS.items()}
+    return [OPTION_PREFIX + public.get(f, f) for f in BackendOptions.__dataclass_fields__]
+
+
 @dataclass
 class BackendOptions:
     # The defaults are the settings' (kernel_cache.settings), the one place they are written down.
@@ -132,15 +143,16 @@ class BackendOptions:
                 enabled=not s.disabled, triton_op=s.triton_op, judge_backend=s.judge_backend, mode=s.mode,
                 graph_guard=s.graph_guard)
         inductor: dict[str, Any] = {}
-        aliases = {"time_limit": "time_limit_s", "judge": "judge_backend"}
         for k, v in (options or {}).items():
             if not k.startswith(OPTION_PREFIX):
                 inductor[k] = v
                 continue
-            name = aliases.get(k[len(OPTION_PREFIX):], k[len(OPTION_PREFIX):])
+            name = _OPTION_FIELDS.get(k[len(OPTION_PREFIX):], k[len(OPTION_PREFIX):])
             if name not in cls.__dataclass_fields__:
-                raise ValueError(f"unknown kernelsmith option {k!r}; known: "
-                                 + ", ".join(OPTION_PREFIX + f for f in cls.__dataclass_fields__))
+                known = option_names()
+                near = difflib.get_close_matches(k, known, n=1)
+                raise ValueError(f"unknown kernelsmith option {k!r}"
+                                 + (f" (did you mean {near[0]!r}?)" if near else "") + "; known: " + ", ".join(known))
             setattr(o, name, v)
         if o.on_miss not in ON_MISS_POLICIES:
             raise ValueError(f"kernelsmith on_miss={o.on_miss!r}; choose one of {', '.join(ON_MISS_POLICIES)}")
@@ -236,6 +248,13 @@ def shared_store(url: str | None) -> LazyKernelStore:
     SQLite file go through the driver alone; the full KernelStore (and SQLAlchemy) is opened when something else
     is asked for, or for a database it must create, migrate or refuse."""
     location = parse_url(url)
+    # A SQLite file the user named in a folder that does not exist is a mistyped path: creating the folder would
+    # hide the mistake behind an empty cache. Only the default cache's folder is created.
+    if url and location.sqlite_file is not None and not location.sqlite_file.parent.is_dir():
+        from kernel_cache.errors import DatabaseUnavailableError
+
+        raise DatabaseUnavailableError(f"no kernel cache at {url}: the folder {location.sqlite_file.parent} does not "
+                                       "exist")
     with _STORE_LOCK:
         store = _STORES.get(location.url)
         if store is None:

@@ -7,6 +7,7 @@ the keys warmed are exactly the keys the backend looks up.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import json
@@ -119,12 +120,21 @@ def hf_model(config: str, overrides: dict[str, Any] | None = None, batch: int = 
     import torch
 
     path = Path(config)
+    if not path.is_file():
+        known = list(transformers.CONFIG_MAPPING.keys())
+        if config not in known:
+            raise WarmError(f"--hf-config {config!r} is neither a config file nor a transformers model type"
+                            f"{_closest(config, known)}")
     try:
         if path.is_file():
-            cfg = transformers.AutoConfig.from_pretrained(str(path.parent) if path.name == "config.json"
-                                                          else str(path), **(overrides or {}))
+            source = str(path.parent) if path.name == "config.json" else str(path)
+            check_config_keys(transformers.AutoConfig.from_pretrained(source), overrides or {})
+            cfg = transformers.AutoConfig.from_pretrained(source, **(overrides or {}))
         else:
+            check_config_keys(transformers.AutoConfig.for_model(config), overrides or {})
             cfg = transformers.AutoConfig.for_model(config, **(overrides or {}))
+    except WarmError:
+        raise
     except Exception as e:  # noqa: BLE001
         raise WarmError(f"cannot build a transformers config from {config!r}: {e}") from None
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -138,6 +148,46 @@ def hf_model(config: str, overrides: dict[str, Any] | None = None, batch: int = 
     model = model.to(device=device, dtype=torch_dtype).eval()
     ids = torch.randint(0, int(getattr(cfg, "vocab_size", 1000)), (batch, seq), device=device)
     return model, (ids,)
+
+
+def _closest(name: str, choices: Iterable[str]) -> str:
+    """``; closest: a, b, c`` for the few choices nearest ``name``, or nothing when none is near."""
+    near = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.6)
+    return f"; closest: {', '.join(near)}" if near else ""
+
+
+# Taken by a transformers config's constructor from its keyword arguments and kept under a private name.
+_POPPED_CONFIG_KEYS = {"attn_implementation", "experts_implementation"}
+
+
+def config_keys(cfg: Any) -> set[str]:
+    """The fields a transformers config takes: its own, their aliases, its constructor's arguments and the fields
+    of its dict-valued entries (``rope_theta`` lives in ``rope_parameters``)."""
+    import inspect
+
+    data = cfg.to_dict()
+    keys = set(data) | set(getattr(cfg, "attribute_map", {}) or {})
+    for cls in type(cfg).__mro__:  # the base config's constructor takes fields of its own
+        init = vars(cls).get("__init__")
+        if init is not None:
+            keys |= {n for n in inspect.signature(init).parameters if n not in ("self", "args", "kwargs")}
+    for name, value in data.items():
+        if isinstance(value, dict) and name not in ("id2label", "label2id"):
+            keys |= {k for k in value if isinstance(k, str)}
+    # Properties are looked up on the class, not read: reading a deprecated one logs a warning.
+    keys |= {n for n in dir(type(cfg)) if not n.startswith("_") and isinstance(getattr(type(cfg), n), property)}
+    keys |= {n for n in vars(cfg) if not n.startswith("_")}
+    return keys | _POPPED_CONFIG_KEYS
+
+
+def check_config_keys(cfg: Any, overrides: dict[str, Any]) -> None:
+    """Refuse an override the config has no field for: transformers would keep it as an unused attribute, and the
+    model would be built from the defaults the user meant to change."""
+    known = config_keys(cfg)
+    for key in overrides:
+        if key not in known:
+            raise WarmError(f"--hf-set {key}: {getattr(cfg, 'model_type', 'the')} config has no field {key!r}"
+                            f"{_closest(key, known)}")
 
 
 def hf_inputs(model: Any, batches: Sequence[int], seqs: Sequence[int]) -> list[tuple]:

@@ -180,6 +180,8 @@ def _server(target: str) -> tuple[Any, str] | None:
                                 entry="ks_inductor.seeds.inductor.codegen:serve_forked")
         except (ForkServerError, OSError) as e:
             log.info("Inductor's code generation starts its processes from nothing: %s", e)
+            if target not in _servers:  # nothing will use or remove the folder made for it
+                shutil.rmtree(home, ignore_errors=True)
             return None
         _servers[target] = server, home
         return server, home
