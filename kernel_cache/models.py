@@ -126,7 +126,8 @@ class StepRow(Base):
     correct: Mapped[bool] = mapped_column(Boolean, default=False)
     speedup_delta: Mapped[float | None] = mapped_column(Float)
     feedback: Mapped[str] = mapped_column(Text, default="")
-    # The rest of the StepRecord (speedups, noise, sources, island, tokens), kept whole.
+    # The rest of the StepRecord (speedups, noise, sources, island, tokens, fingerprint), kept whole: a field added
+    # to the record lands here without a schema change.
     detail: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[float] = mapped_column(Float, nullable=False)
 

@@ -79,6 +79,10 @@ class StepRecord:
     child_source: str = ""
     island: int | None = None
     tokens: dict[str, int] = field(default_factory=dict)
+    # The environment the child was judged in (``EnvFingerprint.to_json()``), as the judge stamped its verdict:
+    # what a training row names as the hardware that timed the step. None for a step judged nowhere (a failed
+    # mutation) and for steps stored before it was kept.
+    fingerprint: dict[str, Any] | None = None
     id: int | None = None
     created_at: float | None = None
 

@@ -514,7 +514,35 @@ class KernelStore:
             data = conn.execute(stmt).scalar()
         return data
 
+    @_db_errors
+    def evaluations(self, problem_key: str | None = None, run_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """Stored verdicts, oldest first, of ``problem_key`` and of the runs ``run_ids`` where given: each row's
+        ``id``, ``problem_key``, ``candidate_hash``, ``fingerprint_id``, ``run_id``, ``created_at`` and ``result``
+        (``EvalResult.to_json()``)."""
+        t = EvaluationRow.__table__
+        stmt = select(t.c.id, t.c.problem_key, t.c.candidate_hash, t.c.fingerprint_id, t.c.run_id, t.c.created_at,
+                      t.c.result).order_by(t.c.id)
+        if problem_key is not None:
+            stmt = stmt.where(t.c.problem_key == problem_key)
+        if run_ids is not None:
+            stmt = stmt.where(t.c.run_id.in_(list(run_ids)))
+        with self._engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(stmt)]
+
     # ------------------------------------------------------------------ runs
+    @_db_errors
+    def runs(self, run_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """Runs, oldest first (all, or those of ``run_ids``): each its ``id``, ``problem_key``, ``fingerprint``,
+        ``status`` (running or finished), ``summary`` (``EvolveSummary.to_json()`` once finished), ``started_at``
+        and ``finished_at``."""
+        t = RunRow.__table__
+        stmt = select(t.c.id, t.c.problem_key, t.c.fingerprint, t.c.status, t.c.summary, t.c.started_at,
+                      t.c.finished_at).order_by(t.c.started_at, t.c.id)
+        if run_ids is not None:
+            stmt = stmt.where(t.c.id.in_(list(run_ids)))
+        with self._engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(stmt)]
+
     @_db_errors
     def start_run(self, problem_key: str, fingerprint: EnvFingerprint, config: dict[str, Any]) -> str:
         run_id = uuid.uuid4().hex

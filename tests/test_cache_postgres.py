@@ -244,9 +244,11 @@ def test_gc_packs_trajectories_and_cli(tmp_path, postgres_cluster, capsys, monke
         parent, child = "def f():\n    return 1\n", "def f():\n    return 2\n"
         src.add_step(StepRecord(run_id=run, problem_key=problem.key, child_id="c", mutation="param", parent_id="p",
                                 verdict="accepted", correct=True, parent_speedup=1.0, child_speedup=1.3,
-                                child_speedup_lcb=1.25, noise=0.01, parent_source=parent, child_source=child))
+                                child_speedup_lcb=1.25, noise=0.01, parent_source=parent, child_source=child,
+                                fingerprint=fp.to_json()))
         stats = export_trajectories(src, "sft", tmp_path / "sft.jsonl")
-        assert stats.rows == 1 and json.loads((tmp_path / "sft.jsonl").read_text())["problem_key"] == problem.key
+        row = json.loads((tmp_path / "sft.jsonl").read_text())
+        assert stats.rows == 1 and row["problem_key"] == problem.key and row["hardware"]["device_name"] == "NVIDIA H200"
 
     def run_cli(*argv):
         code = main(list(argv))
@@ -269,6 +271,26 @@ def test_gc_packs_trajectories_and_cli(tmp_path, postgres_cluster, capsys, monke
     with KernelStore(dest_url) as dest:
         assert len(dest.kernels(status="verified", problem_key=problem.key)) == 4
         assert export_pack(dest, tmp_path / "x.kspack", ExportFilters(min_speedup=1.15), vectors=False).kernels == 2
+
+
+def test_export_trajectories_reads_a_team_cache(tmp_path, postgres_url, capsys):
+    """The export reads a PostgreSQL cache through the same opening as every command: the rows name the hardware
+    from the stored steps and verdicts, and the drop reasons add up to the steps read."""
+    from ks_inductor.cli import main
+    from tests.test_training_export import H100, timed_cache
+
+    with KernelStore(postgres_url) as store:
+        timed_cache(store)
+        read = len(store.steps())
+    out = tmp_path / "pg.jsonl"
+    assert main(["export-trajectories", "--db", postgres_url, "-o", str(out), "--format", "rl", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert got["rows"] == len(rows) == 3 and got["steps"] == read
+    assert got["kept"] + sum(got["dropped"].values()) == read and got["dropped"]["no_hardware"] == 1
+    assert {r["extra_info"]["hardware"]["fingerprint_id"] for r in rows} == {H100.id}
+    card = Path(got["card"]).read_text()
+    assert "3 rl rows" in card and f"{read} steps read, 3 kept" in card and "export-trajectories --format rl" in card
 
 
 def test_unreachable_server_is_one_actionable_line_never_corrupt(capsys):

@@ -54,7 +54,8 @@ def test_json_is_alone_on_stdout(tmp_path, cache, capsys):
     pack = str(tmp_path / "p.kspack")
     for argv in (["cache", "ls", "--db", db], ["cache", "show", str(kid), "--db", db], ["cache", "stats", "--db", db],
                  ["pack", "export", "-o", pack, "--db", db, "--no-vectors"], ["pack", "inspect", pack],
-                 ["explain", f"{tmp_path / 'factory.py'}:make", "--db", db]):
+                 ["explain", f"{tmp_path / 'factory.py'}:make", "--db", db],
+                 ["export-trajectories", "-o", str(tmp_path / "t.jsonl"), "--db", db]):
         assert main([*argv, "--json"]) == 0, argv
         json.loads(capsys.readouterr().out)  # the whole of stdout is one document
 

@@ -88,8 +88,19 @@ def test_cli_evolve_and_export(tmp_path, capsys) -> None:
     rc = main(["evolve", str(prob), "--backend", "triton-interpret", "--budget", "2", "--db", db, "--json"])
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 0 and out["judged"] == 2 and out["best"]["timed"] is False and out["family"] == "act_mul"
-    rc = main(["export-trajectories", "--format", "sft", "--db", db, "-o", str(tmp_path / "t.jsonl")])
+    rc = main(["export-trajectories", "--format", "sft", "--db", db, "-o", str(tmp_path / "t.jsonl"), "--json"])
+    got = json.loads(capsys.readouterr().out)
     assert rc == 0 and (tmp_path / "t.jsonl").read_text() == ""  # untimed steps carry no gain to keep
+    # Every step judged is stored with the interpreter's fingerprint, and every one is counted under a reason.
+    with KernelStore(db) as store:
+        steps = store.steps()
+    judged = [s for s in steps if s.child_id]
+    assert judged and all(s.fingerprint and s.fingerprint["backend"] == "cpu-interpret"
+                          and s.fingerprint["device_name"] for s in judged)
+    device = "{device_name} (interpret, cpu-interpret)".format(**judged[0].fingerprint)
+    assert got["steps"] == len(steps) == got["devices"][device]["steps"] and got["kept"] == 0
+    assert sum(got["dropped"].values()) == len(steps) and got["dropped"]["no_hardware"] == 0
+    assert (tmp_path / "t.card.md").read_text().count(f"| {device} | {len(steps)} | 0 |") == 1
     assert main(["evolve", str(tmp_path / "missing.py"), "--db", db]) == 2
 
 

@@ -24,6 +24,7 @@ from ks_inductor.evolve.config import EvolveConfig
 from ks_inductor.evolve.lineage import lineage, winning_move
 from ks_inductor.evolve.mutators.base import Mutation
 from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
+from ks_inductor.evolve.prompts import fingerprint_facts
 from ks_inductor.judge.room import SETTLE_AT, Room
 from ks_inductor.judge.verdict import ACCEPTED, DEADLINE_ERROR, EvalResult
 from ks_inductor.problem import Problem
@@ -111,9 +112,7 @@ class MutationContext:
 def hardware_facts(judge: SearchJudge) -> dict[str, Any]:
     fp = judge.fingerprint
     peaks = judge.backend.nominal_peaks(fp.device_name) if hasattr(judge.backend, "nominal_peaks") else {}
-    return {"device": fp.device_name, "backend": fp.backend, "capability": fp.capability, "sm_count": fp.sm_count,
-            "warp_size": fp.warp_size, "bandwidth_Bps": peaks.get("bandwidth"),
-            "peak_flops": {k: v for k, v in peaks.items() if k != "bandwidth"}, "timed": fp.timed}
+    return fingerprint_facts(fp, peaks)
 
 
 def _program_from(cand: Candidate, res: EvalResult, descriptor: dict[str, Any], island: int) -> Program:
@@ -491,7 +490,7 @@ class Evolver:
             child_speedup_lcb=prog.lcb if prog.timed else None, speedup_delta=delta, noise=noise,
             gain=step_gain(parent, prog) if parent is not None else None,
             feedback=res.feedback_text()[-4000:], parent_source=parent_src, child_source=cand.source,
-            island=info["island"], tokens=mut.tokens))
+            island=info["island"], tokens=mut.tokens, fingerprint=res.fingerprint or self.fp.to_json()))
         bar.set_best(archive.best())
 
     def _final_judgment(self, run_id: str, archive: Archive,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kernel_cache.fingerprint import EnvFingerprint
 from ks_inductor.evolve.operators.feedback import OperatorRecord
 
 SYSTEM = (
@@ -30,6 +31,15 @@ _SEED_ASK = (
     "Write a first Triton implementation of this reference as a complete Python module defining ModelNew, in "
     "one ```python block. Correctness first; keep it simple and fully on-device."
 )
+
+
+def fingerprint_facts(fp: EnvFingerprint, peaks: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The hardware as a prompt states it: the fingerprint's device, and its nominal peaks where known (``peaks``:
+    the judge backend's ``nominal_peaks``, with ``bandwidth`` in bytes/s and FLOP/s per dtype)."""
+    peaks = dict(peaks or {})
+    return {"device": fp.device_name, "backend": fp.backend, "capability": fp.capability, "sm_count": fp.sm_count,
+            "warp_size": fp.warp_size, "bandwidth_Bps": peaks.get("bandwidth"),
+            "peak_flops": {k: v for k, v in peaks.items() if k != "bandwidth"}, "timed": fp.timed}
 
 
 def _fmt_hw(hw: dict[str, Any]) -> str:
