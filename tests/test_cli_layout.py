@@ -102,4 +102,4 @@ def test_the_suite_never_writes_the_users_home():
     users = Path(os.path.expanduser("~")) / ".cache" / "kernelsmith"
     home = Settings.from_env().cache_home()
     assert home != users and users not in home.parents
-    assert home.name.startswith("kernelsmith-test-home-") and home.is_dir()
+    assert home.name.startswith("home-") and home.parent.name.startswith("ks-test-") and home.is_dir()

@@ -32,16 +32,16 @@ def test_honest_kernel_is_timed_against_both_baselines(problem):
     assert r.score == pytest.approx((r.speedup_best * min(r.steady_speedups.values())) ** 0.5)
 
 
-@pytest.mark.parametrize("name,flag", [("capture_aware.py", "stale_result"), ("host_sync.py", "graph_capture")])
+@pytest.mark.parametrize("name,flag", [("host_sync.py", "graph_capture")])
 def test_what_only_a_cuda_graph_shows_is_caught_without_static_rules(problem, name, flag):
-    """A candidate that records other work while a graph is captured passes every per-call check; the replays on
-    new input contents catch it. One that syncs with the host cannot be captured, so it cannot be served."""
+    """A candidate that syncs with the host cannot be captured, so it cannot be served: its process's capture of the
+    forward fails. (One that does other work only while captured is judged by its plan, which the trusted side
+    captures itself; its source is refused by the static rules, ``capture_aware``.)"""
     from ks_inductor.judge import Judge, JudgeConfig
 
     with Judge(JudgeConfig(rounds=2, rep_ms=30, static_rules=False, baselines=("eager",))) as judge:
         r = judge.evaluate(problem, (CANDIDATES / "exploits" / name).read_text())
     assert r.verdict == "rejected" and flag in r.flags, r.feedback_text()
-    assert r.trials == 5  # the per-call checks had passed
 
 
 def test_side_stream_is_caught_by_the_wall_clock_even_without_static_rules(problem):

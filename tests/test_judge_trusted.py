@@ -25,9 +25,11 @@ REJECTED = {
     "builtins_door_compute.py": {"mismatch", "torch_compute"},
     "type_hints_door.py": {"mismatch", "torch_compute"},
     "lying_process_wrong.py": {"mismatch"},
+    # its cache is made at its first call: the two recordings differ
+    "device_cache.py": {"plan", "mismatch"},
 }
 # exploits whose forgery or trick buys nothing: judged exactly as their honest kernel is
-NO_GAIN = ("forged_timing.py", "call_stack_partial.py", "lying_process.py", "device_cache.py")
+NO_GAIN = ("forged_timing.py", "call_stack_partial.py", "lying_process.py")
 
 
 @pytest.fixture(scope="module")
@@ -52,18 +54,19 @@ def verdicts(request, problem):
 
 @pytest.mark.parametrize("name", sorted(REJECTED))
 def test_exploits_against_the_plan_are_rejected(verdicts, name):
-    _, got = verdicts
+    static, got = verdicts
     r = got[name]
     assert r.verdict == "rejected" and not r.correct, r.feedback_text()
     assert r.reasons
+    if not static:
+        assert REJECTED[name] & set(r.flags), (r.flags, r.reasons)
 
 
 @pytest.mark.parametrize("name", NO_GAIN)
 def test_forgeries_buy_nothing(verdicts, name):
-    """Rebound timers, a forward that does less when the judge's timing loop calls it, a process that lies in every
-    message, and a result cache in device memory: with the static rules off, each is judged as its honest kernel is,
-    since no timed or checked call runs its Python and every timed call brings contents no call saw before; with
-    them on, a door the rules know is refused before anything runs."""
+    """Rebound timers, a forward that does less when the judge's timing loop calls it, and a process that lies in
+    every message: with the static rules off, each is judged as its honest kernel is, since no timed or checked call
+    runs its Python; with them on, a door the rules know is refused before anything runs."""
     _, got = verdicts
     r, honest = got[name], got["honest"]
     assert honest.accepted, honest.feedback_text()

@@ -16,7 +16,9 @@ SYSTEM = (
     "(a launch parameter, a tiling, a fusion, an algorithmic change) that you expect to make it faster while "
     "keeping it exactly correct. The program must define `class ModelNew(nn.Module)` with the same constructor "
     "and parameters as the reference `Model`; its forward may only allocate tensors and launch @triton.jit "
-    "kernels: no torch compute, no try/except fallbacks, no threads or streams, no caching of results."
+    "kernels defined at the module's top level, and what it launches may depend on the inputs' shapes but never "
+    "their values (the judge records the launches once and replays them): no torch compute, no try/except "
+    "fallbacks, no threads or streams, no caching of results."
 )
 
 _ASK = (

@@ -102,6 +102,36 @@ class _Watch:
         return found
 
 
+def _autotuned(mod: Any) -> bool:
+    """Whether the candidate's module holds a kernel behind Triton's autotuner."""
+    from triton.runtime.autotuner import Autotuner
+
+    return any(isinstance(v, Autotuner) for v in vars(mod).values())
+
+
+def _capture_check(model: Any, inputs: list[Any], counter: Any, launch: bool) -> list[tuple[str, str]]:
+    """Whether the forward can be captured in a CUDA graph, as a served model's graph captures it (its kernels
+    launched only where ``launch``: a capture of the rest shows a host sync all the same)."""
+    import contextlib
+
+    import torch
+
+    from ks_inductor.judge.plan import without_launches
+
+    counter.enabled = False  # a capture's launches go to its own stream
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.no_grad(), torch.cuda.graph(graph), (contextlib.nullcontext() if launch else without_launches()):
+            model(*inputs)
+        torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001 - whatever stops the capture is the finding
+        return [("graph_capture", "the candidate cannot be captured in a CUDA graph, as serving runs kernels: "
+                 + f"{type(e).__name__}: {e}".splitlines()[0][:300])]
+    finally:
+        counter.enabled = True
+    return []
+
+
 def run_record(job: dict[str, Any]) -> dict[str, Any]:
     """The candidate's process: load it, compile its kernels, and record its forward as a launch plan (``plan.py``)
     on inputs of its own drawing, twice. Nothing here is evidence but the plan, which the trusted side executes
@@ -134,17 +164,20 @@ def run_record(job: dict[str, Any]) -> dict[str, Any]:
         return make_inputs(problem, job["specs"], draw.getrandbits(62), "normal", device)
 
     P.stage("compile")
-    with torch.no_grad():
-        first = model(*inputs())  # compiles and autotunes, which a recording must not see
-        P.sync(device)
-    flags.extend(check_output_objects(P.as_outputs(first), device))
-    flags.extend(watch.check("after the first call"))
-    del first
+    # The kernels are recorded, not run: the trusted side compiles and runs them itself. Only a module with an
+    # autotuner runs its forward once for real first, so that the configuration it records is the one it tunes to.
+    tuned = _autotuned(mod)
+    if tuned:
+        with torch.no_grad():
+            model(*inputs())
+            P.sync(device)
     plans = []
     computed: set[str] = set()
     try:
         for _ in range(2):
-            plan, payload, ops = PL.record(model, inputs(), PL.state_tensors(model), PL.kernel_lookup(mod))
+            x = inputs()
+            plan, payload, ops = PL.record(model, x, PL.state_tensors(model), PL.kernel_lookup(mod),
+                                           launch=tuned)
             P.sync(device)
             plans.append(plan)
             computed |= ops
@@ -164,6 +197,13 @@ def run_record(job: dict[str, Any]) -> dict[str, Any]:
         f.write(plans[1].to_json())
     if payload:
         save_file(payload, os.path.join(job["workdir"], PL.STATE_FILE))
+    # What serving the forward would meet, which the plan does not show: launches on another stream than the
+    # caller's, and a forward that a CUDA graph cannot capture (a host sync).
+    if counter.off_stream:
+        flags.append(("side_stream", f"{counter.off_stream} Triton launch(es) went to a stream other than the "
+                      "current one"))
+    if device != "cpu":
+        flags.extend(_capture_check(model, inputs(), counter, launch=tuned))
     return {"flags": _first_of_each(flags), "sandbox": sandbox, "launches": dict(counter.counts),
             "ops_seen": sorted(computed)}
 

@@ -346,8 +346,8 @@ class _Tracing:
     """While active: torch's ops (a dispatch mode) and Triton's launches (the ``run`` entry points) go to one
     recorder."""
 
-    def __init__(self, rec: _Recorder, kernel_of: Callable[[Any], str | None]) -> None:
-        self.rec, self.kernel_of = rec, kernel_of
+    def __init__(self, rec: _Recorder | None, kernel_of: Callable[[Any], str | None], launch: bool = True) -> None:
+        self.rec, self.kernel_of, self.launch = rec, kernel_of, launch
         self._originals: list[tuple[Any, Any]] = []
         self._mode: Any = None
 
@@ -362,8 +362,9 @@ class _Tracing:
                 _record_op(rec, func, args, kwargs or {}, out)
                 return out
 
-        self._mode = _Ops()
-        self._mode.__enter__()
+        self._mode = _Ops() if rec is not None else None
+        if self._mode is not None:
+            self._mode.__enter__()
         from triton.runtime.jit import JITFunction
 
         targets: list[Any] = [JITFunction]
@@ -383,7 +384,8 @@ class _Tracing:
         for cls, original in self._originals:
             cls.run = original
         self._originals.clear()
-        self._mode.__exit__(*exc)
+        if self._mode is not None:
+            self._mode.__exit__(*exc)
 
     def _wrap(self, original: Any) -> Any:
         tracing = self
@@ -391,8 +393,10 @@ class _Tracing:
         def run(fn: Any, *args: Any, grid: Any, warmup: bool = False, **kwargs: Any) -> Any:
             from torch.utils._python_dispatch import _disable_current_modes
 
-            if not warmup:
+            if not warmup and tracing.rec is not None:
                 tracing._launch(fn, args, grid, kwargs)
+            if not tracing.launch:
+                return None
             # What the launch itself does with torch (the interpreter copies storages to the host and back) is not
             # the forward's.
             with _disable_current_modes():
@@ -522,14 +526,20 @@ def kernel_lookup(module: Any) -> Callable[[Any], str | None]:
     return lambda fn: names.get(id(fn))
 
 
+def without_launches() -> Any:
+    """While active, Triton kernels are not launched (nor compiled): what a forward does around them still runs."""
+    return _Tracing(None, lambda fn: None, launch=False)
+
+
 def record(forward: Callable[..., Any], inputs: Sequence[Any], state: Sequence[Any],
-           kernel_of: Callable[[Any], str | None]) -> tuple[Plan, dict[str, Any], set[str]]:
+           kernel_of: Callable[[Any], str | None], launch: bool = True) -> tuple[Plan, dict[str, Any], set[str]]:
     """One call of ``forward`` on ``inputs``, recorded: the plan, the bytes of its state and constant storages, and
-    the aten ops that computed (which a plan cannot carry)."""
+    the aten ops that computed (which a plan cannot carry). Without ``launch`` the kernels are recorded but neither
+    compiled nor run: the plan is all that is wanted of them, and the trusted side compiles and runs them itself."""
     import torch
 
     rec = _Recorder(inputs, state)
-    with torch.no_grad(), _Tracing(rec, kernel_of):
+    with torch.no_grad(), _Tracing(rec, kernel_of, launch):
         out = forward(*inputs)
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
     if not outs or not all(isinstance(o, torch.Tensor) for o in outs):

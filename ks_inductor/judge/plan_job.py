@@ -11,6 +11,9 @@ result kept from an earlier call, in device memory or anywhere else, can never b
 random positions the kernels cannot tell apart from the rest, get a timing set's contents instead, and their outputs
 go to the judge. Every timing set is checked once more after timing, at the addresses the timed calls used.
 
+The kernels are compiled here, into a Triton cache that only these jobs write (``Judge.trusted_cache``), so the
+binary that runs is the one Triton makes from the source, never one a candidate's process left behind.
+
 The job holds, while a plan runs: the inputs, the plan's storages, the model's tensors the plan carries and the
 outputs. No reference output, no seed of a trial still to come, no baseline: a kernel that reads the process's whole
 device memory finds nothing it could use. The worker confines itself like a candidate's (the interpreter runs kernel
@@ -66,7 +69,10 @@ def run_plan(job: dict[str, Any]) -> dict[str, Any]:
     flags: list[tuple[str, str]] = []
     P.stage("load")
     problem = exec_problem_source(job["problem_source"], "<problem>")
-    sandbox = confine_job(job["workdir"]).summary()
+    # Triton's cache for the kernels built here is the trusted side's own, shared across plans (a search's children
+    # mostly differ in launch parameters, not in source): only these jobs write it, and a candidate's process can
+    # only read it.
+    sandbox = confine_job(job["workdir"], triton_cache=job.get("triton_cache")).summary()
     try:
         runner = load_runner(job, len(job["specs"]))
     except (PlanError, ValueError) as e:

@@ -185,14 +185,15 @@ def landlock_abi() -> int:
     return abi if isinstance(abi, int) else 0
 
 
-def confine_job(workdir: str, shared_memory: bool = True) -> SandboxReport:
+def confine_job(workdir: str, shared_memory: bool = True, triton_cache: str | None = None) -> SandboxReport:
     """``confine`` as the judge's worker uses it: the job's folder open, the judge's scratch root (the folder that
     holds it) hidden, CUDA's JIT cache writable. Triton's cache moves into the job's folder first: a cache shared
     with other processes is one a candidate could plant compiled kernels in, for a later candidate, or for the
     Triton kernels of the baselines. Without ``shared_memory``, ``/dev/shm`` is read-only: a file left there
-    outlives the job, and a candidate's process needs none."""
+    outlives the job, and a candidate's process needs none. ``triton_cache`` names the trusted side's own Triton
+    cache, shared by the jobs that execute plans and out of every candidate's reach (``plan_job``)."""
     work = os.path.realpath(workdir)
-    cache = os.path.join(work, "triton-cache")
+    cache = triton_cache or os.path.join(work, "triton-cache")
     os.makedirs(cache, exist_ok=True)
     os.environ["TRITON_CACHE_DIR"] = cache
     return confine(work, [os.path.dirname(work)], candidate_writable(), shared_memory=shared_memory)

@@ -658,7 +658,8 @@ class Judge:
                 "candidate_source": source, "trials": trials, "specs": specs,
                 "output_specs": ref.trials[0]["outputs"], "order_seed": rng.getrandbits(32), "timed": timed,
                 "timing": {"min_reps": cfg.min_reps, **cfg.protocol(final)},
-                "timing_sets": [(t["seed"], t["dist"]) for t in ref.timing], "l2_bytes": self._l2, **limits,
+                "timing_sets": [(t["seed"], t["dist"]) for t in ref.timing], "l2_bytes": self._l2,
+                "triton_cache": self.trusted_cache(), **limits,
             }
             if not want_timing and self.backend.timed:
                 job["timing"] = None  # on the interpreter the rotation re-check always runs; it costs little
@@ -709,6 +710,17 @@ class Judge:
                 self._judge_speed(res, problem, msg, baselines)
             res.stage = "done"
             return res
+
+    @staticmethod
+    def trusted_cache() -> str:
+        """The Triton cache of the jobs that execute plans: outside the judge's scratch root (which those jobs
+        hide from themselves), in kernelsmith's home, written by no candidate's process."""
+        from kernel_cache.settings import Settings
+
+        home = Settings.read("home") or os.path.join(os.path.expanduser("~"), ".cache", "kernelsmith")
+        path = os.path.join(home, "judge-triton-cache")
+        os.makedirs(path, exist_ok=True)
+        return path
 
     @staticmethod
     def _take_plan(res: EvalResult, work: str, trusted: str) -> bool:
