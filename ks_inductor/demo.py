@@ -44,12 +44,21 @@ def build_model():
 
 @contextlib.contextmanager
 def scratch_db(db: str | None) -> Iterator[str]:
-    """``db``, or a fresh SQLite cache in a temporary folder that is removed when the demo ends."""
+    """``db``, or a fresh SQLite cache in a temporary folder that is removed when the demo ends; the demo's other
+    files (graph analyses, kernel modules) go there too unless ``KERNELSMITH_HOME`` names a home, so that a demo
+    run leaves nothing behind."""
     if db is not None:
         yield db
         return
     with tempfile.TemporaryDirectory(prefix="kernelsmith-demo-") as folder:
-        yield "sqlite:///" + os.path.join(folder, "kernels.db")
+        own_home = "KERNELSMITH_HOME" not in os.environ
+        if own_home:
+            os.environ["KERNELSMITH_HOME"] = os.path.join(folder, "home")
+        try:
+            yield "sqlite:///" + os.path.join(folder, "kernels.db")
+        finally:
+            if own_home:
+                os.environ.pop("KERNELSMITH_HOME", None)
 
 
 def main(argv: list[str] | None = None) -> int:

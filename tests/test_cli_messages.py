@@ -200,17 +200,25 @@ def test_the_demo_leaves_no_folder_behind(tmp_path, monkeypatch):
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     seen = []
+    homes = []
 
     def run(db, budget):
+        import os
+
         path = Path(db.removeprefix("sqlite:///"))
         path.write_text("")
         seen.append(path)
+        homes.append(os.environ.get("KERNELSMITH_HOME"))
         return 0
 
     monkeypatch.setattr(demo, "run", run)
+    # With no home named, the demo's graph analyses and modules go to its temporary folder too.
+    monkeypatch.delenv("KERNELSMITH_HOME", raising=False)
     assert demo.main(["--budget", "1"]) == 0
     assert seen and seen[0].parent.parent == scratch
+    assert homes[0] and Path(homes[0]).parent == seen[0].parent
     assert list(scratch.iterdir()) == []
+    assert "KERNELSMITH_HOME" not in __import__("os").environ
     assert demo.main(["--db", str(tmp_path / "mine.db")]) == 0 and seen[-1] == tmp_path / "mine.db"
 
 

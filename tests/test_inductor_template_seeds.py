@@ -90,6 +90,28 @@ def test_no_template_says_why(name, layer, inputs):
     assert "no Triton template" in reasons["template"], reasons
 
 
+def test_a_batched_matmul_keeps_its_native_seed_on_the_interpreter():
+    """Inductor's bmm template masks its loads in a form the interpreter rejects ("mask has unsupported dtype"):
+    on the CPU a bmm is seeded by Inductor's own and native-matmul code, and says why it has no template seed."""
+    problem = problem_from_source(textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def forward(self, a, b):
+                return torch.bmm(a, b)
+
+        def get_inputs():
+            return [torch.randn(2, 16, 8), torch.randn(2, 8, 16)]
+
+        def get_init_inputs():
+            return []
+    """), "bmm_interpreter")
+    programs, reasons = inductor_programs(problem, "cpu")
+    assert "template" not in programs and "interpreter" in reasons["template"], reasons
+    assert "native_matmul" in programs or "inductor" in programs, reasons
+
+
 def _choice(m: int, n: int, k: int, stages: int, out: tuple[int, ...], itemsize: int = 4):
     dtype = SimpleNamespace(itemsize=itemsize)
     return SimpleNamespace(

@@ -50,3 +50,15 @@ def test_triton_op_variant_registers_and_runs() -> None:
     x, y = torch.randn(300), torch.randn(300)
     torch.testing.assert_close(op(x, y, 2.5), 2.5 * x + y)
     assert register_region_op(kernel, "axpy-test", lambda x, y, a: a * x + y, spec, triton=True) is op
+
+
+def test_served_kernel_modules_live_in_kernelsmiths_home(tmp_path, monkeypatch):
+    """A compile writes its served kernels' modules beside the cache, in kernelsmith's home, never in the temp
+    folder where nobody asked for them."""
+    from ks_inductor.compiler.kernel_ops import _kernel_dir
+
+    monkeypatch.delenv("KERNELSMITH_HOME", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert _kernel_dir() == tmp_path / "xdg" / "kernelsmith" / "kernels" and _kernel_dir().is_dir()
+    monkeypatch.setenv("KERNELSMITH_HOME", str(tmp_path / "home"))
+    assert _kernel_dir() == tmp_path / "home" / "kernels"

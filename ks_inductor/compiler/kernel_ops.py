@@ -29,8 +29,6 @@ import hashlib
 import inspect
 import itertools
 import logging
-import os
-import tempfile
 import threading
 import types
 import warnings
@@ -70,11 +68,12 @@ _REGISTRY_LOCK = threading.Lock()
 
 
 def _kernel_dir() -> Path:
+    """Where served kernels' modules are written (Triton reads a kernel's source from its file): in kernelsmith's
+    home, beside the cache they come from, named by their source's hash so that Triton's cache stays warm across
+    processes."""
     from kernel_cache.settings import Settings
 
-    home = Settings.read("home")
-    base = Path(home) if home else Path(tempfile.gettempdir()) / f"kernelsmith-{os.getuid() if hasattr(os, 'getuid') else 'u'}"
-    d = base / "kernels"
+    d = Settings.from_env().cache_home() / "kernels"
     d.mkdir(parents=True, exist_ok=True)
     return d
 

@@ -88,3 +88,13 @@ def place_model(model: Any, device: str) -> Any:
     by running statistics the traced graph never reads, and a dropout would vanish from the reference.
     """
     return model.to(device)
+
+
+def same_layout(x: Any) -> Any:
+    """A copy of ``x`` at its own sizes and strides (a tensor; anything else as it is). ``clone`` makes an input
+    whose strides leave gaps contiguous, and a launch plan addresses its inputs at the strides it was recorded at."""
+    import torch
+
+    if not isinstance(x, torch.Tensor):
+        return x
+    return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)

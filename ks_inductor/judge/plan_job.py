@@ -124,13 +124,13 @@ def _timing(job: dict[str, Any], problem: Any, runner: Any, flags: list[tuple[st
     import torch
 
     from ks_inductor.judge import timing as T
-    from ks_inductor.judge.inputs import make_inputs
+    from ks_inductor.judge.inputs import make_inputs, same_layout
 
     cfg = job["timing"]
     specs = job["specs"]
     P.mark("timing_setup")
     sets = [make_inputs(problem, specs, seed, dist, device) for seed, dist in job["timing_sets"]]
-    active = [x.clone() if isinstance(x, torch.Tensor) else x for x in sets[0]]
+    active = [same_layout(x) for x in sets[0]]
     rng = random.Random(int.from_bytes(os.urandom(8), "little"))
     unused = list(range(len(sets)))
     rng.shuffle(unused)

@@ -659,7 +659,8 @@ class Judge:
                 "output_specs": ref.trials[0]["outputs"], "order_seed": rng.getrandbits(32), "timed": timed,
                 "timing": {"min_reps": cfg.min_reps, **cfg.protocol(final)},
                 "timing_sets": [(t["seed"], t["dist"]) for t in ref.timing], "l2_bytes": self._l2,
-                "triton_cache": self.trusted_cache(), **limits,
+                # The interpreter compiles nothing: no cache to share.
+                "triton_cache": self.trusted_cache() if self.backend.device != "cpu" else None, **limits,
             }
             if not want_timing and self.backend.timed:
                 job["timing"] = None  # on the interpreter the rotation re-check always runs; it costs little
@@ -717,8 +718,7 @@ class Judge:
         hide from themselves), in kernelsmith's home, written by no candidate's process."""
         from kernel_cache.settings import Settings
 
-        home = Settings.read("home") or os.path.join(os.path.expanduser("~"), ".cache", "kernelsmith")
-        path = os.path.join(home, "judge-triton-cache")
+        path = str(Settings.from_env().cache_home() / "judge-triton-cache")
         os.makedirs(path, exist_ok=True)
         return path
 

@@ -466,8 +466,9 @@ def steady_state_samples(job: dict[str, Any], tools: dict[str, Any], sets: list[
         return {"steady_skipped": f"the CUDA-graph timing needs {need / 2**30:.1f} GiB of device memory on top of "
                                   f"the per-call timing's, and {have / 2**30:.1f} GiB is left"}
     try:
-        graph_sets = [[x.clone() if isinstance(x, torch.Tensor) else x for x in sets[k % len(sets)]]
-                      for k in range(count)]
+        from ks_inductor.judge.inputs import same_layout
+
+        graph_sets = [[same_layout(x) for x in sets[k % len(sets)]] for k in range(count)]
     except torch.cuda.OutOfMemoryError as e:
         return {"steady_skipped": f"the CUDA-graph timing ran out of device memory setting up: {str(e)[:200]}"}
     held: dict[int, list[Any]] = {}
