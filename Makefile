@@ -83,8 +83,10 @@ test-sglang: $(SGLANG_VENV)/.installed
 
 $(VENV)/.stacks: $(VENV)/.installed Makefile
 	$(BIN)/pip install -q --no-deps --no-compile $(LMDEPLOY) $(VLLM) $(STACK_IMPORTS)
-	$(BIN)/python -c "import lmdeploy.pytorch.nn.norm, lmdeploy.pytorch.nn.activation, \
-	vllm.model_executor.layers.layernorm, vllm.model_executor.layers.activation"
+	@# The stacks import (a check of the install) with a home folder of their own: yapf writes its grammar cache there.
+	home=$$(mktemp -d); HOME=$$home XDG_CACHE_HOME=$$home/.cache $(BIN)/python -c "import lmdeploy.pytorch.nn.norm, \
+	lmdeploy.pytorch.nn.activation, vllm.model_executor.layers.layernorm, vllm.model_executor.layers.activation"; \
+	rc=$$?; rm -rf "$$home"; exit $$rc
 	touch $@
 
 $(SGLANG_VENV)/.installed: setup.py pyproject.toml

@@ -45,20 +45,22 @@ def build_model():
 @contextlib.contextmanager
 def scratch_db(db: str | None) -> Iterator[str]:
     """``db``, or a fresh SQLite cache in a temporary folder that is removed when the demo ends; the demo's other
-    files (graph analyses, kernel modules) go there too unless ``KERNELSMITH_HOME`` names a home, so that a demo
-    run leaves nothing behind."""
+    files (graph analyses, kernel modules, Inductor's cache) go there too unless the environment names their
+    folders, so that a demo run leaves nothing behind."""
     if db is not None:
         yield db
         return
     with tempfile.TemporaryDirectory(prefix="kernelsmith-demo-") as folder:
-        own_home = "KERNELSMITH_HOME" not in os.environ
-        if own_home:
-            os.environ["KERNELSMITH_HOME"] = os.path.join(folder, "home")
+        # Inductor's cache too: its default is a folder of the temp directory that outlives the run.
+        own = {k: os.path.join(folder, sub) for k, sub in (("KERNELSMITH_HOME", "home"),
+                                                             ("TORCHINDUCTOR_CACHE_DIR", "inductor"))
+               if k not in os.environ}
+        os.environ.update(own)
         try:
             yield "sqlite:///" + os.path.join(folder, "kernels.db")
         finally:
-            if own_home:
-                os.environ.pop("KERNELSMITH_HOME", None)
+            for k in own:
+                os.environ.pop(k, None)
 
 
 def main(argv: list[str] | None = None) -> int:

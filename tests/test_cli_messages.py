@@ -209,16 +209,18 @@ def test_the_demo_leaves_no_folder_behind(tmp_path, monkeypatch):
         path.write_text("")
         seen.append(path)
         homes.append(os.environ.get("KERNELSMITH_HOME"))
+        homes.append(os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
         return 0
 
     monkeypatch.setattr(demo, "run", run)
-    # With no home named, the demo's graph analyses and modules go to its temporary folder too.
+    # With no home named, the demo's graph analyses, modules and Inductor's cache go to its temporary folder too.
     monkeypatch.delenv("KERNELSMITH_HOME", raising=False)
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     assert demo.main(["--budget", "1"]) == 0
     assert seen and seen[0].parent.parent == scratch
-    assert homes[0] and Path(homes[0]).parent == seen[0].parent
+    assert homes[0] and homes[1] and Path(homes[0]).parent == Path(homes[1]).parent == seen[0].parent
     assert list(scratch.iterdir()) == []
-    assert "KERNELSMITH_HOME" not in __import__("os").environ
+    assert not {"KERNELSMITH_HOME", "TORCHINDUCTOR_CACHE_DIR"} & set(__import__("os").environ)
     assert demo.main(["--db", str(tmp_path / "mine.db")]) == 0 and seen[-1] == tmp_path / "mine.db"
 
 
