@@ -103,13 +103,17 @@ def test_record_job_holds_no_seed(problem, monkeypatch):
         return original(self, job, *args, **kwargs)
 
     monkeypatch.setattr(service.Judge, "_run", spy)
-    with Judge(JudgeConfig(backend="triton-interpret", trials=2), spares=False) as judge:
+    with Judge(JudgeConfig(backend="triton-interpret", trials=2, seed=7), spares=False) as judge:
         r = judge.evaluate(problem, HONEST.read_text())
     assert r.accepted, r.feedback_text()
     record = [j for j in jobs if j["kind"] == "record"]
     plan = [j for j in jobs if j["kind"] == "plan"]
     assert len(record) == 1 and len(plan) == 1
     assert not {"trials", "timing_sets", "order_seed"} & set(record[0])
+    # Nor can it derive one from the init seed it is given (the weights' seed): the inputs' seeds come from a secret
+    # of their own, not from offsets of that seed.
+    seeds = [s for s, _ in plan[0]["trials"] + plan[0]["timing_sets"]]
+    assert all(abs(s - record[0]["init_seed"]) > 10**6 for s in seeds), (record[0]["init_seed"], seeds)
     assert plan[0]["trials"] and plan[0]["timing_sets"]
     assert record[0]["workdir"] != plan[0]["workdir"]
 

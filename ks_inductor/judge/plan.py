@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 PLAN_FILE = "plan.json"
@@ -69,11 +69,10 @@ class Plan:
     steps: list[dict[str, Any]]
     outputs: list[dict[str, Any]]
     version: int = 1
-    notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps({"version": self.version, "storages": self.storages, "steps": self.steps,
-                           "outputs": self.outputs, "notes": self.notes}, sort_keys=True)
+                           "outputs": self.outputs}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> Plan:
@@ -83,8 +82,7 @@ class Plan:
             raise PlanError(f"the plan is not JSON: {e}") from None
         if not isinstance(d, dict) or d.get("version") != 1:
             raise PlanError("the plan is not a version 1 plan")
-        plan = cls(storages=d.get("storages"), steps=d.get("steps"), outputs=d.get("outputs"),  # type: ignore[arg-type]
-                   notes=[str(n) for n in d.get("notes") or []][:16])
+        plan = cls(storages=d.get("storages"), steps=d.get("steps"), outputs=d.get("outputs"))  # type: ignore[arg-type]
         plan.validate()
         return plan
 
@@ -257,7 +255,6 @@ class _Recorder:
         self.payload: dict[str, Any] = {}
         self.steps: list[dict[str, Any]] = []
         self.compute: set[str] = set()
-        self.notes: list[str] = []
         for i, x in enumerate(inputs):
             if isinstance(x, torch.Tensor) and x.untyped_storage().nbytes():
                 self._add(x, {"kind": "input", "index": i})
@@ -294,7 +291,6 @@ class _Recorder:
             sid = self._add(t, {"kind": "const"})
             self.payload[f"s{sid}"] = _storage_bytes(t)
             return sid
-        self.notes.append(f"a storage of {st.nbytes()} bytes the forward did not make is fresh in the plan")
         return self._add(t, {"kind": "alloc"})
 
     def arg(self, v: Any) -> dict[str, Any]:
@@ -544,7 +540,7 @@ def record(forward: Callable[..., Any], inputs: Sequence[Any], state: Sequence[A
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
     if not outs or not all(isinstance(o, torch.Tensor) for o in outs):
         raise PlanError("the forward returns something other than tensors")
-    plan = Plan(storages=rec.storages, steps=rec.steps, outputs=[rec.view(o) for o in outs], notes=rec.notes)
+    plan = Plan(storages=rec.storages, steps=rec.steps, outputs=[rec.view(o) for o in outs])
     plan.validate(len(inputs))
     return plan, rec.payload, rec.compute
 

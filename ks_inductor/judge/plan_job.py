@@ -150,7 +150,9 @@ def _timing(job: dict[str, Any], problem: Any, runner: Any, flags: list[tuple[st
             contents = sets[k]
             held["set"] = k
         else:
-            seed, dist = job["timing_sets"][i % len(sets)]
+            # A distribution drawn at random too: one tied to the call's position would tell a kernel that counts its
+            # calls which ones hold a timing set's contents.
+            _, dist = job["timing_sets"][rng.randrange(len(sets))]
             contents = make_inputs(problem, specs, rng.getrandbits(62), dist, device)
         for a, s in zip(active, contents):
             if isinstance(a, torch.Tensor):

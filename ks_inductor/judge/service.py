@@ -192,6 +192,10 @@ class Judge:
             dev_list = list(devices) if devices is not None else list(range(torch.cuda.device_count()))
             self._device_bytes = int(torch.cuda.get_device_properties(dev_list[0] or 0).total_memory)
         self._secret = self.config.seed if self.config.seed is not None else int.from_bytes(os.urandom(4), "little")
+        # The trials' and timing sets' seeds come from a secret of their own: the candidate's process is given the
+        # model's init seed (its weights are built as the reference's), from which no input may be derived.
+        self._input_secret = (int(hashlib.sha256(f"{self.config.seed}:inputs".encode()).hexdigest()[:8], 16)
+                              if self.config.seed is not None else int.from_bytes(os.urandom(4), "little"))
         self._root = tempfile.mkdtemp(prefix="ks-judge-")
         n = max_workers or (2 if self.backend.device == "cpu" else
                             max(2, min((os.cpu_count() or 4) // 2, 8 * len(dev_list))))
@@ -429,14 +433,18 @@ class Judge:
             log.info("%s: inputs of %.1f GiB; its jobs run alone on the device", problem.name, in_b / 2**30)
         return alone
 
-    def _problem_seed(self, problem: Problem) -> int:
+    def _problem_seed(self, problem: Problem, secret: int | None = None) -> int:
+        """The model's init seed (``secret`` None), or the base of the problem's input seeds (the input secret)."""
         h = int(hashlib.sha256(problem.key.encode()).hexdigest()[:8], 16)
-        return (self._secret ^ h) & 0x7FFFFFFF
+        return ((self._secret if secret is None else secret) ^ h) & 0x7FFFFFFF
+
+    def _input_seed(self, problem: Problem) -> int:
+        return self._problem_seed(problem, self._input_secret)
 
     def _timing_sets(self, problem: Problem) -> list[tuple[int, str]]:
         """(seed, distribution) of the problem's timing sets: the same for the reference, the baselines and every
         candidate, so that the baselines need not wait for the reference's outputs."""
-        base = self._problem_seed(problem)
+        base = self._input_seed(problem)
         return [(base + 50_000 + k, TIMING_DISTRIBUTIONS[k % len(TIMING_DISTRIBUTIONS)])
                 for k in range(self.config.rotating_sets)]
 
@@ -456,7 +464,7 @@ class Judge:
                 return self._compute_reference(problem, deadline)
 
     def _compute_reference(self, problem: Problem, deadline: float | None) -> _Reference:
-        base = self._problem_seed(problem)
+        base = self._input_seed(problem)
         n = self.config.trials
         trials = (trial_plan(n, self.config.distributions, base)
                   + trial_plan(n, self.config.distributions, base + 500))
@@ -464,7 +472,7 @@ class Judge:
         work = tempfile.mkdtemp(dir=self._root, prefix="ref-")
         free = shutil.disk_usage(self._root).free
         job = {"kind": "reference", "device": self.backend.device, "workdir": work,
-               "problem_source": problem.source, "init_seed": base, "trials": trials,
+               "problem_source": problem.source, "init_seed": self._problem_seed(problem), "trials": trials,
                "timing_sets": timing_sets, "scratch": {"free": free, "in_flight": self._in_flight},
                "specs": [s.__dict__ for s in problem.input_specs],
                "memory_limit_mb": self.config.memory_limit_mb,
