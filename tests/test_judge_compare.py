@@ -149,6 +149,22 @@ def test_a_fused_low_precision_kernel_closer_to_float64_than_eager_passes() -> N
     assert C.compare_outputs([eager], [fused], tol, 0, "t", truth=[truth])[1] is None
 
 
+def test_the_float64_result_is_read_only_where_the_fast_pass_needs_it() -> None:
+    """A GB-scale rerun is read from disk for every comparison otherwise: given as a loader, it is called only for
+    an output the fast pass does not pass, and then once."""
+    eager, fused, truth = _rope_like(1 << 15, 0)
+    calls = []
+
+    def load() -> list[torch.Tensor]:
+        calls.append(1)
+        return [truth]
+
+    assert C.compare_outputs([eager], [eager.clone()], tol, 0, "t", truth=load)[1] is None
+    assert calls == []
+    assert C.compare_outputs([eager, eager], [fused, fused], tol, 0, "t", truth=lambda: load() * 2)[1] is None
+    assert calls == [1]
+
+
 def test_the_float64_result_relaxes_nothing_for_a_wrong_element_or_another_dtype() -> None:
     eager, fused, truth = _rope_like(1 << 15, 0)
     wrong = fused.clone()

@@ -44,12 +44,25 @@ def test_what_only_a_cuda_graph_shows_is_caught_without_static_rules(problem, na
     assert r.verdict == "rejected" and flag in r.flags, r.feedback_text()
 
 
-def test_side_stream_is_caught_by_the_wall_clock_even_without_static_rules(problem):
+def test_work_on_a_side_stream_is_timed_in_full_without_static_rules(problem):
+    """A forward that launches on a stream of its own hides its work from events on the timed stream, were it run
+    as written. The trusted side launches the recorded plan on its own stream: the side stream's kernels are timed
+    as the same kernels launched in plain sight."""
     from ks_inductor.judge import Judge, JudgeConfig
 
+    hidden = (CANDIDATES / "exploits" / "side_stream.py").read_text()
+    plain = hidden.replace("with torch.cuda.stream(self.side):", "if True:")
+    assert plain != hidden
     with Judge(JudgeConfig(rounds=3, rep_ms=50, static_rules=False, baselines=("eager",))) as judge:
-        r = judge.evaluate(problem, (CANDIDATES / "exploits" / "side_stream.py").read_text())
-    assert r.verdict == "rejected" and "side_stream" in r.flags, r.feedback_text()
+        got = judge.evaluate(problem, hidden)
+        seen = judge.evaluate(problem, plain)
+    assert seen.accepted and seen.timings, seen.feedback_text()
+    if got.accepted:
+        # The least of each's samples: the same plan's median moved 1.8x between two judgments a few seconds apart.
+        assert got.timings["candidate"].min_ms > 0.8 * seen.timings["candidate"].min_ms, (
+            got.feedback_text(), seen.feedback_text())
+    else:
+        assert "side_stream" in got.flags or "graph_capture" in got.flags, got.feedback_text()
 
 
 def test_flush_leaves_no_dirty_lines_for_the_timed_call():
@@ -86,6 +99,9 @@ def test_graphed_timing_is_per_call_and_reports_what_cannot_be_captured():
     assert 2 * 32 * 2**20 / (per_call_us * 1e-6) < 6e12  # no more than HBM3e can move: the calls were not elided
     assert per_call_us > 1.0
     assert torch.equal(outs[0], sets[0])
+    # The failed capture leaves the process's random draws on the device working (torch leaves its generator marked
+    # as capturing after a capture that fails).
+    assert torch.randn(4, device="cuda").isfinite().all()
 
 
 def test_candidates_judged_apart_share_one_timing_of_the_baselines(problem):

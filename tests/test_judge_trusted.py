@@ -27,6 +27,8 @@ REJECTED = {
     "lying_process_wrong.py": {"mismatch"},
     # its cache is made at its first call: the two recordings differ
     "device_cache.py": {"plan", "mismatch"},
+    # a plan's tensors larger than the model's own need: refused before the judge copies them
+    "oversized_state.py": {"plan"},
 }
 # exploits whose forgery or trick buys nothing: judged exactly as their honest kernel is
 NO_GAIN = ("forged_timing.py", "call_stack_partial.py", "lying_process.py")

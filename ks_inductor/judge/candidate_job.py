@@ -125,6 +125,9 @@ def _capture_check(model: Any, inputs: list[Any], counter: Any, launch: bool) ->
             model(*inputs)
         torch.cuda.synchronize()
     except Exception as e:  # noqa: BLE001 - whatever stops the capture is the finding
+        from ks_inductor.judge.timing import after_failed_capture
+
+        after_failed_capture()
         return [("graph_capture", "the candidate cannot be captured in a CUDA graph, as serving runs kernels: "
                  + f"{type(e).__name__}: {e}".splitlines()[0][:300])]
     finally:

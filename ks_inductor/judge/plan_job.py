@@ -33,6 +33,16 @@ from ks_inductor.judge import protocol as P
 GRAPH_CHECKS_PER_REPLAY = 2
 # Largest plan file read (a plan of MAX_STEPS launches with many arguments fits well within it).
 PLAN_BYTES = 16 << 20
+# The plan's tensors (the model's own, carried as bytes, and small constants) may take the model's weights this many
+# times over (a kernel may keep them in another layout or dtype), plus this many bytes.
+STATE_TIMES, STATE_SLACK = 4, 64 << 20
+
+
+def state_bytes_cap(model_bytes: int) -> int:
+    """The largest plan state file taken for a model whose weights file has ``model_bytes``."""
+    return STATE_TIMES * max(0, model_bytes) + STATE_SLACK
+
+
 # The share of timed calls that get a timing set's contents and are checked; each set is used at most once there.
 CHECKED_SHARE = 0.125
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernel_cache.settings import Settings
+from ks_inductor.judge.admission import MemoryGate
 from ks_inductor.judge.backends import JudgeBackend, worker_environment
 from ks_inductor.judge.clock import STAGE_NAMES, StageClock
 from ks_inductor.judge.device_lock import DeviceLock
@@ -259,7 +260,8 @@ def _start_fork_server(backend: JudgeBackend, log_dir: str, device: int | None) 
 class WorkerPool:
     """Hands out fresh, already-started workers per device and keeps one spare warm for each."""
 
-    def __init__(self, backend: JudgeBackend, devices: list[int | None], log_dir: str, spares: int = 1) -> None:
+    def __init__(self, backend: JudgeBackend, devices: list[int | None], log_dir: str, spares: int = 1,
+                 gate_bytes: int = 0) -> None:
         self.backend = backend
         self.devices = devices
         self.log_dir = log_dir
@@ -268,8 +270,8 @@ class WorkerPool:
         self._lock = threading.Lock()
         # Held across processes too: every kernelsmith process on the host times on a device one at a time.
         self.device_locks = {d: DeviceLock(backend.device_id(d)) for d in devices}
-        # Whole jobs, not stages: shared by jobs that may overlap, exclusive for one that must run alone (admission).
-        self.job_gates = {d: DeviceLock() for d in devices}
+        # Whole jobs, not stages: admitted by the device memory each holds (admission).
+        self.job_gates = {d: MemoryGate(gate_bytes) for d in devices}
         self._next = 0
         self._closed = False
         self.fork_servers = {d: _start_fork_server(backend, log_dir, d) for d in devices}

@@ -21,7 +21,7 @@ from typing import Any
 
 from kernel_cache.fingerprint import EnvFingerprint
 from ks_inductor.candidate import normalized_source_hash
-from ks_inductor.judge.admission import HOLD_FACTOR, input_bytes, output_bytes, runs_alone
+from ks_inductor.judge.admission import ALONE, GATE_SHARE, input_bytes, job_bytes, output_bytes
 from ks_inductor.judge.backends import JudgeBackend, detect_backend
 from ks_inductor.judge.clock import StageClock
 from ks_inductor.judge.compare import compare_outputs
@@ -44,6 +44,8 @@ from ks_inductor.problem import Problem
 
 log = logging.getLogger(__name__)
 
+# Outputs of at least this many bytes are compared on the judge's GPU (``_Streamed._compare``).
+DEVICE_COMPARE_BYTES = 32 << 20
 COST_SAMPLES = 50  # judgments per protocol that ``Judge.typical_cost`` takes its medians over
 # A final judgment's baselines are timed again when older than this: what gets stored is compared with baselines
 # timed close to it, while the leaders judged together share one timing of them.
@@ -105,8 +107,9 @@ class _Streamed:
     Paths are built here from the kind and index, never taken from the worker, and each output is taken once."""
 
     def __init__(self, res: EvalResult, ref: _Reference, work: str, trials: list[tuple[int, str]],
-                 picked: list[int], tolerance: Any) -> None:
+                 picked: list[int], tolerance: Any, compare_device: str | None = None) -> None:
         self.res, self.ref, self.work, self.trials, self.tolerance = res, ref, work, trials, tolerance
+        self.compare_device = compare_device  # a GPU of the judge's, for large outputs (``_compare``)
         self.picked = picked  # the reference's trial behind each of the candidate's (``_Reference.pick_trials``)
         self.taken: dict[str, set[int]] = {"trial": set(), "post": set(), "graph": set(), "timed": set()}
         self.stage = "correctness"  # where the first rejected output came from
@@ -137,12 +140,9 @@ class _Streamed:
                         "graph": "CUDA-graph replays on new input contents"}[kind]
             self.taken[kind].add(index)
             self.stage = "correctness" if kind == "trial" else "timing"
-            ref_t = load_file(expected["file"])
             got = load_file(path)
-            truth_t = load_file(expected["truth_file"]) if expected.get("truth_file") else None
-            m, why = compare_outputs(_outputs(ref_t), _outputs(got), self.tolerance, index, label,
-                                     truth=None if truth_t is None else _outputs(truth_t))
-            del ref_t, got, truth_t
+            m, why = self._compare(expected, got, index, label)
+            del got
             if why:
                 self.res.mismatch = m
                 self.res.reject(flag, f"wrong after {when} (results cached or state kept across calls): {why}"
@@ -161,6 +161,30 @@ class _Streamed:
         finally:
             with contextlib.suppress(OSError):
                 os.remove(path)
+
+
+    def _compare(self, expected: dict[str, Any], got: dict[str, Any], index: int,
+                 label: str) -> tuple[Any, str | None]:
+        """The output compared with the reference's on the judge's GPU where it is large (a 0.5 GB output took about
+        0.8 s on the host, with judgments comparing side by side), else, or where the GPU cannot (its memory taken),
+        on the host. The float64 rerun is read only where the fast pass needs it."""
+        from safetensors.torch import load_file
+
+        size = sum(t.numel() * t.element_size() for t in got.values())
+        where = [self.compare_device] if self.compare_device and size >= DEVICE_COMPARE_BYTES else []
+        for dev in [*where, "cpu"]:
+            try:
+                ref_t = _outputs(load_file(expected["file"], device=dev))
+                out_t = [t.to(dev) for t in _outputs(got)]
+                truth = ((lambda d=dev: _outputs(load_file(expected["truth_file"], device=d)))
+                         if expected.get("truth_file") else None)
+                return compare_outputs(ref_t, out_t, self.tolerance, index, label, truth=truth)
+            except RuntimeError as e:  # torch.cuda.OutOfMemoryError among them
+                if dev == "cpu":
+                    raise
+                log.info("comparing an output on %s failed (%s); compared on the host", dev,
+                         str(e).splitlines()[0][:200])
+        raise AssertionError("unreachable: the host comparison returns or raises")
 
 
 def _no_outputs(res: EvalResult) -> Any:
@@ -200,7 +224,8 @@ class Judge:
         n = max_workers or (2 if self.backend.device == "cpu" else
                             max(2, min((os.cpu_count() or 4) // 2, 8 * len(dev_list))))
         per_device = max(1, n // len(dev_list)) if spares else 0
-        self._pool = WorkerPool(self.backend, dev_list, os.path.join(self._root, "logs"), spares=per_device)
+        self._pool = WorkerPool(self.backend, dev_list, os.path.join(self._root, "logs"), spares=per_device,
+                                gate_bytes=int(GATE_SHARE * self._device_bytes))
         self._executor = ThreadPoolExecutor(max_workers=n, thread_name_prefix="ks-judge")
         # The baselines' jobs, started beside the candidates they serve (never on the judgments' own executor, whose
         # threads would wait on them).
@@ -215,6 +240,8 @@ class Judge:
         self._lock = threading.Lock()
         self._fingerprint: EnvFingerprint | None = None
         self._l2 = self.backend.l2_bytes() if self.backend.device != "cpu" else 0
+        # Only a CUDA device of the judge's own compares: the interpreter's outputs are on the host already.
+        self._compare_device = f"cuda:{dev_list[0] or 0}" if self.backend.device == "cuda" else None
         # What finished judgments cost, per protocol (final or not): (seconds of their own, seconds holding the
         # device alone), the most recent COST_SAMPLES of each.
         self._costs: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
@@ -383,6 +410,14 @@ class Judge:
                 self._past_deadline(res)
             else:
                 res = self._judge(problem, source, timing, final, clock, deadline)
+                if "out_of_memory" in res.flags:
+                    # The jobs sharing the device may have taken the memory this one ran out of (their sizes are
+                    # estimates): not the candidate's fault until it runs out of memory alone.
+                    log.info("%s: a candidate ran out of device memory beside other jobs; judged again alone",
+                             problem.name)
+                    res = self._judge(problem, source, timing, final, clock, deadline, alone=True)
+                    res.notes.append("judged alone on its device after it ran out of device memory beside other "
+                                     "jobs")
         except Exception as e:  # noqa: BLE001 - the judge answers with a verdict, never a traceback
             log.exception("judge failure")
             res = self._new_result(source, problem.key)
@@ -404,16 +439,15 @@ class Judge:
         return {"start": c.compile_timeout_s, "load": c.compile_timeout_s, "compile": c.compile_timeout_s,
                 "correctness": c.run_timeout_s, "timing": max(c.run_timeout_s, 300.0)}
 
-    def _run(self, job: dict[str, Any], on_output: Any = None, alone: bool = False,
+    def _run(self, job: dict[str, Any], on_output: Any = None, need: int = 0,
              clock: StageClock | None = None, deadline: float | None = None) -> JobOutcome:
-        """Run a job on a fresh worker, which ends with it; ``alone``: with no other job on its device
-        (``admission``)."""
+        """Run a job on a fresh worker, which ends with it, once its device has room for the ``need`` bytes it will
+        hold beside the jobs running there (``admission``; ``ALONE``: with no other job on its device)."""
         clock = clock or StageClock()
         device = self._pool.pick_device()
         gate = self._pool.job_gates[device]
-        mode = "exclusive" if alone else "shared"
         with clock.section("device_wait"):
-            gate.acquire(mode)
+            taken = gate.acquire(need)
         try:
             if deadline is not None and time.monotonic() >= deadline:
                 return JobOutcome(None, "start", "deadline", DEADLINE_ERROR)
@@ -422,16 +456,18 @@ class Judge:
             return worker.run_job(job, self._stage_limits(), self.config.memory_limit_mb,
                                   self._pool.device_locks.get(device), on_output, clock, deadline)
         finally:
-            gate.release(mode)
+            gate.release(taken)
 
-    def _alone(self, problem: Problem, out_bytes: int | None, hold: float = HOLD_FACTOR) -> bool:
+    def _need(self, problem: Problem, kind: str, out_bytes: int | None, sets: int | None = None) -> int:
+        """Device bytes a job of ``kind`` for ``problem`` holds (``admission.job_bytes``)."""
         in_b = input_bytes(problem.input_specs)
-        # The reference's outputs are not known before it runs: taken as large as its inputs.
-        alone = runs_alone(in_b, in_b if out_bytes is None else out_bytes, self._device_bytes, hold)
-        if alone and problem.key not in self._alone_said:
+        n_sets = len(self._timing_sets(problem)) if sets is None else sets
+        need = job_bytes(kind, in_b, out_bytes, n_sets)
+        if need > GATE_SHARE * self._device_bytes / 2 and problem.key not in self._alone_said:
             self._alone_said.add(problem.key)
-            log.info("%s: inputs of %.1f GiB; its jobs run alone on the device", problem.name, in_b / 2**30)
-        return alone
+            log.info("%s: inputs of %.1f GiB; a %s job holds about %.1f GiB, so few share the device", problem.name,
+                     in_b / 2**30, kind, need / 2**30)
+        return need
 
     def _problem_seed(self, problem: Problem, secret: int | None = None) -> int:
         """The model's init seed (``secret`` None), or the base of the problem's input seeds (the input secret)."""
@@ -477,7 +513,7 @@ class Judge:
                "specs": [s.__dict__ for s in problem.input_specs],
                "memory_limit_mb": self.config.memory_limit_mb,
                "device_memory_fraction": self.config.device_memory_fraction}
-        out = self._run(job, alone=self._alone(problem, None), deadline=deadline)
+        out = self._run(job, need=self._need(problem, "reference", None, len(timing_sets)), deadline=deadline)
         if out.failure == "deadline":
             # Not the problem's failure: the next judgment with time left computes it.
             shutil.rmtree(work, ignore_errors=True)
@@ -538,11 +574,8 @@ class Judge:
                        "memory_limit_mb": cfg.memory_limit_mb, "device_memory_fraction": cfg.device_memory_fraction,
                        "flops_dtype": (compute_dtype(problem.dtypes) if problem.op_summary.keys() & COMPUTE_OPS
                                        else None), "tf32": tf32_rate(problem)}
-                # It holds every timing set at once, the active copy, both tools' outputs and Inductor's buffers:
-                # two such jobs of a GB-scale problem ran an H200 out of memory in a warm's room phase.
-                hold = len(job["timing_sets"]) + 3
-                out = self._run(job, alone=self._alone(problem, output_bytes(problem.output_specs), hold),
-                                deadline=deadline)
+                need = self._need(problem, "baselines", output_bytes(problem.output_specs), len(job["timing_sets"]))
+                out = self._run(job, need=need, deadline=deadline)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
             if out.failure == "deadline":
@@ -618,7 +651,7 @@ class Judge:
         return True
 
     def _judge(self, problem: Problem, source: str, timing: bool | None, final: bool,
-               clock: StageClock | None, deadline: float | None) -> EvalResult:
+               clock: StageClock | None, deadline: float | None, alone: bool = False) -> EvalResult:
         cfg = self.config
         clock = clock or StageClock()
         clock.enter("static")
@@ -649,16 +682,19 @@ class Judge:
                 shutil.copyfile(ref.state_file, state_file)
             specs = [s.__dict__ for s in problem.input_specs]
             limits = {"memory_limit_mb": cfg.memory_limit_mb, "device_memory_fraction": cfg.device_memory_fraction}
-            alone = self._alone(problem, ref.out_bytes)
+            sets = len(ref.timing)
+            rec_need = ALONE if alone else self._need(problem, "record", ref.out_bytes, sets)
+            plan_need = ALONE if alone else self._need(problem, "plan", ref.out_bytes, sets)
             # The candidate's process records its launch plan on inputs of its own; no seed of the judgment's
             # reaches it.
             rec_job = {"kind": "record", "device": self.backend.device, "workdir": work,
                        "problem_source": problem.source, "candidate_source": source, "init_seed": base,
                        "state_file": state_file, "specs": specs, **limits}
-            rec = self._run(rec_job, _no_outputs(res), alone=alone, clock=clock, deadline=deadline)
+            rec = self._run(rec_job, _no_outputs(res), need=rec_need, clock=clock, deadline=deadline)
             if not self._absorb_outcome(res, rec) or (res.verdict == REJECTED and res.reasons):
                 return res
-            if not self._take_plan(res, work, trusted):
+            model_bytes = os.path.getsize(ref.state_file) if ref.state_file else 0
+            if not self._take_plan(res, work, trusted, model_bytes):
                 return res
             trials = [(ref.trials[k]["seed"], ref.trials[k]["dist"]) for k in picked]
             job = {
@@ -674,8 +710,8 @@ class Judge:
                 job["timing"] = None  # on the interpreter the rotation re-check always runs; it costs little
             if ref.note:
                 res.notes.append(ref.note)
-            streamed = _Streamed(res, ref, trusted, trials, picked, cfg.tolerance)
-            out = self._run(job, streamed, alone=alone, clock=clock, deadline=deadline)
+            streamed = _Streamed(res, ref, trusted, trials, picked, cfg.tolerance, self._compare_device)
+            out = self._run(job, streamed, need=plan_need, clock=clock, deadline=deadline)
             clock.enter("verdict")
             if res.verdict == ERROR or (res.verdict == REJECTED and res.reasons):
                 # An output was rejected (or could not be compared) and the worker stopped there; what its guards
@@ -731,11 +767,13 @@ class Judge:
         return path
 
     @staticmethod
-    def _take_plan(res: EvalResult, work: str, trusted: str) -> bool:
+    def _take_plan(res: EvalResult, work: str, trusted: str, model_bytes: int = 0) -> bool:
         """Copy the plan the candidate's process left in its folder into the trusted job's: regular files only, so
-        a link planted there reaches nothing of the judge's."""
+        a link planted there reaches nothing of the judge's, and no larger than a plan and the model's own tensors
+        need (``model_bytes``: the reference's weights), so a candidate cannot make the judge copy and load
+        gigabytes."""
         from ks_inductor.judge.plan import PLAN_FILE, STATE_FILE
-        from ks_inductor.judge.plan_job import PLAN_BYTES
+        from ks_inductor.judge.plan_job import PLAN_BYTES, state_bytes_cap
 
         for name in (PLAN_FILE, STATE_FILE):
             src = os.path.join(work, name)
@@ -749,6 +787,11 @@ class Judge:
                 continue
             if name == PLAN_FILE and os.path.getsize(src) > PLAN_BYTES:
                 res.reject("plan", f"the launch plan is larger than {PLAN_BYTES} bytes")
+                return False
+            if name == STATE_FILE and os.path.getsize(src) > state_bytes_cap(model_bytes):
+                res.reject("plan", f"the plan's tensors take {os.path.getsize(src)} bytes, more than "
+                           f"{state_bytes_cap(model_bytes)}: a plan carries the model's own tensors and small "
+                           "constants")
                 return False
             shutil.copyfile(src, os.path.join(trusted, name), follow_symlinks=False)
         return True

@@ -16,6 +16,7 @@ protocol (interpreter timings mean nothing).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import statistics
@@ -209,6 +210,18 @@ def device_bytes_available(device: str) -> int | None:
     return max(0, min(int(fraction * total) - torch.cuda.memory_allocated(), free + reusable))
 
 
+def after_failed_capture() -> None:
+    """Leave the CUDA random generators usable after a capture that failed. torch marks a generator as capturing
+    when a capture begins and clears the mark only when one ends well: after a failed capture (a host sync in the
+    captured calls) every later random draw on the device raises "Offset increment outside graph capture". Each
+    generator's state is replaced by a copy of itself, which is not capturing and draws on from the same offset."""
+    import torch
+
+    for gen in torch.cuda.default_generators:
+        with contextlib.suppress(Exception):  # a torch without graph-safe generator states keeps its own
+            gen.graphsafe_set_state(gen.clone_state())
+
+
 def benchmark_graphed(
     calls: dict[str, list[Callable[[], Any]]],
     *,
@@ -258,6 +271,7 @@ def benchmark_graphed(
         except Exception as e:  # noqa: BLE001 - reported per tool; the others are still timed
             errors[name] = f"{type(e).__name__}: {e}"[:300]
             torch.cuda.synchronize()
+            after_failed_capture()
     samples: dict[str, list[list[float]]] = {name: [] for name in graphs}
     rng = random.Random(seed)
     names = list(graphs)
