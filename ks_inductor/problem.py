@@ -215,8 +215,11 @@ def trace_problem_module(mod: types.ModuleType, filename: str = "<problem>") -> 
 
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     try:
-        with fake_mode:
-            torch.manual_seed(0)
+        # The CPU generator alone, seeded and given back: a backend compile traces regions through here, and its
+        # caller's random streams must be as Inductor alone leaves them (torch.manual_seed would also queue a
+        # reseed of every GPU for when CUDA starts). Fake tensors draw nothing from a generator anyway.
+        with fake_mode, torch.random.fork_rng(devices=[]):
+            torch.default_generator.manual_seed(0)
             init_inputs = list(mod.get_init_inputs())
             inputs = list(mod.get_inputs())
             model = mod.Model(*init_inputs)

@@ -18,10 +18,15 @@ What happens to a graph:
    :mod:`ks_inductor.compiler.kernel_ops`), and that graph goes to Inductor's ``compile_fx`` with the user's ``mode`` and
    options. Swapping at this level keeps Inductor's caches right: the op's name carries the kernel's hash, so a
    new kernel is a new graph (research note C §0.3 A). Everything that is not a hit is compiled by Inductor as
-   usual; a graph without hits is handed over unchanged.
+   usual.
 4. Dynamic shapes: a kernel serves the shapes it was verified for. A region with symbolic sizes is looked up at
-   the sizes' hints; on a hit those sizes are specialised (a Dynamo guard), so other sizes recompile and meet
-   their own kernels or Inductor.
+   the sizes' hints; where its kernel is compiled in, those sizes are specialised (a Dynamo guard), so other
+   sizes recompile and meet their own kernels or Inductor.
+
+With nothing swapped (no hits, the graph guard's verdict against the swaps, a failure), what the backend returns
+is Inductor's own compile (:class:`InductorAlone`): the graph Dynamo made, untouched by the analysis, compiled
+through the callable ``torch.compile(backend="inductor")`` builds, with its config, and returned as it is, so a
+call runs no kernelsmith code.
 
 Never worse: any failure (database missing or corrupt, a kernel that does not load, a graph the analysis does not
 understand, a compile error with the swapped graph) gives a warning and plain Inductor.
@@ -445,22 +450,27 @@ def _on_miss(opts: BackendOptions, store: CompileStore, problem: Problem, fp: En
 # ----------------------------------------------------------------------------------------- rewrite
 
 
-def _specialize(region: Any) -> None:
-    """Guard the region's symbolic sizes to their hints: the kernel was verified for these shapes only."""
+def specialize(hits: list[_Hit]) -> None:
+    """Guard the symbolic sizes of the hits' regions to their hints: a kernel was verified for these shapes only.
+    A Dynamo guard cannot be taken back, so this is done only once the swapped graph is to be compiled."""
     from torch.fx.experimental.symbolic_shapes import guard_int
 
     from ks_inductor.compiler.regions import example_value
 
-    for a in region.inputs:
-        v = example_value(a)
-        sizes = (*v.shape, *v.stride()) if isinstance(v, torch.Tensor) else (v,)
-        for s in sizes:
-            if isinstance(s, torch.SymInt):
-                guard_int(s)
+    for h in hits:
+        if not h.region.symbolic:
+            continue
+        for a in h.region.inputs:
+            v = example_value(a)
+            sizes = (*v.shape, *v.stride()) if isinstance(v, torch.Tensor) else (v,)
+            for s in sizes:
+                if isinstance(s, torch.SymInt):
+                    guard_int(s)
 
 
 def rewrite(gm: fx.GraphModule, hits: list[_Hit], use_triton_op: bool) -> tuple[fx.GraphModule, int]:
-    """A copy of ``gm`` with each hit region replaced by one call of its kernel op."""
+    """A copy of ``gm`` with each hit region replaced by one call of its kernel op; ``gm`` and Dynamo's shape
+    guards are left as they are (see :func:`specialize`)."""
     from torch.fx.passes.tools_common import legalize_graph
 
     from ks_inductor.compiler import kernel_ops as ko
@@ -483,8 +493,6 @@ def rewrite(gm: fx.GraphModule, hits: list[_Hit], use_triton_op: bool) -> tuple[
             else:
                 kernel = ko.load_kernel(hit.record, wrap_triton=use_triton_op)
                 op = ko.register_region_op(kernel, hit.region.problem.key, reference, spec, triton=use_triton_op)
-            if region.symbolic:
-                _specialize(region)
         except Exception as e:  # noqa: BLE001 - this region stays with Inductor
             hit.report.status = ERROR
             hit.report.note = f"{type(e).__name__}: {e}"[:300]
@@ -549,25 +557,96 @@ def _keep_dynamo_metadata(gm: fx.GraphModule, new_gm: fx.GraphModule) -> None:
 # ----------------------------------------------------------------------------------------- entry point
 
 
+def _inductor_wrapper(mode: str | None, inductor_opts: dict[str, Any]) -> Any:
+    """The callable ``torch.compile(backend="inductor", mode=mode, options=inductor_opts)`` hands Dynamo, or None
+    where this torch has none to build. Building it resolves the mode and options exactly as Inductor does for
+    itself: the mode's options first, the user's over them, ``-`` in a name read as ``_``, unknown names and
+    wrongly typed values refused."""
+    wrapper = getattr(torch, "_TorchCompileInductorWrapper", None)
+    if wrapper is None:
+        return None
+    return wrapper(mode, dict(inductor_opts) or None, None)
+
+
 def _inductor_patches(mode: str | None, inductor_opts: dict[str, Any]) -> dict[str, Any]:
+    """Inductor's config patches for ``mode`` and ``inductor_opts``, as ``backend="inductor"`` would apply them."""
+    wrapper = _inductor_wrapper(mode, inductor_opts)
+    if wrapper is not None:
+        return dict(wrapper.config)
     patches: dict[str, Any] = {}
     if mode and mode != "default":
         from torch._inductor import list_mode_options
 
         patches.update(list_mode_options(mode))
-    patches.update(inductor_opts)
+    patches.update({k.replace("-", "_"): v for k, v in inductor_opts.items()})
     return patches
+
+
+class InductorAlone:
+    """Inductor's own compile of the graph Dynamo handed the backend: what ``torch.compile(backend="inductor")``
+    with the same mode and options makes of it. The same entry (the callable torch.compile builds for Inductor),
+    the same config, the graph as Dynamo made it (the analysis reads it and swaps into a copy) and the compiled
+    callable returned as it is, with nothing of kernelsmith's around it per call.
+
+    It is compiled at most once per backend call: Inductor's pre-grad passes rewrite the graph they are given in
+    place, so a second compile of ``gm`` would not start from Dynamo's graph. A compile the graph guard times
+    where the user's options record CUDA graphs (which must not record inside the backend) is made of a copy."""
+
+    def __init__(self, gm: fx.GraphModule, example_inputs: list[Any], mode: str | None,
+                 inductor_opts: dict[str, Any]) -> None:
+        self.gm = gm
+        self.example_inputs = example_inputs
+        self._wrapper = _inductor_wrapper(mode, inductor_opts)
+        self.patches = dict(self._wrapper.config) if self._wrapper is not None else _inductor_patches(
+            mode, inductor_opts)
+        self._compiled: Any = None
+        self._timed: Any = None
+
+    @property
+    def cudagraphs(self) -> bool:
+        return bool(self.patches.get("triton.cudagraphs", torch._inductor.config.triton.cudagraphs))
+
+    def __call__(self) -> Any:
+        """The compiled graph, as Inductor alone would serve it."""
+        if self._compiled is None:
+            self._compiled = self._compile(self.gm, {})
+        return self._compiled
+
+    def for_timing(self) -> Any:
+        """Inductor's own compile, runnable inside the backend: without CUDA graphs (of a copy of the graph)
+        where the user's options record them, else the compiled graph itself."""
+        if not self.cudagraphs:
+            return self()
+        if self._timed is None:
+            self._timed = self._compile(graph_copy(self.gm), {"triton.cudagraphs": False})
+        return self._timed
+
+    def _compile(self, gm: fx.GraphModule, extra: dict[str, Any]) -> Any:
+        if self._wrapper is not None and not extra:
+            return self._wrapper(gm, self.example_inputs)
+        from torch._inductor.compile_fx import compile_fx
+
+        return compile_fx(gm, self.example_inputs, config_patches={**self.patches, **extra})
+
+
+def graph_copy(gm: fx.GraphModule) -> fx.GraphModule:
+    """A copy of ``gm`` that Inductor compiles as it would ``gm``: the same nodes in the same order, their
+    metadata, and Dynamo's marks of which inputs are parameters; the modules and tensors are shared."""
+    import copy
+
+    new_gm = fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    _keep_dynamo_metadata(gm, new_gm)
+    return new_gm
 
 
 def kernelsmith_backend(gm: fx.GraphModule, example_inputs: list[Any], mode: str | None = None,
                         options: dict[str, Any] | None = None, **kwargs: Any) -> Any:
-    """The backend Dynamo calls. Compiles ``gm`` with Inductor after swapping in cached kernels."""
-    from torch._inductor.compile_fx import compile_fx
-
+    """The backend Dynamo calls. Compiles ``gm`` with Inductor after swapping in cached kernels; where nothing is
+    swapped, what it returns is Inductor's own compile of ``gm`` (:class:`InductorAlone`)."""
     opts, inductor_opts = BackendOptions.resolve(options)
-    patches = _inductor_patches(mode or opts.mode, inductor_opts)
+    inductor = InductorAlone(gm, example_inputs, mode or opts.mode, inductor_opts)
     if not opts.enabled:
-        return compile_fx(gm, example_inputs, config_patches=patches)
+        return inductor()
     report = CompileReport()
     hits: list[_Hit] = []
     store = None
@@ -589,14 +668,11 @@ def kernelsmith_backend(gm: fx.GraphModule, example_inputs: list[Any], mode: str
     for use_triton_op in variants:
         name = "triton_op" if use_triton_op else "custom_op"
         sets = swap_sets(hits)
-        plain = None  # Inductor's compile of the graph alone, where a guard that lost made one
         for i, subset in enumerate(sets):
             for h in subset:
                 h.report.status, h.report.note = served[id(h)]
-            outcome, compiled = _compile_swapped(gm, example_inputs, subset, use_triton_op, name, opts, patches,
+            outcome, compiled = _compile_swapped(gm, example_inputs, subset, use_triton_op, name, opts, inductor,
                                                  report, store)
-            if outcome == SLOWER:
-                plain = compiled if compiled is not None else plain
             if outcome != SLOWER or i + 1 == len(sets):
                 break
             # Inductor alone beat the graph with every swap. Eager's regions are opaque ops that run the region's
@@ -610,7 +686,7 @@ def kernelsmith_backend(gm: fx.GraphModule, example_inputs: list[Any], mode: str
                                      "guard); the kernels were tried without them")
         if outcome == SLOWER:
             _log(report)
-            return plain if plain is not None else compile_fx(gm, example_inputs, config_patches=patches)
+            return inductor()
         if outcome == "kept":
             _log(report)
             return compiled
@@ -620,7 +696,7 @@ def kernelsmith_backend(gm: fx.GraphModule, example_inputs: list[Any], mode: str
         if rr.status in SERVED:
             rr.status, rr.note = ERROR, rr.note or "kernel not used (see warnings)"
     _log(report)
-    return compile_fx(gm, example_inputs, config_patches=patches)
+    return inductor()
 
 
 def swap_sets(hits: list[_Hit]) -> list[list[_Hit]]:
@@ -631,11 +707,12 @@ def swap_sets(hits: list[_Hit]) -> list[list[_Hit]]:
 
 
 def _compile_swapped(gm: fx.GraphModule, example_inputs: list[Any], hits: list[_Hit], use_triton_op: bool, name: str,
-                     opts: BackendOptions, patches: dict[str, Any], report: CompileReport, store: CompileStore | None) -> tuple[str, Any]:
+                     opts: BackendOptions, inductor: InductorAlone, report: CompileReport,
+                     store: CompileStore | None) -> tuple[str, Any]:
     """Compile ``gm`` with ``hits`` swapped in as ``name`` ops, and let the graph guard decide: ("kept", the
-    compiled graph); (SLOWER, Inductor's compile of ``gm`` where the guard made one, else None); ("failed", None)
-    where the swapped graph did not compile (the next variant is tried); ("none", None) where no hit could be
-    swapped."""
+    compiled graph); (SLOWER, None) where Inductor alone is faster (``inductor()`` is then the graph to serve);
+    ("failed", None) where the swapped graph did not compile (the next variant is tried); ("none", None) where
+    no hit could be swapped."""
     from torch._inductor.compile_fx import compile_fx
 
     from ks_inductor.compiler import graph_guard as gg
@@ -647,16 +724,24 @@ def _compile_swapped(gm: fx.GraphModule, example_inputs: list[Any], hits: list[_
     except Exception as e:  # noqa: BLE001 - next variant, then plain Inductor
         _variant_failed(report, name, e)
         return "failed", None
-    guard = gg.GuardPlan.make(gm, example_inputs, _swapped_kernels(opts, hits), patches,
+    guard = gg.GuardPlan.make(gm, example_inputs, _swapped_kernels(opts, hits), inductor.patches,
                               lambda: current_fingerprint(opts.judge_backend), name, store)
     if guard is not None and guard.known is not None and not guard.known.kept:
         # Measured before for exactly this graph, kernels, machine and options: the swaps made it slower. No
-        # compile of the swapped graph only to drop it.
+        # compile of the swapped graph only to drop it, and no size specialised for it.
         report.guard = guard.known
         _drop_swaps(report, hits, guard.known)
         return SLOWER, None
     try:
-        compiled = compile_fx(new_gm, example_inputs, config_patches=patches)
+        served = [h for h in hits if h.report.status in SERVED]
+        if guard is not None and guard.measures:
+            # Inductor's own graph is compiled before any size is specialised for the swaps: where they lose, it is
+            # what is served, and it must be the graph Inductor alone would have compiled.
+            inductor.for_timing()
+            if inductor.cudagraphs and any(h.region.symbolic for h in served):
+                inductor()
+        specialize(served)
+        compiled = compile_fx(new_gm, example_inputs, config_patches=inductor.patches)
     except Exception as e:  # noqa: BLE001 - next variant, then plain Inductor
         _variant_failed(report, name, e)
         return "failed", None
@@ -666,10 +751,10 @@ def _compile_swapped(gm: fx.GraphModule, example_inputs: list[Any], hits: list[_
         report.fallback_reason = None  # a larger set's verdict; this set is judged below
     if guard is not None:
         try:
-            report.guard, plain = guard.decide(gm, new_gm, example_inputs, compiled, patches)
+            report.guard = guard.decide(new_gm, example_inputs, compiled, inductor.patches, inductor.for_timing)
             if not report.guard.kept:
                 _drop_swaps(report, hits, report.guard)
-                return SLOWER, plain
+                return SLOWER, None
         except Exception as e:  # noqa: BLE001 - the guard itself failed: the per-region decision stands
             log.warning("kernelsmith: graph guard failed (%s: %s); keeping the swaps", type(e).__name__, e)
     return "kept", compiled

@@ -307,25 +307,27 @@ class GuardPlan:
             log.debug("could not store graph guard decision %s: %s", self.key[:12], e)
         return result
 
-    def decide(self, gm: fx.GraphModule, new_gm: fx.GraphModule, example_inputs: list[Any], compiled: Any,
-               patches: dict[str, Any]) -> tuple[GuardResult, Any]:
-        """Whether the graph with swaps (``new_gm``, compiled as ``compiled``) beats Inductor alone on ``gm``:
-        the known decision, or one measured now. Returns it with Inductor's own compiled graph when the
-        measurement made one that the caller can hand back (None otherwise)."""
+    @property
+    def measures(self) -> bool:
+        """Whether :meth:`decide` will time the graphs (no decision is known for this compile)."""
+        return self.known is None and self.key is not None
+
+    def decide(self, new_gm: fx.GraphModule, example_inputs: list[Any], compiled: Any, patches: dict[str, Any],
+               inductor: Callable[[], Any]) -> GuardResult:
+        """Whether the graph with swaps (``new_gm``, compiled as ``compiled``) beats Inductor alone: the known
+        decision, or one measured now against ``inductor()``, Inductor's own compile of the graph without CUDA
+        graphs (the backend's ``InductorAlone.for_timing``)."""
         from torch._inductor.compile_fx import compile_fx
 
         result = self.known
-        plain = None
         if result is None and self.key is not None:
             # CUDA-graph callables must not be run inside the backend (they would record here): time variants
-            # compiled without CUDA graphs, then hand back the one compiled with the user's options.
+            # compiled without CUDA graphs; the backend hands back the ones compiled with the user's options.
             cudagraphs = patches.get("triton.cudagraphs", torch._inductor.config.triton.cudagraphs)
-            timing_patches = {**patches, "triton.cudagraphs": False} if cudagraphs else patches
-            plain_t = compile_fx(gm, example_inputs, config_patches=timing_patches)
+            plain_t = inductor()
             swapped_t = compiled if not cudagraphs else compile_fx(new_gm, example_inputs,
-                                                                   config_patches=timing_patches)
+                                                                   config_patches={**patches,
+                                                                                   "triton.cudagraphs": False})
             result = self.remember(compare(swapped_t, plain_t, example_inputs))
-            if not cudagraphs:
-                plain = plain_t
         assert result is not None
-        return result, plain
+        return result
