@@ -138,6 +138,10 @@ def compile_variant(variant: str, block: Any, args: tuple, mode: str | None, db:
 
     model = copy.deepcopy(block)
     if variant == "kernelsmith":
+        # A checkout run from its folder has no entry point registering the backend: registered by hand.
+        import ks_inductor
+
+        ks_inductor.register()
         # torch.compile takes mode= or options=, not both: the mode travels as a kernelsmith option
         options = {"kernelsmith.db": db, **({"kernelsmith.mode": mode} if mode else {})}
         compiled = torch.compile(model, backend="kernelsmith", options=options, dynamic=False)
