@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from kernel_cache.record import RACE
 from kernel_cache.settings import Settings
 
 from .admission import installed_version, parse_version, version_known
@@ -176,6 +177,9 @@ class PackGuard:
                              else f"keeps its forward: {k.plan_note}")
             # The state is set once the race is over: a kernel another thread sees "passed" has won it.
             slower = self.race_kernel(k, key, device, own) if self.race and own is not None else ""
+            if not slower and k.record.status == RACE and k.race_us is None:
+                slower = ("its verdict leaves serving it to a race at load time (launch-bound, and not faster on the "
+                          "device by the judge's margin), and none ran here")
             if slower:
                 k.state, k.note = "slower", slower
                 log.info("kernelsmith: kernel %s for %s not served on %s: %s", k.record.sha256[:12], key[:12],

@@ -35,7 +35,7 @@ from typing import Any
 from kernel_cache.errors import PackError
 from kernel_cache.fingerprint import MATCH_EXACT, MATCH_NONE, EnvFingerprint, match
 from kernel_cache.migrations import rank_of
-from kernel_cache.record import VERIFIED, KernelRecord, source_sha256
+from kernel_cache.record import RACE, VERIFIED, KernelRecord, source_sha256
 from kernel_cache.store import KernelStore, MergeOutcome
 
 log = logging.getLogger(__name__)
@@ -60,8 +60,9 @@ class ExportFilters:
     keys: list[str] | None = None
     op_family: str | None = None
     fingerprint: str | None = None  # a fingerprint id or a hardware id
-    min_speedup: float | None = None
-    status: str = VERIFIED
+    min_speedup: float | None = None  # for verified kernels: a race kernel's figure is the load-time race's
+    # Verified kernels, and those a serving stack's load-time race decides (``record.RACE``).
+    status: str | tuple[str, ...] = (VERIFIED, RACE)
 
 
 @dataclass
@@ -258,8 +259,11 @@ def export_pack(store: KernelStore, path: str | os.PathLike[str], filters: Expor
     if f.fingerprint:
         fp_id = f.fingerprint if any(r for r in store.kernels(fingerprint_id=f.fingerprint, limit=1)) else None
         hw_id = None if fp_id else f.fingerprint
-    records = store.kernels(keys=f.keys, status=f.status, op_family=f.op_family, fingerprint_id=fp_id,
-                            hardware_id=hw_id, min_speedup=f.min_speedup)
+    records: list[KernelRecord] = []
+    for status in [f.status] if isinstance(f.status, str) else f.status:
+        records += store.kernels(keys=f.keys, status=status, op_family=f.op_family, fingerprint_id=fp_id,
+                                 hardware_id=hw_id, min_speedup=None if status == RACE else f.min_speedup)
+    records.sort(key=lambda r: r.problem_key)
     if not records:
         raise PackError("no kernels match the filters; nothing to export (see `kernelsmith cache ls`)")
     keys = sorted({r.problem_key for r in records})

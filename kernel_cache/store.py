@@ -37,7 +37,7 @@ import logging
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -53,7 +53,14 @@ from kernel_cache.migrations import ensure_schema, rank_of
 from kernel_cache.models import EvaluationRow, KernelRow, MissRow, ProblemRow, RunRow, StepRow
 from kernel_cache.problem import Problem
 from kernel_cache.reader import KernelReader, PgReader, SqliteReader, decode_side_result, servable
-from kernel_cache.record import QUARANTINED, REJECTED, VERIFIED, KernelRecord, StepRecord, source_sha256
+from kernel_cache.record import (
+    REJECTED,
+    STATUSES,
+    VERIFIED,
+    KernelRecord,
+    StepRecord,
+    source_sha256,
+)
 from kernel_cache.schema import GUARD_DDL, GUARD_TABLE, KERNEL_FIELDS, ROOM_DDL, ROOM_TABLE, room_key
 from kernel_cache.urls import CacheURL, parse_url
 
@@ -61,7 +68,6 @@ __all__ = ["KernelStore", "MergeOutcome", "StoreStats"]
 
 log = logging.getLogger(__name__)
 
-STATUSES = (VERIFIED, QUARANTINED, REJECTED)
 _T = TypeVar("_T")
 _K = KernelRow.__table__
 _STEP_COLUMNS = ("run_id", "problem_key", "parent_id", "child_id", "mutation", "diff", "prompt", "response",
@@ -378,19 +384,22 @@ class KernelStore:
         return out
 
     @_db_errors
-    def kernels(self, problem_key: str | None = None, status: str | None = None, *,
+    def kernels(self, problem_key: str | None = None, status: str | Sequence[str] | None = None, *,
                 keys: Iterable[str] | None = None, op_family: str | None = None,
                 fingerprint_id: str | None = None, hardware_id: str | None = None,
                 min_speedup: float | None = None, limit: int | None = None) -> list[KernelRecord]:
-        """Kernels matching every filter given, grouped by key, best first within a key."""
+        """Kernels matching every filter given, grouped by key, best first within a key. ``status``: one status or
+        several."""
         stmt = select(_K)
         if problem_key is not None:
             stmt = stmt.where(_K.c.problem_key == problem_key)
         if keys is not None:
             stmt = stmt.where(_K.c.problem_key.in_(list(keys)))
         if status is not None:
-            _check_status(status)
-            stmt = stmt.where(_K.c.status == status)
+            wanted = [status] if isinstance(status, str) else list(status)
+            for s in wanted:
+                _check_status(s)
+            stmt = stmt.where(_K.c.status.in_(wanted))
         if op_family is not None:
             stmt = stmt.where(_K.c.op_family == op_family)
         if fingerprint_id is not None:
@@ -760,14 +769,14 @@ class KernelStore:
 
     @_db_errors
     def gc_plan(self, keep: int = 3, drop_rejected: bool = True) -> list[KernelRecord]:
-        """Kernels gc would delete: rejected ones, and verified ones ranked below the ``keep`` best for their key
-        and fingerprint. Quarantined kernels stay: they await review."""
+        """Kernels gc would delete: rejected ones, and verified (or race) ones ranked below the ``keep`` best for their
+        key and fingerprint. Quarantined kernels stay: they await review."""
         doomed: list[KernelRecord] = []
         seen: dict[tuple[str, str], int] = {}
         for rec in self.kernels():
             if rec.status == REJECTED and drop_rejected:
                 doomed.append(rec)
-            elif rec.status == VERIFIED:
+            elif rec.status in (VERIFIED, RACE):
                 k = (rec.problem_key, EnvFingerprint.from_json(rec.fingerprint).id)
                 seen[k] = seen.get(k, 0) + 1
                 if seen[k] > keep:

@@ -11,7 +11,7 @@ def judge_speed(judge, r, problem, msg):
     samples, steady = msg["samples"], msg.get("steady_samples") or {}
     base = _Baselines({"samples": {k: v for k, v in samples.items() if k != "candidate"},
                        "steady_samples": {k: v for k, v in steady.items() if k != "candidate"},
-                       "bandwidth": msg.get("bandwidth")}, at=0.0)
+                       "bandwidth": msg.get("bandwidth"), "launch_ms": msg.get("launch_ms")}, at=0.0)
     own = {"samples": {"candidate": samples["candidate"]}, "wall": msg.get("wall"),
            "steady_samples": {"candidate": steady["candidate"]} if "candidate" in steady else {},
            "steady_skipped": msg.get("steady_skipped")}

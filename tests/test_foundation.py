@@ -278,6 +278,32 @@ def test_plausibility_gate_quarantines_implausible_speed():
         assert r.verdict == "accepted" and not r.faster  # 2% is inside the 3% margin
 
 
+def test_a_launch_bound_kernel_not_slower_on_the_device_is_left_to_the_serving_race():
+    """A decode-step norm's device time is a few launches; whether it pays is decided on the host, where a stack's
+    race at load time times the call as served. The judge marks it so rather than rejecting it outright."""
+    from ks_inductor.judge import EvalResult, Judge, JudgeConfig
+    from ks_inductor.problem import load_problem
+
+    problem = load_problem(PROBLEMS / "rmsnorm.py")
+
+    def judged(cand_ms: float, launch_ms: float) -> EvalResult:
+        per_call = {"eager": [[0.0105] * 5] * 5, "inductor": [[0.0101] * 5] * 5, "candidate": [[cand_ms] * 5] * 5}
+        r = EvalResult(correct=True, verdict="accepted")
+        judge_speed(judge, r, problem, {"samples": per_call, "wall": None, "launch_ms": launch_ms})
+        return r
+
+    with Judge(JudgeConfig(backend="triton-interpret"), spares=False) as judge:
+        judge.backend.timed = True  # synthetic GPU samples
+        r = judged(0.0100, 0.004)
+        assert r.launch_bound and not r.faster and r.served_by_race
+        assert EvalResult.from_json(json.loads(r.dumps())).served_by_race
+        assert not judged(0.0103, 0.004).served_by_race  # slower than Inductor on the device
+        r = judged(0.0100, 0.0001)  # a hundred launches: its device time is what it costs
+        assert not r.launch_bound and not r.served_by_race
+        r = judged(0.0050, 0.004)  # faster by the margin: verified, not left to a race
+        assert r.faster and not r.served_by_race
+
+
 def test_cuda_graph_timing_enters_the_score_and_the_serving_decision():
     from ks_inductor.judge import EvalResult, Judge, JudgeConfig
     from ks_inductor.problem import load_problem

@@ -316,3 +316,57 @@ def test_a_stack_path_that_comes_back_through_the_layer_is_raced(pack, monkeypat
     assert not worker.is_alive(), "the race waited on itself"
     assert got == [None] and nested and all(nested)
     assert guard.stats()["fallbacks"] == {"rmsnorm": {G.R_SLOWER: 1}}
+
+
+# ============================================================================================ kernels a race decides
+
+
+@pytest.fixture(scope="module")
+def race_pack(pack, tmp_path_factory):
+    """The same kernel with the verdict of a launch-bound kernel that is not faster on the device by the judge's
+    margin (``record.RACE``), exported under a speedup filter no race kernel's figure is held to."""
+    import shutil
+
+    from kernel_cache.access import open_store
+    from kernel_cache.pack import ExportFilters, export_pack
+    from kernel_cache.record import RACE
+
+    root = tmp_path_factory.mktemp("race-status")
+    shutil.copyfile(pack.parent / "k.db", root / "k.db")
+    with open_store(str(root / "k.db")) as store:
+        [rec] = store.kernels(status="verified")
+        store.set_status(rec.id, RACE)
+        assert export_pack(store, root / "race.kspack", ExportFilters(min_speedup=100.0), vectors=False).kernels == 1
+        store.set_status(rec.id, "rejected")
+        with pytest.raises(Exception, match="no kernels match"):
+            export_pack(store, root / "none.kspack", ExportFilters(), vectors=False)
+    return root / "race.kspack"
+
+
+def test_a_race_kernel_serves_only_where_it_wins_the_load_time_race(race_pack, monkeypatch):
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    monkeypatch.setenv(G.ENV_SERVE_RACE, "0")
+    norm = norm_layer()
+    x = hidden()
+    report = apply_kernelsmith(norm, race_pack)
+    with torch.no_grad():
+        torch.testing.assert_close(norm(x), own_output(norm, x), atol=0, rtol=0)
+    assert report.stats()["hits"] == {} and list(report.stats()["kernels"].values()) == [["slower"]]
+    [kernel] = [k for ks in report.guard.kernels.values() for k in ks]
+    assert "race at load time" in kernel.note, kernel.note
+
+    monkeypatch.setenv(G.ENV_SERVE_RACE, "1")
+    norm = norm_layer()
+
+    def slow_stack_forward(h: torch.Tensor) -> torch.Tensor:  # a test double of a slow stack path
+        time.sleep(0.05)
+        return LlamaRMSNorm.forward(norm, h)
+
+    norm.forward = slow_stack_forward
+    report = apply_kernelsmith(norm, race_pack)
+    with torch.no_grad():
+        torch.testing.assert_close(norm(x), own_output(norm, x), atol=1e-5, rtol=1e-5)
+    assert report.stats()["hits"] == {"rmsnorm": 1}
+    [[(ours, theirs)]] = report.stats()["race_us"].values()
+    assert ours * report.guard.margin <= theirs

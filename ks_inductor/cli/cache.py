@@ -12,6 +12,7 @@ from typing import Any
 from rich.table import Table
 
 from kernel_cache.access import open_store
+from kernel_cache.record import STATUSES
 from ks_inductor.cli.args import (
     EXIT_OK,
     add_db_argument,
@@ -33,7 +34,6 @@ from ks_inductor.cli.output import (
 
 LIMIT = 100
 KEEP = 3
-STATUSES = ("verified", "quarantined", "rejected")
 
 
 def register(sub: Any) -> None:

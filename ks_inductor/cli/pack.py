@@ -353,6 +353,10 @@ def _inspect(args: argparse.Namespace) -> int:
                   fmt_speedup(k.get("speedup")), fmt_number(k.get("median_ms"), ".4f"),
                   "yes" if k.get("vectors") not in (None, "none") else "none", str(k.get("sha256", ""))[:12])
     c.print(t)
+    if any(k.get("status") == "race" for k in m.get("kernels") or []):
+        c.print("status race: launch-bound, not slower on the device (the speedup shown) but not faster by the judge's "
+                "margin; a stack serves it only where its load-time race, which times the call host included, finds "
+                "it faster than the stack's own path")
     err_console().print("run `kernelsmith pack verify` to check hashes, safety rules and fit; inspect only reads the "
                         "manifest")
     return EXIT_OK

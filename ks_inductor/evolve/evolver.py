@@ -16,7 +16,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernel_cache.record import QUARANTINED, REJECTED, VERIFIED, KernelRecord, StepRecord
+from kernel_cache.record import QUARANTINED, RACE, REJECTED, VERIFIED, KernelRecord, StepRecord
 from ks_inductor.candidate import Candidate
 from ks_inductor.contracts import RoomJudge, SearchJudge, SearchStore
 from ks_inductor.evolve.archive import Archive, Program
@@ -568,8 +568,9 @@ class Evolver:
             status = VERIFIED
             if self.timed and (unverified or not best_res.faster):
                 # Correct but not shown reliably faster than the baselines under the final protocol: kept for the
-                # record, never served.
-                status = REJECTED
+                # record, never served by the compile backend. A launch-bound kernel not slower on the device goes
+                # to packs, where a stack's load-time race times its call as served and decides.
+                status = RACE if not unverified and best_res.served_by_race else REJECTED
             if best_res.verdict == "quarantined":
                 status = QUARANTINED
             eager = best_res.timings.get("eager")

@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 
 # Outputs of at least this many bytes are compared on the judge's GPU (``_Streamed._compare``).
 DEVICE_COMPARE_BYTES = 32 << 20
+# A candidate whose device time per call is within this many measured kernel launches is launch-bound
+# (``EvalResult.launch_bound``).
+LAUNCH_BOUND_LAUNCHES = 4
 COST_SAMPLES = 50  # judgments per protocol that ``Judge.typical_cost`` takes its medians over
 # A final judgment's baselines are timed again when older than this: what gets stored is compared with baselines
 # timed close to it, while the leaders judged together share one timing of them.
@@ -838,6 +841,7 @@ class Judge:
         res.faster = (bool(lcbs) and min(lcbs) >= 1 + cfg.margin
                       and min(res.steady_speedups.values(), default=1.0) >= 1.0)
         cand_ms = res.timings["candidate"].median_ms
+        res.launch_bound = bool(base.launch_ms) and cand_ms <= LAUNCH_BOUND_LAUNCHES * float(base.launch_ms or 0.0)
         wall = msg.get("wall")
         if wall:
             hidden = wall["hidden_ms"] - wall["overhead_ms"]

@@ -72,6 +72,9 @@ class EvalResult:
     # Served: the per-call lower confidence bound clears 1 + margin against every baseline, and inside a CUDA
     # graph the candidate is not slower than any.
     faster: bool = False
+    # The candidate's device time per call is within a few kernel launches (``service.LAUNCH_BOUND_LAUNCHES``): what
+    # such a call costs where it is served is mostly host time, which device timing does not see.
+    launch_bound: bool = False
     final: bool = False  # timed with the final protocol (what serving requires), not a search's short one
     roofline_floor_ms: float | None = None
     roofline_fraction: float | None = None
@@ -106,6 +109,16 @@ class EvalResult:
         """Speedup against the fastest baseline measured in the same run."""
         vals = [v for v in (self.speedup_eager, self.speedup_inductor) if v is not None]
         return min(vals) if vals else None
+
+    @property
+    def served_by_race(self) -> bool:
+        """Correct and launch-bound, not faster by the margin, and not slower than any baseline on the device, per
+        call or inside a CUDA graph: a serving stack's race at load time, which times the call as the stack makes
+        it, decides whether it serves (``kernel_cache.record.RACE``)."""
+        if not (self.correct and self.timing_meaningful and self.launch_bound) or self.faster:
+            return False
+        per_call = [v for v in (self.speedup_eager, self.speedup_inductor) if v is not None]
+        return bool(per_call) and min(per_call) >= 1.0 and min(self.steady_speedups.values(), default=1.0) >= 1.0
 
     @property
     def speedup_best_lcb(self) -> float | None:
