@@ -54,6 +54,7 @@ from kernel_cache.models import EvaluationRow, KernelRow, MissRow, ProblemRow, R
 from kernel_cache.problem import Problem
 from kernel_cache.reader import KernelReader, PgReader, SqliteReader, decode_side_result, servable
 from kernel_cache.record import (
+    RACE,
     REJECTED,
     STATUSES,
     VERIFIED,
