@@ -155,7 +155,7 @@ class PackBuild:
     problems: list[Any]
     warm: Any  # ks_inductor.warm.WarmSummary
     export: Any  # kernel_cache.pack.ExportResult | None (None when no problem got a kernel)
-    missing: list[str]  # keys with no verified kernel for this machine
+    missing: list[str]  # keys with no verified (or race) kernel for this machine
 
 
 def pack_for_problems(problems: list[Any], path: str | os.PathLike[str], *, db: str | None = None,
@@ -171,6 +171,7 @@ def pack_for_problems(problems: list[Any], path: str | os.PathLike[str], *, db: 
 
     from kernel_cache.access import open_store
     from kernel_cache.pack import ExportFilters, export_pack
+    from kernel_cache.record import RACE
     from ks_inductor.compiler.backend import current_fingerprint
     from ks_inductor.evolve import EvolveConfig
     from ks_inductor.warm import warm
@@ -186,7 +187,9 @@ def pack_for_problems(problems: list[Any], path: str | os.PathLike[str], *, db: 
         config = replace(config, settle_at=math.inf)
     with open_store(db) as store:
         summary = warm(problems, store, config=config, judge=judge, console=console, origin="model-layers")
-        keys = [p.key for p in problems if store.lookup(p.key, fp) is not None]
+        # Verified kernels, and those a stack's race at load time decides (``record.RACE``).
+        keys = [p.key for p in problems if store.lookup(p.key, fp) is not None
+                or store.kernels(p.key, status=RACE, fingerprint_id=fp.id, limit=1)]
         missing = [p.key for p in problems if p.key not in keys]
         result = None
         if keys:
