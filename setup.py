@@ -3,18 +3,19 @@ from pathlib import Path
 
 from setuptools import find_packages, setup
 
-# The one place the version is written: kernel_cache/version.py (every package reads it from there).
-VERSION = re.search(r'__version__ = "([^"]+)"', (Path(__file__).parent / "kernel_cache" / "version.py").read_text())[1]
+# The one place the version is written: ks_core/version.py (every package reads it from there).
+VERSION = re.search(r'__version__ = "([^"]+)"', (Path(__file__).parent / "ks_core" / "version.py").read_text())[1]
 
 setup(
     name="kernelsmith",
     version=VERSION,
     description="Evolutionary Triton kernel optimizer and torch.compile backend with a verified kernel cache",
     python_requires=">=3.10",
-    # Installed top-level names are kernelsmith's own: ks_inductor, kernel_cache and kernelsmith_integrations (the
-    # repository's integrations/ folder; a bare "integrations" would collide with other projects' packages). The
-    # benchmarks are the repository's programs and are not installed (kernelsmith bench runs them from a checkout).
-    packages=[*find_packages(include=["ks_inductor*", "kernel_cache*"]), "kernelsmith_integrations"],
+    # Installed top-level names are kernelsmith's own: ks_core, kernel_cache, ks_inductor and
+    # kernelsmith_integrations (the repository's integrations/ folder; a bare "integrations" would collide with
+    # other projects' packages). The benchmarks are the repository's programs and are not installed (kernelsmith
+    # bench runs them from a checkout).
+    packages=[*find_packages(include=["ks_core*", "kernel_cache*", "ks_inductor*"]), "kernelsmith_integrations"],
     package_dir={"kernelsmith_integrations": "integrations"},
     package_data={"ks_inductor": ["seeds/families/*.py"]},
     install_requires=[

@@ -60,7 +60,7 @@ def measure(problem_path: Path, candidate_path: Path | str, n: int, backend: str
     judgment, then at the end), so that a run killed from outside still leaves its first figures."""
     from ks_inductor.judge import Judge, JudgeConfig
     from ks_inductor.judge.verdict import DEADLINE_ERROR
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
 
     problem = load_problem(problem_path)
     seeds = str(candidate_path) == "seeds"

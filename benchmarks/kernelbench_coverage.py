@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ks_inductor.problem import problem_from_source
+from ks_inductor.problem_tracing import problem_from_source
 from ks_inductor.seeds.families import INDUCTOR, classify, generic_match, templates_for
 
 # Tracing (make_fx, fake tensors) is not thread-safe: one problem is traced at a time, while Inductor's code

@@ -231,8 +231,8 @@ class ProblemSetup:
 def setup_problem(source: str, device: str, protocol: Protocol, filename: str = "<problem>") -> ProblemSetup:
     import torch
 
+    from ks_core.problem_record import exec_problem_source
     from ks_inductor.judge.inputs import build_model
-    from ks_inductor.problem import exec_problem_source
 
     mod = exec_problem_source(source, filename)
     model = build_model(mod, "Model", protocol.seed, device)

@@ -54,7 +54,7 @@ def _compare(want: Any, got: Any) -> dict[str, int]:
 def _run_one(problem: Any, fm: Any, t: Any, variant: str, device: str, target: str, tmp: Path) -> list[dict]:
     import torch
 
-    from ks_inductor.problem import exec_problem_source
+    from ks_core.problem_record import exec_problem_source
 
     pm = exec_problem_source(problem.source)
     path = tmp / f"{problem.name}_{t.name}_{variant}.py"
@@ -83,7 +83,7 @@ def main() -> None:
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
-    from ks_inductor.problem import problem_from_source
+    from ks_inductor.problem_tracing import problem_from_source
     from ks_inductor.seeds.families import classify, templates_for
     from tests.test_evolve_families import EXTRA, PROBLEMS, shrink
     from tests.test_family_contract import CASES

@@ -172,7 +172,8 @@ def counts_for_source(source: str, pm: Any, inputs: list[Any], arch: int = 90) -
 def render_config(op_file: str, variant: str, params: dict[str, Any]) -> tuple[str, Any]:
     """The source of ``variant`` (``template/variant``) for the problem in ``op_file``, rendered for the CUDA target
     with the template's defaults overlaid by ``params``, and the problem's module."""
-    from ks_inductor.problem import exec_problem_source, load_problem
+    from ks_core.problem_record import exec_problem_source
+    from ks_inductor.problem_tracing import load_problem
     from ks_inductor.seeds.families import classify, configured
 
     problem = load_problem(op_file)

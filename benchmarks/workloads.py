@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ks_inductor.problem import Problem
+    from ks_core.problem_record import Problem
 
 OPS = ("rmsnorm", "layernorm", "softmax", "silu_mul", "rope", "cross_entropy", "gemm_gelu")
 DTYPES = ("bfloat16", "float16")
@@ -55,7 +55,7 @@ class Workload:
     source: str
 
     def problem(self) -> Problem:
-        from ks_inductor.problem import problem_from_source
+        from ks_inductor.problem_tracing import problem_from_source
 
         return problem_from_source(self.source, name=self.name, filename=f"<workload {self.name}>")
 

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from kernel_cache.record import RACE
-from kernel_cache.settings import Settings
+from ks_core.settings import Settings
 
 from .admission import installed_version, parse_version, version_known
 from .checks import PackKernel, kernel_rank, run_against_stack, run_golden_vectors
@@ -79,7 +79,7 @@ class PackGuard:
     """A verified pack inside a serving stack: its kernels by problem key, and the hit and fallback counters."""
 
     def __init__(self, stack: str, path: str, report: Any, contents: Any, fingerprint: Any) -> None:
-        from kernel_cache.fingerprint import BACKEND_CPU_INTERPRET
+        from ks_core.fingerprint import BACKEND_CPU_INTERPRET
 
         self.stack = stack
         self.path = path

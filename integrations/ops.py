@@ -3,7 +3,7 @@
 A pack holds problems (KernelBench-style reference sources with a canonical key) and the kernels verified for
 them. A layer is matched to a problem by computing, not by name: its own computation, written as a function of its
 activations and weights (``reference``), is traced at the problem's input signature with the same tracer and key
-the backend and the optimizer use (``ks_inductor.problem.problem_from_callable``); equal keys mean the same aten
+the backend and the optimizer use (``ks_inductor.problem_tracing.problem_from_callable``); equal keys mean the same aten
 graph, so the kernel computes what the layer computes, for that signature only. Two layers that compute the same
 thing with the same non-tensor settings (class, eps, activation) share one ``group`` and one key table.
 
@@ -111,7 +111,7 @@ def attention_binding(layer: torch.nn.Module, function: Callable[..., Any]) -> B
 
 def layer_problem(binding: Binding, inputs: list[torch.Tensor], name: str | None = None) -> Any:
     """The problem a binding computes at these inputs' signature (what a pack for this layer must hold)."""
-    from ks_inductor.problem import problem_from_callable
+    from ks_inductor.problem_tracing import problem_from_callable
 
     return problem_from_callable(binding.reference, meta_inputs(call_signature(inputs)), name=name or binding.op)
 
@@ -123,7 +123,7 @@ _KEYS_LOCK = threading.Lock()
 def key_function(binding: Binding) -> Callable[[tuple], str | None]:
     """``signature -> canonical key`` of the binding's reference, memoized per group and signature: every layer
     of a group shares one trace per signature."""
-    from ks_inductor.problem import problem_from_callable
+    from ks_inductor.problem_tracing import problem_from_callable
 
     def key_of(sig: tuple) -> str | None:
         memo = (binding.group, sig)

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from kernel_cache.settings import Settings
+from ks_core.settings import Settings
 
 from .serving import ENV_SERVE_MARGIN
 

@@ -1,7 +1,7 @@
 """What a deployment sets for the serving integrations, and the reasons a served call falls back to the stack's own
 path, as counted.
 
-Configuration a deployment sets (no code in the user's program; ``kernel_cache.settings`` documents each):
+Configuration a deployment sets (no code in the user's program; ``ks_core.settings`` documents each):
 
 * ``KERNELSMITH_PACK``: the pack to serve from.
 * ``KERNELSMITH_TRUSTED_KEYS``: comma-separated ed25519 public keys (files, or base64/hex of the raw bytes); when
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import os
 
-from kernel_cache.settings import VARIABLES, Settings
+from ks_core.settings import VARIABLES, Settings
 
-# The variables these settings come from (kernel_cache.settings documents each), for messages and tests.
+# The variables these settings come from (ks_core.settings documents each), for messages and tests.
 ENV_PACK = VARIABLES["pack"].env
 ENV_TRUSTED_KEYS = VARIABLES["trusted_keys"].env
 ENV_DISABLE = VARIABLES["disabled"].env

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kernel_cache.fingerprint import EnvFingerprint
 from kernel_cache.reader import open_reader
 from kernel_cache.record import KernelRecord
 from kernel_cache.urls import CacheURL
+from ks_core.fingerprint import EnvFingerprint
 
 if TYPE_CHECKING:
     from kernel_cache.store import KernelStore

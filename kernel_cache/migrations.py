@@ -18,10 +18,10 @@ from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError, Prog
 
 from kernel_cache import postgres as pg
 from kernel_cache.errors import CacheError, CorruptDatabaseError, NoDatabaseError, SchemaTooNewError
-from kernel_cache.fingerprint import EnvFingerprint, minor_version
 from kernel_cache.models import Base
 from kernel_cache.schema import SCHEMA_VERSION
-from kernel_cache.version import __version__
+from ks_core.fingerprint import EnvFingerprint, minor_version
+from ks_core.version import __version__
 
 log = logging.getLogger(__name__)
 

@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from kernel_cache.errors import PackError
-from kernel_cache.fingerprint import MATCH_EXACT, MATCH_NONE, EnvFingerprint, match
 from kernel_cache.migrations import rank_of
 from kernel_cache.record import RACE, VERIFIED, KernelRecord, source_sha256
 from kernel_cache.store import KernelStore, MergeOutcome
+from ks_core.fingerprint import MATCH_EXACT, MATCH_NONE, EnvFingerprint, match
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ def _versions() -> dict[str, str]:
     import torch
     import triton
 
-    from kernel_cache.version import __version__
+    from ks_core.version import __version__
 
     return {"kernelsmith_version": __version__, "torch_version": torch.__version__,
             "triton_version": triton.__version__, "python_version": platform.python_version()}
@@ -203,7 +203,7 @@ def _vector_device(records: list[Any]) -> str:
     """Where a problem's golden outputs are computed: on this machine's GPU when its kernels are for one."""
     import torch
 
-    from kernel_cache.fingerprint import BACKEND_CPU_INTERPRET
+    from ks_core.fingerprint import BACKEND_CPU_INTERPRET
 
     if os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available():
         return "cpu"
@@ -218,7 +218,7 @@ def _run_reference(problem: Any, n: int, device: str = "cpu") -> tuple[dict[str,
                                                                        dict[str, list[int]]]:
     import torch
 
-    from kernel_cache.problem import exec_problem_source
+    from ks_core.problem_record import exec_problem_source
 
     mod = exec_problem_source(problem.source, f"<problem {problem.key}>")
     torch.manual_seed(0)
@@ -464,7 +464,7 @@ def _check_hashes(entries: dict[str, bytes], manifest: dict[str, Any], report: V
 
 
 def _parse(entries: dict[str, bytes], manifest: dict[str, Any], report: VerifyReport) -> PackContents:
-    from kernel_cache.problem import Problem
+    from ks_core.problem_record import Problem
 
     problems, by_key, vectors = [], {}, {}
     for pe in manifest["problems"]:

@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kernel_cache.errors import CacheError, CorruptDatabaseError
-from kernel_cache.fingerprint import BACKEND_CPU_INTERPRET, MATCH_EXACT, MATCH_NONE, EnvFingerprint, match
 from kernel_cache.postgres import STAMP_SQL, connect_error, conninfo
 from kernel_cache.record import VERIFIED, KernelRecord
 from kernel_cache.schema import GUARD_TABLE, KERNEL_FIELDS, ROOM_TABLE, SCHEMA_VERSION, SQLITE_MAGIC, room_key
 from kernel_cache.urls import CacheURL, display_url
+from ks_core.fingerprint import BACKEND_CPU_INTERPRET, MATCH_EXACT, MATCH_NONE, EnvFingerprint, match
 
 log = logging.getLogger(__name__)
 

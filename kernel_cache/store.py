@@ -48,10 +48,8 @@ from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError
 from kernel_cache import postgres as pg
 from kernel_cache.db import create_db_engine
 from kernel_cache.errors import CacheError, CorruptDatabaseError, NoDatabaseError, NotFoundError
-from kernel_cache.fingerprint import MATCH_EXACT, MATCH_NONE, EnvFingerprint, minor_version
 from kernel_cache.migrations import ensure_schema, rank_of
 from kernel_cache.models import EvaluationRow, KernelRow, MissRow, ProblemRow, RunRow, StepRow
-from kernel_cache.problem import Problem
 from kernel_cache.reader import KernelReader, PgReader, SqliteReader, decode_side_result, servable
 from kernel_cache.record import (
     RACE,
@@ -64,6 +62,8 @@ from kernel_cache.record import (
 )
 from kernel_cache.schema import GUARD_DDL, GUARD_TABLE, KERNEL_FIELDS, ROOM_DDL, ROOM_TABLE, room_key
 from kernel_cache.urls import CacheURL, parse_url
+from ks_core.fingerprint import MATCH_EXACT, MATCH_NONE, EnvFingerprint, minor_version
+from ks_core.problem_record import Problem
 
 __all__ = ["KernelStore", "MergeOutcome", "StoreStats"]
 

@@ -9,8 +9,8 @@ import zipfile
 from collections.abc import Callable
 from typing import Any
 
-from kernel_cache.fingerprint import BACKEND_CPU_INTERPRET, BACKEND_CUDA, EnvFingerprint
 from kernel_cache.record import VERIFIED, KernelRecord
+from ks_core.fingerprint import BACKEND_CPU_INTERPRET, BACKEND_CUDA, EnvFingerprint
 
 
 def h200(torch_version: str = "2.11.0+cu130", triton_version: str = "3.6.0") -> EnvFingerprint:

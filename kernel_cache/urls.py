@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from kernel_cache.settings import Settings
+from ks_core.settings import Settings
 
 
 def kernelsmith_home() -> Path:

@@ -6,7 +6,7 @@ point. :func:`register` is for environments without package metadata (a vendored
 
 from __future__ import annotations
 
-from kernel_cache.version import __version__
+from ks_core.version import __version__
 
 __all__ = ["__version__", "explain", "register", "served"]
 

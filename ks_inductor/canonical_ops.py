@@ -4,7 +4,7 @@
 torch picks for the tracing device (cuDNN, flash or memory-efficient attention on a GPU, a math decomposition of
 bmm and softmax on a CPU). A key built from that would differ between the machine that warms a cache and the
 one that serves it, and a template would have to recognise every backend's spelling. So key tracing
-(:func:`ks_inductor.problem.trace_aten`) routes the call to ``kernelsmith::sdpa``, an opaque op whose
+(:func:`ks_inductor.problem_tracing.trace_aten`) routes the call to ``kernelsmith::sdpa``, an opaque op whose
 implementation is the same torch call: the problem's reference, and Inductor's baseline, still run torch's own
 attention, while the graph names what is computed rather than how.
 """

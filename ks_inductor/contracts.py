@@ -15,9 +15,9 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from kernel_cache.fingerprint import EnvFingerprint
-from kernel_cache.problem import Problem
 from kernel_cache.record import KernelRecord, StepRecord
+from ks_core.fingerprint import EnvFingerprint
+from ks_core.problem_record import Problem
 
 if TYPE_CHECKING:
     from ks_inductor.judge.room import Room

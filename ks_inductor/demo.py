@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from kernel_cache.settings import Settings
+from ks_core.settings import Settings
 
 
 def build_model():

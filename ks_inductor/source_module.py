@@ -17,7 +17,7 @@ import types
 
 
 def default_module_dir() -> str:
-    from kernel_cache.settings import Settings
+    from ks_core.settings import Settings
 
     return os.path.join(Settings.read("home") or os.path.join(os.path.expanduser("~"), ".cache", "kernelsmith"),
                         "modules")

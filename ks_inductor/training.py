@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernel_cache.fingerprint import EnvFingerprint
 from kernel_cache.record import StepRecord
+from ks_core.fingerprint import EnvFingerprint
 from ks_inductor.candidate import normalized_source_hash
 from ks_inductor.evolve.diffs import make_blocks
 from ks_inductor.evolve.prompts import SYSTEM, build_messages, fingerprint_facts, problem_info
@@ -366,7 +366,7 @@ def judgment(ev: StepEvidence) -> dict[str, Any]:
 
 def _peaks(fp: EnvFingerprint) -> dict[str, float]:
     """The device's nominal peaks as the live prompt states them (the judge backend's table)."""
-    from kernel_cache.fingerprint import BACKEND_CUDA, BACKEND_MACA
+    from ks_core.fingerprint import BACKEND_CUDA, BACKEND_MACA
     from ks_inductor.judge.backends import TRITON_CUDA, TRITON_MACA, backend_for
 
     name = {BACKEND_CUDA: TRITON_CUDA, BACKEND_MACA: TRITON_MACA}.get(fp.backend)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ks_inductor.problem import exec_problem_source, problem_from_source
+from ks_core.problem_record import exec_problem_source
+from ks_inductor.problem_tracing import problem_from_source
 from ks_inductor.seeds.families import classify
 from tests.test_templates_judge import _judge_all
 

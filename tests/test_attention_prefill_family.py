@@ -11,7 +11,7 @@ import pytest
 
 from kernel_cache.store import KernelStore
 from ks_inductor.evolve import EvolveConfig, evolve_problem
-from ks_inductor.problem import problem_from_source
+from ks_inductor.problem_tracing import problem_from_source
 from ks_inductor.seeds.families import classify, family_of, templates_for
 from tests.test_attention_family import decode_problem
 from tests.test_templates_judge import _judge_all

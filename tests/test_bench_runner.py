@@ -172,7 +172,7 @@ def test_kernelbench_suite_on_cpu_judges_the_cached_kernel(tmp_path):
     pytest.importorskip("kernel_cache.store")
     from benchmarks.results import KERNELSMITH, NO_KERNEL, OK, load_result
     from benchmarks.run import main
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
 
     level = tmp_path / "kb" / "KernelBench" / "level1"
     level.mkdir(parents=True)

@@ -35,7 +35,7 @@ _PROBLEM_FILES = {"rmsnorm": "rmsnorm_bf16.py", "layernorm": "layernorm_bf16.py"
 
 @pytest.mark.parametrize("op", sorted(_PROBLEM_FILES))
 def test_bf16_prefill_workload_shares_the_problem_files_key(op):
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
 
     path = ROOT / "benchmarks" / "problems" / _PROBLEM_FILES[op]
     if not path.exists():

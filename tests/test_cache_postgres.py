@@ -54,7 +54,7 @@ _SAME_KEYS = r"""
 import json, sys
 from kernel_cache.store import KernelStore
 from kernel_cache.testing import h200, make_record
-from ks_inductor.problem import InputSpec, Problem
+from ks_core.problem_record import InputSpec, Problem
 store = KernelStore(sys.argv[1])
 n = int(sys.argv[2])
 """ + _BARRIER + r"""
@@ -217,7 +217,7 @@ def test_gc_packs_trajectories_and_cli(tmp_path, postgres_cluster, capsys, monke
     from kernel_cache.pack import ExportFilters, export_pack
     from ks_inductor.cli import main
     from ks_inductor.judge.packs import import_pack
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
     from ks_inductor.training import export_trajectories
 
     monkeypatch.setenv("COLUMNS", "250")

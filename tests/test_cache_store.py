@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from kernel_cache.errors import CacheError, NotFoundError
-from kernel_cache.fingerprint import MATCH_EXACT, MATCH_REVERIFY
 from kernel_cache.record import QUARANTINED, REJECTED, VERIFIED, StepRecord
 from kernel_cache.store import KernelStore
 from kernel_cache.testing import a100, h200, interpreter, make_record
 from kernel_cache.urls import default_db_url
+from ks_core.fingerprint import MATCH_EXACT, MATCH_REVERIFY
+from ks_core.problem_record import InputSpec, Problem
 from ks_inductor.judge.verdict import EvalResult, Timing
-from ks_inductor.problem import InputSpec, Problem
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -177,7 +177,7 @@ def test_warm_whole_run_limit_caps_each_region_and_skips_the_rest(monkeypatch):
     """The library side of ``--total-time``: each key's search gets at most what is left of the run."""
     import ks_inductor.evolve as E
     from ks_inductor.evolve import EvolveConfig
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
     from ks_inductor.warm import warm
 
     class _Result:
@@ -356,7 +356,7 @@ def test_explain_and_the_backend_share_one_serving_rule(tmp_path, factory, capsy
 def test_messages_name_operations_not_reprs(tmp_path):
     import operator
 
-    from ks_inductor.problem import load_problem, op_label
+    from ks_inductor.problem_tracing import load_problem, op_label
 
     assert op_label(operator.getitem) == "operator.getitem"
     assert op_label(torch.ops.aten.add.Tensor) == "add"

@@ -97,7 +97,7 @@ def test_console_script_and_python_m_reach_the_same_main():
 def test_the_suite_never_writes_the_users_home():
     """Every test process has a kernelsmith home of its own (conftest), so no test leaves a cache or analyses in
     the user's ~/.cache/kernelsmith."""
-    from kernel_cache.settings import Settings
+    from ks_core.settings import Settings
 
     users = Path(os.path.expanduser("~")) / ".cache" / "kernelsmith"
     home = Settings.from_env().cache_home()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_cache.settings import Settings
+from ks_core.settings import Settings
 from ks_inductor.cli import build_parser, main
 from ks_inductor.cli.args import HelpFormatter, dtype_name
 from tests.cli_home import _isolated  # noqa: F401 - autouse: a kernelsmith home per test

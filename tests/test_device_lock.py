@@ -298,7 +298,7 @@ def test_a_judge_waits_while_another_process_times_on_its_device(lock_judge, hol
                                                                   lock_dir: Path) -> None:
     """The judge's workers take the device lock of every kernelsmith process: none of its jobs runs on the device
     while another process times there."""
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
     from tests.conftest import CANDIDATES, PROBLEMS
 
     waits: list[float] = []

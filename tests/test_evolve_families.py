@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ks_inductor.problem import problem_from_source
+from ks_inductor.problem_tracing import problem_from_source
 from ks_inductor.seeds.families import classify, family_of
 from ks_inductor.seeds.graph import parse_graph
 from ks_inductor.seeds.pointwise import PointwiseUnsupported, Val, lower_chain
@@ -294,7 +294,7 @@ def test_gpu_seeds_add_alternate_row_shapes_within_the_space() -> None:
     pinned first), each in the search space, feasible and distinct, and a LayerNorm one more (one-pass statistics);
     the interpreter, whose clock tells shapes nothing, gets the defaults only."""
     from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
     from ks_inductor.seeds.families import template_named
 
     fm = classify(load_problem(PROBLEMS / "rmsnorm_bf16.py"))

@@ -13,7 +13,7 @@ from ks_inductor.candidate import normalized_source_hash
 from ks_inductor.evolve import EvolveConfig, evolve_problem
 from ks_inductor.evolve.evolver import EvolveError
 from ks_inductor.judge import Judge, JudgeConfig
-from ks_inductor.problem import problem_from_source
+from ks_inductor.problem_tracing import problem_from_source
 from tests.test_evolve_families import PROBLEMS, module, shrink, small_problem
 
 
@@ -106,7 +106,7 @@ def test_cli_evolve_and_export(tmp_path, capsys) -> None:
 
 @pytest.mark.gpu
 def test_gpu_loop_stores_a_timed_winner(tmp_path) -> None:
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
 
     problem = load_problem(PROBLEMS / "rmsnorm_bf16.py")
     store = KernelStore(f"sqlite:///{tmp_path}/k.db")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ks_inductor.judge.static_checks import static_check
-from ks_inductor.problem import problem_from_source
+from ks_inductor.problem_tracing import problem_from_source
 from ks_inductor.seeds.families import FAMILIES, Family, classify, family_of, register, templates_for
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -54,7 +54,7 @@ ORDER = {
 def problems() -> Iterator[tuple[str, Callable[[], Any]]]:
     """(key, loader) for every problem file under tests/problems and benchmarks/problems, and every problem of
     the classification tests (``EXTRA``), and the problems above."""
-    from ks_inductor.problem import load_problem, problem_from_source
+    from ks_inductor.problem_tracing import load_problem, problem_from_source
     from tests.test_evolve_families import EXTRA, module
 
     for folder in ("tests/problems", "benchmarks/problems"):

@@ -42,7 +42,7 @@ def get_init_inputs():
 
 
 def test_two_spellings_share_a_key_and_shapes_change_it():
-    from ks_inductor.problem import problem_from_source
+    from ks_inductor.problem_tracing import problem_from_source
 
     a = problem_from_source(LINEAR_A.format(n=32), "a")
     b = problem_from_source(LINEAR_B.format(n=32), "b")
@@ -57,7 +57,7 @@ def test_two_spellings_share_a_key_and_shapes_change_it():
 
 
 def test_constant_spelling_does_not_change_the_key():
-    from ks_inductor.problem import problem_from_source
+    from ks_inductor.problem_tracing import problem_from_source
 
     src = """
 import torch, torch.nn as nn
@@ -74,7 +74,8 @@ def get_inputs():
 def test_problem_from_callable_renders_kernelbench_source_with_the_same_key():
     import torch
 
-    from ks_inductor.problem import exec_problem_source, problem_from_callable, problem_from_source
+    from ks_core.problem_record import exec_problem_source
+    from ks_inductor.problem_tracing import problem_from_callable, problem_from_source
 
     def fn(x, w):
         return torch.softmax(x @ w, dim=-1)
@@ -89,7 +90,8 @@ def test_problem_from_callable_renders_kernelbench_source_with_the_same_key():
 
 
 def test_problem_json_round_trip():
-    from ks_inductor.problem import Problem, load_problem
+    from ks_core.problem_record import Problem
+    from ks_inductor.problem_tracing import load_problem
 
     p = load_problem(PROBLEMS / "rmsnorm.py")
     q = Problem.from_json(json.loads(json.dumps(p.to_json())))
@@ -97,7 +99,8 @@ def test_problem_json_round_trip():
 
 
 def test_missing_and_malformed_problems_are_clear_errors(tmp_path):
-    from ks_inductor.problem import ProblemError, load_problem
+    from ks_core.problem_record import ProblemError
+    from ks_inductor.problem_tracing import load_problem
 
     with pytest.raises(ProblemError, match="not found"):
         load_problem(tmp_path / "nope.py")
@@ -112,7 +115,7 @@ def test_missing_and_malformed_problems_are_clear_errors(tmp_path):
 
 
 def _fp(**kw):
-    from kernel_cache.fingerprint import EnvFingerprint
+    from ks_core.fingerprint import EnvFingerprint
 
     base = dict(backend="cuda", device_name="NVIDIA H200", capability="sm_90", warp_size=32, sm_count=132,
                 torch_version="2.11.0+cu130", triton_version="3.6.0", toolchain="cuda-13.0")
@@ -121,7 +124,7 @@ def _fp(**kw):
 
 
 def test_fingerprint_match_rule():
-    from kernel_cache.fingerprint import match
+    from ks_core.fingerprint import match
 
     here = _fp()
     assert match(_fp(torch_version="2.11.1+cu130"), here) == "exact"
@@ -162,7 +165,7 @@ def test_maca_detection_and_fingerprints_never_collide_with_nvidia():
     with pytest.raises(BackendUnavailable, match="needs a GPU"):
         select_backend_name("triton-cuda", cpu)
     # A C500 reports sm_80 like an A100; the fingerprints still differ in backend, capability and warp size.
-    from kernel_cache.fingerprint import match
+    from ks_core.fingerprint import match
 
     a100 = _fp(device_name="NVIDIA A100-SXM4-80GB", capability="sm_80", sm_count=108)
     c500 = _fp(backend="maca", device_name="MetaX C500", capability="maca:8.0", warp_size=64, sm_count=104)
@@ -217,7 +220,7 @@ def test_graphed_timing_cycles_through_enough_input_sets_to_miss_the_l2():
 def test_steady_state_timing_is_skipped_with_a_note_where_device_memory_cannot_hold_it():
     from ks_inductor.judge import EvalResult, Judge, JudgeConfig
     from ks_inductor.judge.timing import cold_set_count, steady_state_bytes
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
 
     l2, gib = 60 * 2**20, 2**30
     h200_share = int(0.8 * 139.8 * gib)
@@ -241,7 +244,7 @@ def test_steady_state_timing_is_skipped_with_a_note_where_device_memory_cannot_h
 
 def test_plausibility_gate_quarantines_implausible_speed():
     from ks_inductor.judge import EvalResult, Judge, JudgeConfig
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
 
     problem = load_problem(PROBLEMS / "rmsnorm.py")
     with Judge(JudgeConfig(backend="triton-interpret"), spares=False) as judge:
@@ -282,7 +285,7 @@ def test_a_launch_bound_kernel_not_slower_on_the_device_is_left_to_the_serving_r
     """A decode-step norm's device time is a few launches; whether it pays is decided on the host, where a stack's
     race at load time times the call as served. The judge marks it so rather than rejecting it outright."""
     from ks_inductor.judge import EvalResult, Judge, JudgeConfig
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
 
     problem = load_problem(PROBLEMS / "rmsnorm.py")
 
@@ -306,7 +309,7 @@ def test_a_launch_bound_kernel_not_slower_on_the_device_is_left_to_the_serving_r
 
 def test_cuda_graph_timing_enters_the_score_and_the_serving_decision():
     from ks_inductor.judge import EvalResult, Judge, JudgeConfig
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
 
     problem = load_problem(PROBLEMS / "rmsnorm.py")
     per_call = {"eager": [[1.0] * 5] * 5, "inductor": [[0.6] * 5] * 5, "candidate": [[0.3] * 5] * 5}
@@ -356,7 +359,7 @@ def test_eval_cli_json_and_exit_codes():
 def test_in_place_ops_on_intermediates_are_functionalized_before_keying():
     import torch
 
-    from ks_inductor.problem import problem_from_callable, trace_aten
+    from ks_inductor.problem_tracing import problem_from_callable, trace_aten
 
     def in_place(x):
         y = x * 2

@@ -141,7 +141,7 @@ def test_warm_reports_the_average_utilisation_of_its_run(tmp_path, monkeypatch, 
     import ks_inductor.evolve as E
     from kernel_cache.testing import h200
     from ks_inductor.evolve import EvolveConfig
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
     from ks_inductor.warm import warm
 
     folder = _fake_smi(tmp_path / "bin", [[(0, 20), (1, 60)]])

@@ -4,7 +4,7 @@ the test runner's workers share the template judgments (they split work by file)
 
 from __future__ import annotations
 
-from ks_inductor.problem import problem_from_source
+from ks_inductor.problem_tracing import problem_from_source
 from ks_inductor.seeds.families import classify, template_named
 from tests.test_evolve_families import EXTRA, norm_module
 
@@ -65,7 +65,7 @@ def test_batch_norm_updates_running_statistics_as_torch_does(tmp_path) -> None:
     afterwards would normalize by stale statistics. Chunks of 16 values split each 35-value segment in three."""
     import torch
 
-    from ks_inductor.problem import exec_problem_source
+    from ks_core.problem_record import exec_problem_source
     from ks_inductor.source_module import load_source_module
 
     for n, variant in (("batch_norm_2d", "split"), ("batch_norm_1d_plain", "split"), ("batch_norm_2d", "finalize")):

@@ -1,4 +1,5 @@
-"""No module imports itself back: the module import graph of kernel_cache, ks_inductor and integrations has no cycle.
+"""No module imports itself back: the module import graph of ks_core, kernel_cache, ks_inductor and integrations has
+no cycle.
 
 Every import counts, wherever it stands: at module level, inside a function (a dependency all the same, only
 later), under ``if TYPE_CHECKING:`` (a type named back is a circle of the design), and a literal name given to
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("kernel_cache", "ks_inductor", "integrations")
+PACKAGES = ("ks_core", "kernel_cache", "ks_inductor", "integrations")
 _IMPORT_FUNCTIONS = ("import_module", "__import__")
 
 

@@ -14,7 +14,7 @@ import torch
 from kernel_cache.store import KernelStore
 from ks_inductor.evolve import EvolveConfig
 from ks_inductor.evolve.evolver import evolve_problem
-from ks_inductor.problem import load_problem, problem_from_source
+from ks_inductor.problem_tracing import load_problem, problem_from_source
 from ks_inductor.seeds.families import GENERIC, INDUCTOR, classify, generic_match
 from ks_inductor.seeds.inductor import inductor_programs
 from ks_inductor.seeds.inductor.program import InductorProgram, KernelPlan, LaunchConfig, grid

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ks_inductor.problem import load_problem, problem_from_source
+from ks_inductor.problem_tracing import load_problem, problem_from_source
 from ks_inductor.seeds.families import INDUCTOR, classify, generic_match
 from ks_inductor.seeds.inductor import inductor_programs
 from ks_inductor.seeds.inductor.codegen import _SMEM_LIMIT, _heuristic_choice, _smem_bytes

@@ -24,7 +24,7 @@ def _ppid(pid: int) -> int:
 
 @pytest.fixture(scope="module")
 def problem():
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
 
     return load_problem(PROBLEMS / "rmsnorm.py")
 

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def problem():
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
 
     return load_problem(PROBLEMS / "rmsnorm_bf16.py")
 

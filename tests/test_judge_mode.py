@@ -3,7 +3,7 @@ refuses a reference that is not a function of its inputs."""
 
 from __future__ import annotations
 
-from ks_inductor.problem import problem_from_source
+from ks_inductor.problem_tracing import problem_from_source
 from ks_inductor.seeds.families import classify, templates_for
 from tests.test_evolve_families import module
 

@@ -73,7 +73,7 @@ def judge():
 
 
 def _problem(expr: str, name: str):
-    from ks_inductor.problem import problem_from_source
+    from ks_inductor.problem_tracing import problem_from_source
 
     return problem_from_source(PROBLEM.format(expr=expr), name=name)
 
@@ -170,7 +170,7 @@ def test_online_per_lane_maxima_keep_a_lane_that_saw_only_nan(tmp_path, name, te
 
     import torch
 
-    from ks_inductor.problem import exec_problem_source
+    from ks_core.problem_record import exec_problem_source
     from ks_inductor.seeds.families import classify, template_named
     from tests.test_evolve_families import small_problem
 

@@ -82,8 +82,8 @@ def judge():
 def test_eager_skips_the_padding_taps_that_a_float64_rerun_multiplies(tmp_path):
     import torch
 
+    from ks_core.problem_record import exec_problem_source
     from ks_inductor.judge.reference_job import _truth
-    from ks_inductor.problem import exec_problem_source
 
     mod = exec_problem_source(PROBLEM, "<problem>")
     model = mod.Model()
@@ -129,7 +129,7 @@ def test_compare_accepts_nan_only_where_the_rerun_has_it():
 
 
 def test_a_kernel_that_multiplies_every_tap_is_accepted_and_one_that_zeroes_nan_is_not(judge):
-    from ks_inductor.problem import problem_from_source
+    from ks_inductor.problem_tracing import problem_from_source
 
     problem = problem_from_source(PROBLEM, name="conv_pad_taps")
     tap_by_tap = judge.submit(problem, CANDIDATE.replace("{zero_nan}", "0"))
@@ -166,8 +166,8 @@ def test_attention_over_one_key_gives_a_number_in_eager_where_the_rerun_scores_n
     import torch
     from safetensors.torch import load_file
 
+    from ks_core.problem_record import exec_problem_source
     from ks_inductor.judge.reference_job import _truth
-    from ks_inductor.problem import exec_problem_source
 
     model = exec_problem_source(ATTENTION, "<problem>").Model()
     q, k, v = (torch.randn(1, 2, 1, 8) for _ in range(3))

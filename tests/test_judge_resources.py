@@ -94,7 +94,7 @@ def test_a_job_too_large_for_the_device_waits_for_the_jobs_in_flight(judge) -> N
     few bytes the same problem's jobs wait until the job in flight has ended."""
     import time
 
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
     from tests.conftest import CANDIDATES, PROBLEMS
 
     problem = load_problem(PROBLEMS / "rmsnorm.py")
@@ -123,7 +123,7 @@ def test_a_job_too_large_for_the_device_waits_for_the_jobs_in_flight(judge) -> N
 def test_a_candidate_out_of_device_memory_beside_other_jobs_is_judged_again_alone(judge) -> None:
     """Running out of memory beside other jobs may be their doing: the candidate is judged again alone, and only
     then is the failure its own."""
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
     from tests.conftest import PROBLEMS
 
     problem = load_problem(PROBLEMS / "rmsnorm.py")

@@ -19,7 +19,7 @@ def judge():
 
 @pytest.fixture(scope="module")
 def verdicts(judge):
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
 
     problem = load_problem(PROBLEMS / "huge_outputs.py")
     futures = {"zeros": judge.submit(problem, (CANDIDATES / "exploits" / "overflow_zeros.py").read_text()),

@@ -36,7 +36,7 @@ def test_a_judge_short_of_disk_runs_fewer_trials_and_says_so(monkeypatch) -> Non
     """The real judge, with the operating system reporting a nearly full scratch disk: the reference keeps one trial
     and two timing sets, a correct candidate is still accepted on them, and the verdict carries the note."""
     from ks_inductor.judge import Judge, JudgeConfig, service
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
 
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(service.shutil, "disk_usage", lambda p: usage(GiB, GiB, 0))

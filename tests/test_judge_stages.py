@@ -8,7 +8,7 @@ import time
 from ks_inductor.judge import Judge, JudgeConfig
 from ks_inductor.judge.clock import STAGE_NAMES
 from ks_inductor.judge.verdict import ERROR, EvalResult
-from ks_inductor.problem import load_problem
+from ks_inductor.problem_tracing import load_problem
 from tests.conftest import CANDIDATES, PROBLEMS
 
 

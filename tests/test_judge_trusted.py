@@ -36,7 +36,7 @@ NO_GAIN = ("forged_timing.py", "call_stack_partial.py", "lying_process.py")
 
 @pytest.fixture(scope="module")
 def problem():
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
 
     return load_problem(PROBLEMS / "rmsnorm.py")
 
@@ -144,7 +144,7 @@ def test_heavy_tailed_outputs_hide_no_element():
     """Outputs spread over 26 orders of magnitude: a kernel that writes 0 for the smaller 58% of them is wrong,
     however small those elements are next to the output's typical magnitude; the honest kernel passes."""
     from ks_inductor.judge import Judge, JudgeConfig
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
 
     heavy = load_problem(PROBLEMS / "heavy_tail.py")
     with Judge(JudgeConfig(backend="triton-interpret", trials=2), spares=False) as judge:

@@ -4,9 +4,10 @@ Every ``import`` and ``from ... import`` in every module of a package counts, at
 function is still a dependency), and so does a string that names a module of another package in full (what
 ``importlib.import_module`` or an entry point would load). The integrations count under their installed name
 (``kernelsmith_integrations``) too. The ``kernelsmith`` command (``ks_inductor/cli/``) is a node of its own, on
-top: it may import every package, and none imports it. The order that holds today, bottom up: kernel_cache (the
-cache, and the plain types, settings and version every package reads), ks_inductor (compiler, optimizer, judge),
-integrations (serving stacks), the command, benchmarks (the repository's benchmark programs).
+top: it may import every package, and none imports it. The layers, bottom up: ks_core (the foundation: settings,
+version, fingerprints, the plain problem record), kernel_cache (the cache), ks_inductor (compiler, optimizer,
+judge), integrations (serving stacks), the command, benchmarks (the repository's benchmark programs). A package
+imports only the layers below it.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = "ks_inductor.cli"
-PACKAGES = ("kernel_cache", "ks_inductor", "integrations", CLI, "benchmarks")
+# Bottom up: each imports only those before it.
+PACKAGES = ("ks_core", "kernel_cache", "ks_inductor", "integrations", CLI, "benchmarks")
 # Installed names of packages whose folder is named otherwise.
 _INSTALLED = {"kernelsmith_integrations": "integrations"}
-_MODULE_STRING = re.compile(r"^(kernel_cache|ks_inductor|integrations|kernelsmith_integrations|benchmarks)"
+_MODULE_STRING = re.compile(r"^(ks_core|kernel_cache|ks_inductor|integrations|kernelsmith_integrations|benchmarks)"
                             r"(\.\w+)+(:\w+)?$")
 
 
@@ -92,21 +94,37 @@ def test_top_level_packages_form_no_import_cycle() -> None:
         raise AssertionError(f"import cycle between packages: {' -> '.join(cycle)} ({why})")
 
 
-def test_the_kernel_cache_imports_no_other_package() -> None:
-    """The bottom of the graph: the cache and the plain types stand on their own."""
-    assert package_graph()["kernel_cache"] == {}
+def arrows_up(graph: dict[str, dict[str, list[str]]]) -> list[str]:
+    """Every import of a layer above the importer (``PACKAGES`` is bottom up), with the files that make it."""
+    rank = {p: i for i, p in enumerate(PACKAGES)}
+    return [f"{pkg} -> {dep} in {', '.join(files[:3])}" for pkg, deps in graph.items() for dep, files in deps.items()
+            if rank[dep] > rank[pkg]]
+
+
+def test_no_package_imports_a_layer_above_it() -> None:
+    up = arrows_up(package_graph())
+    assert not up, "imports of a higher layer: " + "; ".join(up)
+
+
+def test_the_foundation_imports_no_other_package() -> None:
+    """The bottom of the graph: settings, version, fingerprints and the plain problem record stand on their own."""
+    assert package_graph()["ks_core"] == {}
+
+
+def test_the_cache_stands_on_the_foundation_alone() -> None:
+    assert set(package_graph()["kernel_cache"]) <= {"ks_core"}
 
 
 def test_the_command_is_on_top() -> None:
     """The command may import every package; no package imports it (only the benchmark programs, above it)."""
     graph = package_graph()
-    assert {"kernel_cache", "ks_inductor", "integrations"} <= set(graph[CLI])
+    assert {"ks_core", "kernel_cache", "ks_inductor", "integrations"} <= set(graph[CLI])
     importers = {pkg: files for pkg, deps in graph.items() for dep, files in deps.items() if dep == CLI}
     assert set(importers) <= {"benchmarks"}, importers
 
 
 def test_a_cycle_is_found(tmp_path: Path) -> None:
-    for pkg in ("kernel_cache", "ks_inductor/cli", "integrations", "benchmarks"):
+    for pkg in ("ks_core", "kernel_cache", "ks_inductor/cli", "integrations", "benchmarks"):
         (tmp_path / pkg).mkdir(parents=True)
     (tmp_path / "ks_inductor" / "a.py").write_text("from kernel_cache.store import KernelStore\n")
     (tmp_path / "kernel_cache" / "b.py").write_text("def f():\n    import ks_inductor\n")
@@ -121,3 +139,12 @@ def test_a_cycle_is_found(tmp_path: Path) -> None:
     (tmp_path / "integrations" / "ops.py").write_text("def f():\n    from ks_inductor import cli\n")
     assert find_cycle(package_graph(tmp_path)) in (["ks_inductor.cli", "integrations", "ks_inductor.cli"],
                                                     ["integrations", "ks_inductor.cli", "integrations"])
+
+
+def test_an_arrow_up_is_found(tmp_path: Path) -> None:
+    for pkg in ("ks_core", "kernel_cache", "ks_inductor/cli", "integrations", "benchmarks"):
+        (tmp_path / pkg).mkdir(parents=True)
+    (tmp_path / "kernel_cache" / "a.py").write_text("from ks_core.settings import Settings\n")
+    assert arrows_up(package_graph(tmp_path)) == []
+    (tmp_path / "ks_core" / "b.py").write_text("def f():\n    from kernel_cache.store import KernelStore\n")
+    assert arrows_up(package_graph(tmp_path)) == ["ks_core -> kernel_cache in ks_core/b.py"]

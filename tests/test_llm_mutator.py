@@ -241,7 +241,7 @@ def test_llm_writes_the_first_seed_and_repairs_it_where_no_template_fits(llm, tm
     """No template covers a running maximum: the LLM writes the first seed. That seed stores its input unchanged, the judge
     rejects it, and with nothing correct to improve the loop hands the rejected seed back with the judge's
     feedback rather than stopping; the one-line repair is accepted."""
-    from ks_inductor.problem import problem_from_source
+    from ks_inductor.problem_tracing import problem_from_source
 
     problem = problem_from_source(CUMMAX_PROBLEM, name="cummax")
     assert classify(problem) is None
@@ -270,7 +270,7 @@ def test_llm_writes_the_first_seed_and_repairs_it_where_no_template_fits(llm, tm
 def test_llm_improves_inductors_kernel_where_no_template_fits(llm, tmp_path) -> None:
     """No template covers a running maximum, but Inductor writes a scan for it: the judged Inductor seed is the
     working kernel the LLM is asked to improve, and no first kernel is asked of it."""
-    from ks_inductor.problem import problem_from_source
+    from ks_inductor.problem_tracing import problem_from_source
 
     problem = problem_from_source(CUMMAX_PROBLEM, name="cummax")
     assert classify(problem) is None

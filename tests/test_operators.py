@@ -25,7 +25,7 @@ from ks_inductor.evolve.operators import (
     ranked,
 )
 from ks_inductor.evolve.prompts import build_messages
-from ks_inductor.problem import problem_from_source
+from ks_inductor.problem_tracing import problem_from_source
 from ks_inductor.seeds.families import classify, seed_templates, template_named, templates_for
 from tests.test_attention_family import DECODE
 from tests.test_evolve_families import EXTRA, module, norm_module, small_problem

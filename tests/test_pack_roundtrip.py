@@ -21,7 +21,7 @@ RMSNORM_OK = (ROOT / "tests" / "candidates" / "rmsnorm_ok.py").read_text()
 
 @pytest.fixture(scope="module")
 def problem():
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
 
     return load_problem(ROOT / "tests" / "problems" / "rmsnorm.py")
 

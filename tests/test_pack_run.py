@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(not (ROOT / "ks_inductor" / "judge" / "service.p
 def test_golden_vectors_pass_good_kernel_and_catch_wrong_one(tmp_path):
     from ks_inductor.judge import Judge, JudgeConfig
     from ks_inductor.judge.backends import current_fingerprint
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
 
     here = current_fingerprint("triton-interpret")
     problem = load_problem(ROOT / "tests" / "problems" / "rmsnorm.py")
@@ -45,7 +45,7 @@ def test_golden_vectors_pass_good_kernel_and_catch_wrong_one(tmp_path):
 def test_golden_vectors_on_gpu(tmp_path):
     """On a CUDA machine (KS_TEST_GPU=1): a pack verified for this GPU re-runs its vectors through the judge."""
     from ks_inductor.judge import Judge, JudgeConfig
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
 
     problem = load_problem(ROOT / "tests" / "problems" / "rmsnorm.py")
     good = (CANDIDATES / "rmsnorm_ok.py").read_text()

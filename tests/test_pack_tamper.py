@@ -28,7 +28,7 @@ def here():
 
 @pytest.fixture(scope="module")
 def good_pack(tmp_path_factory, here):
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
 
     d = tmp_path_factory.mktemp("good")
     problem = load_problem(ROOT / "tests" / "problems" / "rmsnorm.py")

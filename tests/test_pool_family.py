@@ -5,7 +5,7 @@ A file of its own so that the test runner's workers share the template judgments
 
 from __future__ import annotations
 
-from ks_inductor.problem import problem_from_source
+from ks_inductor.problem_tracing import problem_from_source
 from tests.test_evolve_families import EXTRA
 from tests.test_templates_judge import _judge_all
 

@@ -59,8 +59,8 @@ def test_warm_rows_take_the_summarys_why():
 def test_explain_gives_a_missed_region_the_why_its_last_search_stored(tmp_path):
     """A region that is still a miss shows why the latest search of its key stored no kernel, in explain's table and
     JSON, rather than only that the cache has none."""
-    from kernel_cache.fingerprint import EnvFingerprint
     from kernel_cache.store import KernelStore
+    from ks_core.fingerprint import EnvFingerprint
     from ks_inductor.compiler.explain import explain
     from ks_inductor.demo import build_model
 

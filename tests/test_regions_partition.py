@@ -9,7 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ks_inductor.compiler import regions as rg
-from ks_inductor.problem import load_problem
+from ks_inductor.problem_tracing import load_problem
 
 H = 32
 
@@ -346,8 +346,9 @@ class EmptyCacheConcat(nn.Module):
 
 
 def test_tensor_constants_a_region_makes_are_carried_into_its_problem():
+    from ks_core.problem_record import exec_problem_source
     from ks_inductor.compiler.explain import explain
-    from ks_inductor.problem import exec_problem_source, problem_from_callable
+    from ks_inductor.problem_tracing import problem_from_callable
 
     torch.manual_seed(0)
     x = torch.randn(2, 4, 8)
@@ -370,7 +371,8 @@ def test_tensor_constants_a_region_makes_are_carried_into_its_problem():
 
 
 def test_a_constant_a_problem_cannot_carry_is_a_readable_reason():
-    from ks_inductor.problem import ProblemError, problem_from_callable
+    from ks_core.problem_record import ProblemError
+    from ks_inductor.problem_tracing import problem_from_callable
 
     with pytest.raises(ProblemError, match=r"tensor constant of 3 differing values \(float32\[3\]\)"):
         problem_from_callable(lambda x: x + torch.tensor([1.0, 2.0, 3.0]), [torch.randn(3)], name="c")

@@ -13,7 +13,7 @@ from kernel_cache.store import KernelStore
 from ks_inductor.evolve import EvolveConfig, evolve_problem
 from ks_inductor.judge import Judge, JudgeConfig
 from ks_inductor.judge.room import Room, floor_ms, time_share
-from ks_inductor.problem import problem_from_source
+from ks_inductor.problem_tracing import problem_from_source
 from tests.test_evolve_families import small_problem
 
 ADD = '''

@@ -14,7 +14,7 @@ import torch
 from integrations import guard as G
 from integrations.checks import load_kernel
 from integrations.transformers import apply_kernelsmith, pack_for_model
-from kernel_cache.settings import Settings
+from ks_core.settings import Settings
 from tests.stacks import require_stack
 
 HIDDEN = 64

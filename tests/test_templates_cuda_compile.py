@@ -33,7 +33,8 @@ def _compile_all(problem_path: str, which: str) -> list[dict]:
 
     sys.path.insert(0, str(ROOT))
     from benchmarks.sass_counts import launch_signature
-    from ks_inductor.problem import exec_problem_source, load_problem
+    from ks_core.problem_record import exec_problem_source
+    from ks_inductor.problem_tracing import load_problem
     from ks_inductor.seeds.families import classify, templates_for
 
     problem = load_problem(problem_path)

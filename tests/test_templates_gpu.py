@@ -33,7 +33,8 @@ def _rope_source(dtype: str, heads: tuple[int, int], seq: int) -> str:
 def test_native_rope_rounds_like_eager(tmp_path, dtype, heads, seq, params):
     """NATIVE computes in the 16-bit dtype with FP fusion off: each op is rounded once, as eager rounds it, so
     the output is bit for bit eager's. A contracted product (one rounding skipped) breaks this on real data."""
-    from ks_inductor.problem import exec_problem_source, problem_from_source
+    from ks_core.problem_record import exec_problem_source
+    from ks_inductor.problem_tracing import problem_from_source
     from ks_inductor.seeds.families import classify, template_named
 
     src = _rope_source(dtype, heads, seq)

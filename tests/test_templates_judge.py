@@ -5,7 +5,7 @@ every variant: test_templates_judge_serving.py (a file of its own, so that paral
 from __future__ import annotations
 
 from ks_inductor.judge.static_checks import static_check
-from ks_inductor.problem import problem_from_source
+from ks_inductor.problem_tracing import problem_from_source
 from ks_inductor.seeds.families import classify, configured, template_named, templates_for
 from tests.test_evolve_families import EXTRA, module, small_problem
 
@@ -177,7 +177,7 @@ def test_one_pass_layernorm_statistics_survive_a_large_common_offset(tmp_path) -
 
     import torch
 
-    from ks_inductor.problem import exec_problem_source
+    from ks_core.problem_record import exec_problem_source
     from tests.test_evolve_families import PROBLEMS, shrink
 
     # Rows of 4096: long enough that the sums of squares round (bf16 squares summed over short rows are exact).
@@ -268,7 +268,7 @@ def test_embedded_mutator_only_proposes_feasible_children() -> None:
     from ks_inductor.evolve.archive import Program
     from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
     from ks_inductor.evolve.operators import OPERATORS
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
 
     # Full size (4096 x 32000): most rows-per-program and warp choices would spill there.
     fm = classify(load_problem(Path(__file__).parents[1] / "benchmarks" / "problems" / "softmax_bf16.py"))

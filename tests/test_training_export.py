@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from kernel_cache.fingerprint import BACKEND_CUDA, EnvFingerprint
 from kernel_cache.record import StepRecord
 from kernel_cache.store import KernelStore
 from kernel_cache.testing import h200
+from ks_core.fingerprint import BACKEND_CUDA, EnvFingerprint
 from ks_inductor.candidate import normalized_source_hash
 from ks_inductor.evolve.diffs import apply_blocks, parse_blocks
 from ks_inductor.judge.verdict import EvalResult, Timing

@@ -144,8 +144,8 @@ def _measure(op: str, problem: Any, source: str | None, args: argparse.Namespace
              mm_peak: float | None) -> dict[str, Any]:
     import torch
 
+    from ks_core.problem_record import exec_problem_source
     from ks_inductor.judge import timing as T
-    from ks_inductor.problem import exec_problem_source
 
     out: dict[str, Any] = {}
     pm = exec_problem_source(problem.source)
@@ -273,7 +273,7 @@ def main() -> int:
     from ks_inductor.evolve import EvolveConfig, evolve_problem
     from ks_inductor.judge import Judge, JudgeConfig
     from ks_inductor.judge import timing as T
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
 
     t_start = time.time()
     res: dict[str, Any] = {

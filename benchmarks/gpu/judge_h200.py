@@ -38,7 +38,7 @@ def main(out_path: str) -> None:
     import triton
 
     from ks_inductor.judge import Judge, JudgeConfig
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
 
     report: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
     small = load_problem(PROBLEMS / "rmsnorm.py")

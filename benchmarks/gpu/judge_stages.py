@@ -24,7 +24,7 @@ if str(ROOT) not in sys.path:
 def main() -> int:
     from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
     from ks_inductor.judge import Judge, JudgeConfig
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
     from ks_inductor.seeds.families import classify
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])

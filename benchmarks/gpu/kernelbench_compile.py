@@ -38,7 +38,7 @@ _SIZE_NAMES = re.compile(r"(batch|dim|features|length|size|channels|^[NMKLBHWD]\
 
 def shrink(source: str, max_bytes: int) -> tuple[str, dict[str, int]]:
     """``source`` with its largest size constants halved until the problem's inputs and outputs fit ``max_bytes``."""
-    from ks_inductor.problem import problem_from_source
+    from ks_inductor.problem_tracing import problem_from_source
 
     consts = {m.group(1): int(m.group(2)) for m in _SIZE.finditer(source)
               if _SIZE_NAMES.search(m.group(1)) and "kernel" not in m.group(1).lower()}
@@ -137,7 +137,7 @@ def problem_floor(path: str, device: str, best_ms: float) -> dict[str, Any]:
 
     from ks_inductor.judge import timing as T
     from ks_inductor.judge.room import COMPUTE_OPS, compute_dtype, floor_ms, tf32_rate
-    from ks_inductor.problem import problem_from_source
+    from ks_inductor.problem_tracing import problem_from_source
 
     problem = problem_from_source(Path(path).read_text(), name=Path(path).stem)
     if device == "cpu":

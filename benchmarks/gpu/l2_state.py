@@ -86,7 +86,8 @@ def _op(op: str, source: str | None, bandwidth: float, args: argparse.Namespace,
         flushes: dict[str, Callable[[], None]]) -> dict[str, Any]:
     import torch
 
-    from ks_inductor.problem import exec_problem_source, load_problem
+    from ks_core.problem_record import exec_problem_source
+    from ks_inductor.problem_tracing import load_problem
 
     problem = load_problem(PROBLEM_DIR / OPS[op])
     pm = exec_problem_source(problem.source)

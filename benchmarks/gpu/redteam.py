@@ -76,7 +76,7 @@ def search_part(backend: str | None, limit: int | None = None, sink: Any = None)
     each (the judge's pool decides what runs when); the isolation set one after another, each followed by an
     honest one, since what it tests is what a candidate leaves for the next."""
     from ks_inductor.judge import Judge, JudgeConfig
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
 
     out: dict[str, Any] = {}
     for label, folder, static, serial in (("exploits", EXPLOITS, True, False), ("isolation", ISOLATION, False, True),
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.one_static_off:
         from ks_inductor.judge import JudgeConfig
         from ks_inductor.judge.service import evaluate
-        from ks_inductor.problem import load_problem
+        from ks_inductor.problem_tracing import load_problem
 
         prob, cand = args.one_static_off
         r = evaluate(load_problem(Path(prob)), Path(cand).read_text(),

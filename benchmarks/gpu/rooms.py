@@ -31,7 +31,7 @@ def main() -> int:
     import torch
 
     from ks_inductor.judge import Judge, JudgeConfig
-    from ks_inductor.problem import problem_from_source
+    from ks_inductor.problem_tracing import problem_from_source
 
     rows = []
     with Judge(JudgeConfig.for_search(backend=a.backend)) as judge:

@@ -91,7 +91,7 @@ def _problem(problem_path: str) -> tuple[Any, Any, list[Any]]:
     """The problem module, its reference model and native inputs on the GPU (made once per process)."""
     import torch
 
-    from ks_inductor.problem import exec_problem_source
+    from ks_core.problem_record import exec_problem_source
 
     if problem_path not in _PROBLEMS:
         pmod = exec_problem_source(Path(problem_path).read_text(), problem_path)
@@ -181,7 +181,7 @@ def sweep_op(op: str, args: argparse.Namespace, pool: ProcessPoolExecutor, bandw
     import torch
 
     from ks_inductor.judge.timing import make_l2_flush
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
     from ks_inductor.seeds.families import classify
 
     path = str(PROBLEM_DIR / OPS[op])

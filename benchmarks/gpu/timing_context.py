@@ -73,7 +73,7 @@ def main() -> int:
 
     from benchmarks.gpu.sweep_templates import _candidate, _problem, _render
     from ks_inductor.judge import timing as T
-    from ks_inductor.problem import load_problem
+    from ks_inductor.problem_tracing import load_problem
     from ks_inductor.seeds.families import classify, configured
 
     path = str(PROBLEM_DIR / OPS[args.op])

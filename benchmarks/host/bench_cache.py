@@ -32,8 +32,8 @@ from kernel_cache.pack import export_pack
 from kernel_cache.record import QUARANTINED, REJECTED, VERIFIED
 from kernel_cache.store import KernelStore
 from kernel_cache.testing import a100, h200, make_record
+from ks_core.problem_record import InputSpec, Problem
 from ks_inductor.judge.packs import import_pack
-from ks_inductor.problem import InputSpec, Problem
 
 KERNELS_PER_KEY = 5
 PACK_PROBLEMS, PACK_KERNELS_PER_PROBLEM = 100, 10

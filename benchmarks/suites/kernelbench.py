@@ -79,7 +79,8 @@ def plan(cfg) -> list[tuple[int, int, Path]]:  # noqa: ANN001 - RunConfig
 
 
 def run(ctx: SuiteContext) -> None:
-    from ks_inductor.problem import ProblemError, load_problem
+    from ks_core.problem_record import ProblemError
+    from ks_inductor.problem_tracing import load_problem
 
     cfg = ctx.cfg
     files = plan(cfg)

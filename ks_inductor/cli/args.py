@@ -13,7 +13,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from kernel_cache.settings import Settings
+from ks_core.settings import Settings
 from ks_inductor.warm.sources import KERNELBENCH_LEVELS
 
 

@@ -38,7 +38,7 @@ def register(sub: Any) -> None:
 
 
 def run_program(args: argparse.Namespace) -> int:
-    from kernel_cache.settings import Settings
+    from ks_core.settings import Settings
 
     root = benchmarks_root(Settings.from_env().benchmarks)
     if root is None:

@@ -35,9 +35,10 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ks_core.problem_record import ProblemError
     from ks_inductor.judge import Judge, JudgeConfig
     from ks_inductor.judge.backends import BackendUnavailable
-    from ks_inductor.problem import ProblemError, load_problem
+    from ks_inductor.problem_tracing import load_problem
 
     require_file(args.problem, "problem file")
     require_file(args.candidate, "candidate file")

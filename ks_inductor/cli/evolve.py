@@ -82,11 +82,12 @@ def run(args: argparse.Namespace) -> int:
     from kernel_cache.access import open_store
     from kernel_cache.errors import CacheError
     from kernel_cache.record import VERIFIED
+    from ks_core.problem_record import ProblemError
     from ks_inductor.evolve import EvolveConfig, LLMConfig
     from ks_inductor.evolve.evolver import EvolveError, evolve_problem
     from ks_inductor.evolve.mutators.llm import LLMUnavailable
     from ks_inductor.judge.backends import BackendUnavailable
-    from ks_inductor.problem import ProblemError, load_problem
+    from ks_inductor.problem_tracing import load_problem
 
     require_file(args.problem, "problem file")
     try:

@@ -44,8 +44,8 @@ def _user_error(e: BaseException) -> bool:
     """Whether ``e`` is about the user's input (a file, a URL, a factory, a machine without the asked backend)
     rather than a fault of kernelsmith: those get one line and exit code 2, not a traceback."""
     from kernel_cache.errors import CacheError
+    from ks_core.problem_record import ProblemError
     from ks_inductor.judge.backends import BackendUnavailable
-    from ks_inductor.problem import ProblemError
     from ks_inductor.warm import WarmError
 
     return isinstance(e, (UsageError, CacheError, BackendUnavailable, ProblemError, WarmError))

@@ -78,7 +78,7 @@ def fmt_when(ts: float | None) -> str:
 
 def cache_named(args: argparse.Namespace) -> bool:
     """Whether the user named the cache (``--db`` or ``$KERNELSMITH_DB``) rather than taking the default one."""
-    from kernel_cache.settings import Settings
+    from ks_core.settings import Settings
 
     return getattr(args, "db", None) is not None or Settings.from_env().db is not None
 
@@ -87,8 +87,8 @@ def check_db_folder(args: argparse.Namespace) -> None:
     """A SQLite file the user named (``--db`` or ``$KERNELSMITH_DB``) must be in a folder that exists: no command
     creates a mistyped folder, and none reads a mistyped path as an empty cache. The default cache's folder in
     ``$KERNELSMITH_HOME`` is created where it is missing."""
-    from kernel_cache.settings import Settings
     from kernel_cache.urls import parse_url
+    from ks_core.settings import Settings
 
     if not hasattr(args, "db"):
         return

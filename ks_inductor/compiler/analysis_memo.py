@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from kernel_cache.settings import VARIABLES, Settings
+from ks_core.settings import VARIABLES, Settings
 from ks_inductor import keys
 
 log = logging.getLogger(__name__)

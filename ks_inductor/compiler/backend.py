@@ -81,12 +81,12 @@ import torch
 import torch.fx as fx
 
 from kernel_cache.access import open_store
-from kernel_cache.fingerprint import EnvFingerprint
 from kernel_cache.lazy_store import LazyKernelStore
-from kernel_cache.problem import Problem
 from kernel_cache.record import KernelRecord
-from kernel_cache.settings import Settings
 from kernel_cache.urls import parse_url
+from ks_core.fingerprint import EnvFingerprint
+from ks_core.problem_record import Problem
+from ks_core.settings import Settings
 from ks_inductor.contracts import CompileStore, KernelLookup, SearchStore
 
 log = logging.getLogger(__name__)
@@ -126,7 +126,7 @@ def option_names() -> list[str]:
 
 @dataclass
 class BackendOptions:
-    # The defaults are the settings' (kernel_cache.settings), the one place they are written down.
+    # The defaults are the settings' (ks_core.settings), the one place they are written down.
     db: str | None = Settings.db
     on_miss: str = Settings.on_miss
     budget: int = Settings.budget

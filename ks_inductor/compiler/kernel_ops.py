@@ -71,7 +71,7 @@ def _kernel_dir() -> Path:
     """Where served kernels' modules are written (Triton reads a kernel's source from its file): in kernelsmith's
     home, beside the cache they come from, named by their source's hash so that Triton's cache stays warm across
     processes."""
-    from kernel_cache.settings import Settings
+    from ks_core.settings import Settings
 
     d = Settings.from_env().cache_home() / "kernels"
     d.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,7 @@ attention) with its pointwise prologue and epilogue, a norm, a softmax, another 
 work around it, or a chain of pointwise operations.
 
 Why regions are cut on the Dynamo graph but judged on aten: every Dynamo node is traced to core-aten (the same
-decomposition table :func:`ks_inductor.problem.problem_from_callable` uses) to decide what it *is* (an anchor, a
+decomposition table :func:`ks_inductor.problem_tracing.problem_from_callable` uses) to decide what it *is* (an anchor, a
 reduction, pointwise, a view, or something no kernel covers); the region's nodes are then copied into a small
 callable whose parameters (weights included) are its inputs, and that callable becomes a :class:`Problem` whose
 canonical key is computed by :mod:`ks_inductor.keys`, exactly as for a KernelBench file given to ``evolve``.
@@ -32,9 +32,9 @@ import torch.fx as fx
 
 import ks_inductor.canonical_ops
 import ks_inductor.keys
-import ks_inductor.problem
+import ks_inductor.problem_tracing
 from ks_inductor.compiler.analysis_memo import AnalysisMemo, analysis_salt
-from ks_inductor.problem import op_label
+from ks_inductor.problem_tracing import op_label
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class Region:
     symbolic: bool = False
     device: str = "cpu"
     signature: str = ""  # cheap structural hash: equal for repeated layers, memoizes problem building
-    problem: Any = None  # ks_inductor.problem.Problem, filled by region_problem()
+    problem: Any = None  # ks_inductor.problem_tracing.Problem, filled by region_problem()
     error: str | None = None
     # The signature names every node by what it is, not where it lives in memory: it may be kept across processes.
     stable: bool = False
@@ -116,7 +116,7 @@ class Partition:
 
 def _analysis_code() -> tuple[ModuleType, ...]:
     """The modules whose code decides a graph's analysis: a memo made by other code is stale."""
-    return (sys.modules[__name__], ks_inductor.problem, ks_inductor.keys, ks_inductor.canonical_ops)
+    return (sys.modules[__name__], ks_inductor.problem_tracing, ks_inductor.keys, ks_inductor.canonical_ops)
 
 
 def save_analysis(part: Partition) -> None:
@@ -204,7 +204,7 @@ def _op_name(target: Any) -> str:
 def _aten_ops(node: fx.Node, root: torch.nn.Module, conc: _Concretizer) -> list[Any] | None:
     """The aten ops one Dynamo node decomposes to, or None when it cannot be traced on fake inputs."""
 
-    from ks_inductor.problem import trace_aten
+    from ks_inductor.problem_tracing import trace_aten
 
     leaves: list[Any] = []
 
@@ -615,7 +615,8 @@ _PROBLEM_MEMO: dict[str, tuple[Any, tuple[Any, ...]]] = {}
 def region_problem(gm: fx.GraphModule, region: Region) -> Any:
     """The region as a Problem (KernelBench source, canonical key), memoized by structure: per process, and on
     disk across processes for regions of a graph whose analysis may be kept (see :class:`ks_inductor.compiler.analysis_memo.AnalysisMemo`)."""
-    from ks_inductor.problem import Problem, problem_from_callable
+    from ks_core.problem_record import Problem
+    from ks_inductor.problem_tracing import problem_from_callable
 
     memo_key = region.signature + "|" + ",".join(_conc_sig(v) for v in concrete_inputs(region))
     hit = _PROBLEM_MEMO.get(memo_key)

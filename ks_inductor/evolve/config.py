@@ -24,7 +24,7 @@ class LLMConfig:
     inspirations: int = 3
 
     def resolved(self) -> LLMConfig:
-        from kernel_cache.settings import Settings
+        from ks_core.settings import Settings
 
         s = Settings.from_env()
         return LLMConfig(

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernel_cache.record import QUARANTINED, RACE, REJECTED, VERIFIED, KernelRecord, StepRecord
+from ks_core.problem_record import Problem
 from ks_inductor.candidate import Candidate
 from ks_inductor.contracts import RoomJudge, SearchJudge, SearchStore
 from ks_inductor.evolve.archive import Archive, Program
@@ -27,7 +28,6 @@ from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
 from ks_inductor.evolve.prompts import fingerprint_facts
 from ks_inductor.judge.room import SETTLE_AT, Room
 from ks_inductor.judge.verdict import ACCEPTED, DEADLINE_ERROR, EvalResult
-from ks_inductor.problem import Problem
 from ks_inductor.seeds.families import FamilyMatch, classify, generic_match
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kernel_cache.fingerprint import EnvFingerprint
+from ks_core.fingerprint import EnvFingerprint
 from ks_inductor.evolve.operators.feedback import OperatorRecord
 
 SYSTEM = (

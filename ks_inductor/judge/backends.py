@@ -15,13 +15,13 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernel_cache.fingerprint import (
+from ks_core.fingerprint import (
     BACKEND_CPU_INTERPRET,
     BACKEND_CUDA,
     BACKEND_MACA,
     EnvFingerprint,
 )
-from kernel_cache.settings import Settings
+from ks_core.settings import Settings
 from ks_inductor.judge.device_lock import physical_device_name, visible_device
 
 log = logging.getLogger(__name__)

@@ -142,11 +142,11 @@ def run_record(job: dict[str, Any]) -> dict[str, Any]:
     import torch
     from safetensors.torch import save_file
 
+    from ks_core.problem_record import exec_problem_source
     from ks_inductor.judge import guards
     from ks_inductor.judge import plan as PL
     from ks_inductor.judge.inputs import make_inputs
     from ks_inductor.judge.sandbox import confine_job
-    from ks_inductor.problem import exec_problem_source
 
     device = job["device"]
     flags: list[tuple[str, str]] = []

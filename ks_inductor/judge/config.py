@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kernel_cache.settings import Settings
+from ks_core.settings import Settings
 from ks_inductor.judge.timing import FINAL, SEARCH
 
 DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {

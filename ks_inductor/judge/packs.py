@@ -11,7 +11,6 @@ import time
 from typing import Any
 
 from kernel_cache.errors import PackError
-from kernel_cache.fingerprint import EnvFingerprint
 from kernel_cache.pack import (
     ImportResult,
     PackContents,
@@ -22,6 +21,7 @@ from kernel_cache.pack import (
     read_pack,
 )
 from kernel_cache.store import KernelStore
+from ks_core.fingerprint import EnvFingerprint
 
 
 def check_pack(path: str | os.PathLike[str], trust_keys: list[Any] | None, fingerprint: EnvFingerprint | None,

@@ -69,11 +69,11 @@ def load_runner(job: dict[str, Any], n_inputs: int) -> Any:
 def run_plan(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
+    from ks_core.problem_record import exec_problem_source
     from ks_inductor.judge.candidate_job import check_output_objects
     from ks_inductor.judge.inputs import make_inputs
     from ks_inductor.judge.plan import PlanError
     from ks_inductor.judge.sandbox import confine_job
-    from ks_inductor.problem import exec_problem_source
 
     device = job["device"]
     flags: list[tuple[str, str]] = []

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernel_cache.settings import Settings
+from ks_core.settings import Settings
 from ks_inductor.judge.admission import MemoryGate
 from ks_inductor.judge.backends import JudgeBackend, worker_environment
 from ks_inductor.judge.clock import STAGE_NAMES, StageClock

@@ -21,9 +21,9 @@ from ks_inductor.judge import protocol as P
 def run_reference(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
+    from ks_core.problem_record import exec_problem_source
     from ks_inductor.judge.inputs import build_model, make_inputs
     from ks_inductor.judge.scratch import fit_trials
-    from ks_inductor.problem import exec_problem_source
 
     device = job["device"]
     P.stage("load")
@@ -110,9 +110,9 @@ def run_baselines(job: dict[str, Any]) -> dict[str, Any]:
     time a candidate in its own process (``candidate_job``), so their samples compare as if interleaved in one."""
     import torch
 
+    from ks_core.problem_record import exec_problem_source
     from ks_inductor.judge import timing as T
     from ks_inductor.judge.inputs import build_model, make_inputs
-    from ks_inductor.problem import exec_problem_source
 
     device, cfg = job["device"], job["timing"]
     P.stage("load")

@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from kernel_cache.fingerprint import EnvFingerprint
+from ks_core.fingerprint import EnvFingerprint
+from ks_core.problem_record import Problem
 from ks_inductor.candidate import normalized_source_hash
 from ks_inductor.judge.admission import ALONE, GATE_SHARE, input_bytes, job_bytes, output_bytes
 from ks_inductor.judge.backends import JudgeBackend, detect_backend
@@ -40,7 +41,6 @@ from ks_inductor.judge.verdict import (
     REJECTED,
     EvalResult,
 )
-from ks_inductor.problem import Problem
 
 log = logging.getLogger(__name__)
 
@@ -763,7 +763,7 @@ class Judge:
     def trusted_cache() -> str:
         """The Triton cache of the jobs that execute plans: outside the judge's scratch root (which those jobs
         hide from themselves), in kernelsmith's home, written by no candidate's process."""
-        from kernel_cache.settings import Settings
+        from ks_core.settings import Settings
 
         path = str(Settings.from_env().cache_home() / "judge-triton-cache")
         os.makedirs(path, exist_ok=True)

@@ -72,7 +72,7 @@ def preload(warm: bool = False) -> None:
     import ks_inductor.judge.plan_job  # noqa: F401
     import ks_inductor.judge.reference_job  # noqa: F401
     import ks_inductor.judge.sandbox  # noqa: F401
-    import ks_inductor.problem  # noqa: F401
+    import ks_inductor.problem_tracing  # noqa: F401
 
     if warm:
         import torch._dynamo  # noqa: F401

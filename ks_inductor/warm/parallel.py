@@ -13,7 +13,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
-from kernel_cache.fingerprint import EnvFingerprint
+from ks_core.fingerprint import EnvFingerprint
 from ks_inductor.contracts import Apply, RegionSource, SearchJudge, SearchStore
 
 if TYPE_CHECKING:

@@ -19,8 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ks_core.problem_record import Problem
     from ks_inductor.evolve.config import EvolveConfig
-    from ks_inductor.problem import Problem
 
 log = logging.getLogger(__name__)
 

@@ -34,8 +34,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from kernel_cache.fingerprint import EnvFingerprint
 from kernel_cache.urls import CacheURL, parse_url
+from ks_core.fingerprint import EnvFingerprint
 from ks_inductor.contracts import Apply, RegionSource, SearchJudge, SearchStore
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ def evolve_task(problem_json: str, config_json: str, db_url: str, results: str, 
     ``worker`` (where it ran), ``written`` (whether the worker stored it) and, when it did not, ``kernel``, ``steps``
     and ``problem`` for the driver to store."""
     from kernel_cache.access import open_store
-    from ks_inductor.problem import Problem
+    from ks_core.problem_record import Problem
     from ks_inductor.warm.region import evolve_region, region_config
 
     t0 = time.time()
@@ -337,8 +337,8 @@ class RayExecutor:
         """The one-writer path: a worker's run, winner and steps, stored in the driver's cache under a run of its
         own (the worker's run lived in a private file)."""
         from kernel_cache.record import KernelRecord, StepRecord
+        from ks_core.problem_record import Problem
         from ks_inductor.judge.backends import EnvFingerprint
-        from ks_inductor.problem import Problem
 
         if outcome.get("problem") is None or outcome.get("fingerprint") is None:
             return

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 from ks_inductor.contracts import SearchJudge, SearchStore
 
 if TYPE_CHECKING:
+    from ks_core.problem_record import Problem
     from ks_inductor.evolve.config import EvolveConfig
-    from ks_inductor.problem import Problem
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import TYPE_CHECKING, Any
 
-from kernel_cache.fingerprint import EnvFingerprint
+from ks_core.fingerprint import EnvFingerprint
 from ks_inductor.contracts import Region, RoomJudge, SearchStore
 from ks_inductor.judge.room import SETTLE_AT, Room, time_share
 

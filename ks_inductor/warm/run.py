@@ -13,14 +13,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from kernel_cache.fingerprint import EnvFingerprint
+from ks_core.fingerprint import EnvFingerprint
 from ks_inductor.contracts import RegionExecutor, RoomJudge, SearchJudge, SearchStore
 from ks_inductor.warm.region import evolve_region, region_config
 
 if TYPE_CHECKING:
+    from ks_core.problem_record import Problem
     from ks_inductor.evolve.config import EvolveConfig
     from ks_inductor.gpu_util import GpuSampler
-    from ks_inductor.problem import Problem
     from ks_inductor.warm.prefetch import CodegenPrefetch
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ks_inductor.contracts import CompileStore, SearchStore
 
 if TYPE_CHECKING:
-    from ks_inductor.problem import Problem
+    from ks_core.problem_record import Problem
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def kernelbench_model(path: str | Path, device: str | None = None) -> tuple[Any,
     where there is one), with ``get_inputs()`` there too, both made under seed 0."""
     import torch
 
-    from ks_inductor.problem import ProblemError, exec_problem_source
+    from ks_core.problem_record import ProblemError, exec_problem_source
 
     p = Path(path)
     if not p.is_file():
@@ -346,7 +346,7 @@ def problems_from_folder(folder: str | Path, db: str | None = None, judge_backen
     """The regions of every KernelBench file's model in ``folder`` (:func:`kernelbench_files`: a checkout, its
     levels, or a folder of problem files): what ``torch.compile(backend="kernelsmith")`` of those models looks up
     (the whole file is a different key from the regions a compile cuts)."""
-    from ks_inductor.problem import ProblemError
+    from ks_core.problem_record import ProblemError
 
     problems = []
     for f in kernelbench_files(folder, levels, ids):
@@ -361,7 +361,7 @@ def problems_from_folder(folder: str | Path, db: str | None = None, judge_backen
 
 
 def problems_from_misses(store: SearchStore) -> list[Problem]:
-    from ks_inductor.problem import Problem
+    from ks_core.problem_record import Problem
 
     out = []
     for m in store.misses():

@@ -7,8 +7,8 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any
 
+from ks_core.problem_record import Problem
 from ks_inductor.candidate import parse_source
-from ks_inductor.problem import Problem
 from ks_inductor.seeds.graph import Graph, Node, Ref, TensorType
 
 
@@ -81,7 +81,7 @@ def model_state(problem: Problem) -> tuple[list[StateEntry], str]:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from ks_inductor.problem import exec_problem_source
+    from ks_core.problem_record import exec_problem_source
 
     mod = exec_problem_source(problem.source, f"<{problem.name}>")
     with FakeTensorMode(allow_non_fake_inputs=True):

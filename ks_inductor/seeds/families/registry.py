@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ks_inductor.problem import Problem
+from ks_core.problem_record import Problem
 from ks_inductor.seeds.families.match import FamilyMatch, model_state
 from ks_inductor.seeds.families.template import Template
 from ks_inductor.seeds.graph import Graph, parse_graph

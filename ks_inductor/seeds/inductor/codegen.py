@@ -60,7 +60,8 @@ def wrapper_source(problem_source: str, name: str, options: dict[str, Any]) -> s
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from ks_inductor.problem import exec_problem_source, trace_problem_module
+    from ks_core.problem_record import exec_problem_source
+    from ks_inductor.problem_tracing import trace_problem_module
 
     mod = exec_problem_source(problem_source, f"<{name}>")
     gm = trace_problem_module(mod, f"<{name}>").graph_module
@@ -614,7 +615,7 @@ def preload() -> None:
     import torch.fx.experimental.proxy_tensor  # noqa: F401
     import triton  # noqa: F401
 
-    import ks_inductor.problem  # noqa: F401
+    import ks_inductor.problem_tracing  # noqa: F401
     import ks_inductor.seeds.inductor.fake_device  # noqa: F401
 
 

@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ks_inductor.problem import Problem
+from ks_core.problem_record import Problem
 from ks_inductor.seeds.inductor.program import InductorProgram
 
 log = logging.getLogger(__name__)
@@ -167,7 +167,7 @@ def _run_fresh(job: dict[str, Any], timeout: float) -> tuple[str, str, int | Non
 def _server(target: str) -> tuple[Any, str] | None:
     """The warm parent that forks ``target``'s generations and its folder, started at the first; None where forking
     is off or the parent could not come up (then generations start from nothing)."""
-    from kernel_cache.settings import Settings
+    from ks_core.settings import Settings
     from ks_inductor.judge.forkserver import ForkServer, ForkServerError
 
     if not Settings.read("judge_fork"):

@@ -1,6 +1,6 @@
 """A problem's plain form, as the cache stores it and packs carry it: its input specs, the Problem record and its
 JSON, and its KernelBench source run as a module. Loading, tracing and keying problems is
-:mod:`ks_inductor.problem`'s.
+:mod:`ks_inductor.problem_tracing`'s.
 
 A problem is always carried as *source text* (``class Model``, ``get_inputs()``, ``get_init_inputs()``), so that
 it can cross a process boundary without pickle and be re-loaded unchanged by judge workers.

@@ -1,9 +1,9 @@
-"""Problems: a reference computation plus its inputs, in KernelBench's format.
+"""Problems built by tracing: a KernelBench file, source text or a callable traced to an aten graph, keyed and
+measured into the plain :class:`~ks_core.problem_record.Problem` record.
 
-A problem is always carried as *source text* (``class Model``, ``get_inputs()``, ``get_init_inputs()``), so that
-it can cross a process boundary without pickle and be re-loaded unchanged by judge workers. A problem built from
-a callable (a graph region of the backend) is rendered into that same format first, so every problem goes
-through one loader and one canonical key (see :mod:`ks_inductor.keys`).
+A problem built from a callable (a graph region of the backend) is rendered into KernelBench source first, so every
+problem goes through one loader and one canonical key (see :mod:`ks_inductor.keys`). The record itself, which
+needs no torch, is :mod:`ks_core.problem_record`'s.
 """
 
 from __future__ import annotations
@@ -19,14 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernel_cache.problem import InputSpec, Problem, ProblemError, exec_problem_source
-
-# The plain form of a problem (InputSpec, Problem and its JSON, ProblemError, running its source as a module) lives
-# in kernel_cache.problem, where the cache that stores problems and the packs that carry them can read it; this
-# module loads, traces and renders problems and is where the rest of kernelsmith imports them from.
-__all__ = ["InputSpec", "Problem", "ProblemError", "TracedProblem", "exec_problem_source", "load_problem",
-           "op_label", "problem_from_callable", "problem_from_source", "render_problem_source", "trace_aten",
-           "trace_problem_module"]
+from ks_core.problem_record import InputSpec, Problem, ProblemError, exec_problem_source
 
 log = logging.getLogger(__name__)
 

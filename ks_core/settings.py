@@ -1,13 +1,13 @@
 """kernelsmith's settings: every environment variable it reads, with its default and meaning, in one place.
 
-    from kernel_cache.settings import Settings
+    from ks_core.settings import Settings
     s = Settings.from_env()          # the environment over the defaults
     s.db, s.on_miss, s.cache_home()
 
 Options given in code (``torch.compile(options={"kernelsmith.db": ...})``, ``EvolveConfig``, ``LLMConfig``, command
 flags) win over these; these win over the defaults. The backend reads the environment at every compile, so a
-changed variable takes effect without a restart. In the lowest package, so that every package reads the same
-settings (the kernel cache needs the home folder and the database too).
+changed variable takes effect without a restart. In the foundation, so that every package reads the same settings
+(the kernel cache needs the home folder and the database too).
 """
 
 from __future__ import annotations
