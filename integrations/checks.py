@@ -7,20 +7,24 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .serving import R_NO_VECTORS
 from .signature import Signature, random_inputs, spec_signature
 
+if TYPE_CHECKING:
+    from kernel_cache.record import KernelRecord
+    from ks_core.problem_record import Problem
+
 
 @dataclass
 class PackKernel:
     """One pack kernel as it serves: loaded on first use, after its golden vectors pass on the call's device."""
 
-    record: Any  # KernelRecord
-    problem: Any  # Problem
+    record: KernelRecord
+    problem: Problem
     vectors: bytes | None
     state: str = "unchecked"  # unchecked | passed | failed | none | slower | broken
     note: str = ""

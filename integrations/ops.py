@@ -26,11 +26,14 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .signature import FreeDims, call_signature, meta_inputs
+
+if TYPE_CHECKING:
+    from ks_core.problem_record import Problem
 
 OP_RMSNORM = "rmsnorm"
 OP_SILU_MUL = "silu_mul"
@@ -152,13 +155,13 @@ def stack_baselines(stack: str) -> tuple[str, ...]:
 
 @dataclass
 class PackBuild:
-    problems: list[Any]
+    problems: list[Problem]
     warm: Any  # ks_inductor.warm.WarmSummary
     export: Any  # kernel_cache.pack.ExportResult | None (None when no problem got a kernel)
     missing: list[str]  # keys with no verified (or race) kernel for this machine
 
 
-def pack_for_problems(problems: list[Any], path: str | os.PathLike[str], *, db: str | None = None,
+def pack_for_problems(problems: list[Problem], path: str | os.PathLike[str], *, db: str | None = None,
                       config: Any = None, judge: Any = None, sign_key: str | os.PathLike[str] | None = None,
                       console: Any = None, vector_cap_bytes: int = 64 * 2**20, vectors: bool = True,
                       min_speedup: float | None = None, baselines: tuple[str, ...] | None = None) -> PackBuild:

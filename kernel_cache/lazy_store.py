@@ -12,6 +12,7 @@ from ks_core.fingerprint import EnvFingerprint
 
 if TYPE_CHECKING:
     from kernel_cache.store import KernelStore
+    from ks_core.problem_record import Problem
 
 
 class LazyKernelStore:
@@ -63,7 +64,7 @@ class LazyKernelStore:
     def last_why(self, problem_key: str) -> str | None:
         return self.full().last_why(problem_key)
 
-    def record_miss(self, problem: Any, fingerprint: EnvFingerprint) -> None:
+    def record_miss(self, problem: Problem, fingerprint: EnvFingerprint) -> None:
         self.full().record_miss(problem, fingerprint)
 
     def put_guard_decision(self, key: str, fingerprint_id: str, result: dict[str, Any]) -> None:

@@ -37,6 +37,7 @@ from kernel_cache.migrations import rank_of
 from kernel_cache.record import RACE, VERIFIED, KernelRecord, source_sha256
 from kernel_cache.store import KernelStore, MergeOutcome
 from ks_core.fingerprint import MATCH_EXACT, MATCH_NONE, EnvFingerprint, match
+from ks_core.problem_record import Problem
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ class PackContents:
     """A verified pack, parsed."""
 
     manifest: dict[str, Any]
-    problems: list[Any]
+    problems: list[Problem]
     kernels: list[KernelRecord]
     vectors: dict[str, bytes]  # problem key -> safetensors bytes
 
@@ -147,7 +148,7 @@ def _versions() -> dict[str, str]:
             "triton_version": triton.__version__, "python_version": platform.python_version()}
 
 
-def _estimate_bytes(problem: Any) -> int | None:
+def _estimate_bytes(problem: Problem) -> int | None:
     total = 0
     for s in list(problem.input_specs) + list(problem.output_specs):
         if s.kind != "tensor":
@@ -158,7 +159,7 @@ def _estimate_bytes(problem: Any) -> int | None:
     return total
 
 
-def golden_vectors(problem: Any, n: int = N_VECTORS, cap_bytes: int = VECTOR_CAP_BYTES,
+def golden_vectors(problem: Problem, n: int = N_VECTORS, cap_bytes: int = VECTOR_CAP_BYTES,
                    device: str = "cpu") -> tuple[bytes | None, str]:
     """Inputs at the problem's own shapes (seeded, on CPU) and the trusted reference's outputs, computed on
     ``device``, as safetensors.
@@ -214,7 +215,7 @@ class _NoVectors(Exception):
     pass
 
 
-def _run_reference(problem: Any, n: int, device: str = "cpu") -> tuple[dict[str, Any], list[Any], int,
+def _run_reference(problem: Problem, n: int, device: str = "cpu") -> tuple[dict[str, Any], list[Any], int,
                                                                        dict[str, list[int]]]:
     import torch
 
@@ -464,7 +465,6 @@ def _check_hashes(entries: dict[str, bytes], manifest: dict[str, Any], report: V
 
 
 def _parse(entries: dict[str, bytes], manifest: dict[str, Any], report: VerifyReport) -> PackContents:
-    from ks_core.problem_record import Problem
 
     problems, by_key, vectors = [], {}, {}
     for pe in manifest["problems"]:

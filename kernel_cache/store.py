@@ -251,7 +251,7 @@ class KernelStore:
 
     # ------------------------------------------------------------------ problems
     @_db_errors
-    def upsert_problem(self, problem: Any) -> None:
+    def upsert_problem(self, problem: Problem) -> None:
         data = problem.to_json()
         values = {"name": problem.name, "source": problem.source, "op_summary": dict(problem.op_summary),
                   "signature": problem.signature(), "problem_json": data, "updated_at": _now()}
@@ -438,7 +438,7 @@ class KernelStore:
         return int(n)
 
     @_db_errors
-    def merge(self, problems: list[Any], records: list[KernelRecord]) -> list[MergeOutcome]:
+    def merge(self, problems: list[Problem], records: list[KernelRecord]) -> list[MergeOutcome]:
         """Import problems and kernels in ONE transaction: all of it lands or none of it does.
 
         A problem already here keeps its local reference source.
@@ -706,7 +706,7 @@ class KernelStore:
 
     # ------------------------------------------------------------------ misses
     @_db_errors
-    def record_miss(self, problem: Any, fingerprint: EnvFingerprint) -> None:
+    def record_miss(self, problem: Problem, fingerprint: EnvFingerprint) -> None:
         t = MissRow.__table__
         now = _now()
         shapes = [s.shape for s in problem.input_specs if s.kind == "tensor"]

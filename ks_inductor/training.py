@@ -27,16 +27,19 @@ import hashlib
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernel_cache.record import StepRecord
 from ks_core.fingerprint import EnvFingerprint
 from ks_inductor.candidate import normalized_source_hash
 from ks_inductor.evolve.diffs import make_blocks
 from ks_inductor.evolve.prompts import SYSTEM, build_messages, fingerprint_facts, problem_info
+
+if TYPE_CHECKING:
+    from ks_core.problem_record import Problem
 
 log = logging.getLogger(__name__)
 
@@ -386,7 +389,7 @@ def _feedback(result: dict[str, Any]) -> str:
         return ""
 
 
-def _messages(ev: StepEvidence, reference: str, problem: Any) -> list[dict[str, str]]:
+def _messages(ev: StepEvidence, reference: str, problem: Problem | None) -> list[dict[str, str]]:
     s = ev.step
     if s.prompt and s.response:
         return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": s.prompt},
@@ -401,7 +404,8 @@ def _messages(ev: StepEvidence, reference: str, problem: Any) -> list[dict[str, 
     return msgs
 
 
-def to_rows(steps: Sequence[StepRecord | StepEvidence], fmt: str, problems: dict[str, Any]) -> list[dict[str, Any]]:
+def to_rows(steps: Sequence[StepRecord | StepEvidence], fmt: str,
+            problems: Mapping[str, Problem | None]) -> list[dict[str, Any]]:
     """Rows of ``fmt`` for ``steps`` (kept ones: each needs its hardware fingerprint)."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")

@@ -160,3 +160,59 @@ def test_the_seams_are_annotated_with_their_protocols(fn: str, param: str, proto
     for part in path.split("."):
         obj = getattr(obj, part)
     assert proto in _annotation(obj, param), f"{fn}({param}: {_annotation(obj, param)})"
+
+
+_LIBRARY = ("ks_core", "kernel_cache", "ks_inductor", "integrations")
+
+
+def _problem_slot(annotation: ast.expr, nested: bool = True) -> ast.expr:
+    """What stands for the problem itself in an annotation: ``X`` of ``X | None``, of ``list[X]``, ``Sequence[X]``
+    and the like, and a mapping's values as they are written (``dict[str, Any]`` there is a problem's JSON)."""
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        left, right = annotation.left, annotation.right
+        return _problem_slot(right if isinstance(left, ast.Constant) and left.value is None else left, nested)
+    if nested and isinstance(annotation, ast.Subscript):
+        args = annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else [annotation.slice]
+        if len(args) == 2 and not isinstance(args[1], ast.Constant):  # a mapping: its values
+            return _problem_slot(args[1], nested=False)
+        return _problem_slot(args[0])
+    return annotation
+
+
+def untyped_problems(source: str, filename: str = "<source>") -> list[str]:
+    """Where a parameter or a field named ``problem`` or ``problems`` has ``Any`` where the problem stands (alone,
+    or as the items of a container): the record every part shares has a type, ``ks_core.problem_record.Problem``.
+    A problem's JSON (``dict[str, Any]`` as a mapping's value) is no problem object and passes."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source, filename)):
+        named: list[tuple[str, ast.expr | None, int]] = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            named = [(x.arg, x.annotation, x.lineno) for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, (ast.Name, ast.Attribute)):
+            name = node.target.id if isinstance(node.target, ast.Name) else node.target.attr
+            named = [(name, node.annotation, node.lineno)]
+        for name, annotation, line in named:
+            slot = None if annotation is None else _problem_slot(annotation)
+            if name in ("problem", "problems") and isinstance(slot, ast.Name) and slot.id == "Any":
+                found.append((line, f"{filename}:{line} {name}: {ast.unparse(annotation)}"))
+    return [hit for _, hit in sorted(found)]
+
+
+def test_no_problem_on_a_seam_is_typed_any() -> None:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    found = [hit for pkg in _LIBRARY for f in sorted((root / pkg).rglob("*.py"))
+             for hit in untyped_problems(f.read_text(), str(f.relative_to(root)))]
+    assert not found, "problems typed Any: " + "; ".join(found)
+
+
+def test_an_untyped_problem_is_found() -> None:
+    src = ("def f(problem: Any, other: Any): ...\n"
+           "class R:\n    problems: list[Any] = []\n    problem: Problem | None = None\n"
+           "def g(problem: Problem, problems: Sequence[Problem]): ...\n"
+           "def h(problem: Any | None, problems: dict[str, Any]): ...\n"
+           "def j(problems: dict[str, dict[str, Any]], problem: Optional[Problem]): ...\n")
+    assert untyped_problems(src) == ["<source>:1 problem: Any", "<source>:3 problems: list[Any]",
+                                     "<source>:6 problem: Any | None", "<source>:6 problems: dict[str, Any]"]

@@ -4,7 +4,7 @@ code 0 when a verified kernel was stored, 1 when none was)."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -22,6 +22,9 @@ from ks_inductor.cli.args import (
     positive_int,
 )
 from ks_inductor.cli.output import err_console, out_console, print_json, require_file
+
+if TYPE_CHECKING:
+    from ks_core.problem_record import Problem
 
 LLM_TIMEOUT_S = 120.0
 
@@ -121,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK if summary.best is not None and summary.best.status == VERIFIED else EXIT_NOTHING
 
 
-def print_summary(console: Console, problem: Any, s: Any) -> None:
+def print_summary(console: Console, problem: Problem, s: Any) -> None:
     t = Table(title=f"evolve {problem.name}", show_header=False)
     t.add_row("problem key", s.problem_key)
     t.add_row("family", str(s.family))

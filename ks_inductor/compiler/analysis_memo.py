@@ -13,12 +13,15 @@ import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ks_core.settings import VARIABLES, Settings
 from ks_inductor import keys
+
+if TYPE_CHECKING:
+    from ks_core.problem_record import Problem
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +103,7 @@ class AnalysisMemo:
         e = self._problems.get(memo_key)
         return e if isinstance(e, dict) else None
 
-    def put_problem(self, memo_key: str, problem: Any) -> None:
+    def put_problem(self, memo_key: str, problem: Problem) -> None:
         if not isinstance(self._problems.get(memo_key), dict):
             self._problems[memo_key] = problem.to_json()
             self.dirty = True

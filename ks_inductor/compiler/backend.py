@@ -201,7 +201,7 @@ class CompileReport:
     guard: Any = None  # ks_inductor.compiler.graph_guard.GuardResult when the graph guard ran
     # Earlier verdicts of the guard on larger sets of swaps, which lost to Inductor alone (``swap_sets``).
     guard_tries: list[Any] = field(default_factory=list)
-    problems: list[Any] = field(default_factory=list, repr=False)  # the regions' Problems (not serialized)
+    problems: list[Problem] = field(default_factory=list, repr=False)  # the regions' (not serialized)
 
     @property
     def hits(self) -> int:
@@ -308,7 +308,7 @@ def stored_room(store: KernelLookup, problem_key: str, fp: EnvFingerprint) -> di
     return store.room(problem_key, fp.id)
 
 
-def _eager_choice(room: dict[str, Any] | None, problem: Any) -> EagerChoice | None:
+def _eager_choice(room: dict[str, Any] | None, problem: Problem) -> EagerChoice | None:
     """Eager's ops for ``problem`` where its room (``ks_inductor.judge.room``) says they beat Inductor's code by the
     margin on this machine; None otherwise."""
     from ks_inductor.judge.room import Room

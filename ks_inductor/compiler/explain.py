@@ -12,7 +12,7 @@ import logging
 import sys
 import types
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -28,13 +28,17 @@ from ks_inductor.compiler.served import region_why, render
 from ks_inductor.contracts import CompileStore
 from ks_inductor.judge.room import room_cell
 
+if TYPE_CHECKING:
+    from ks_core.fingerprint import EnvFingerprint
+    from ks_core.problem_record import Problem
+
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class Explanation:
     graphs: list[CompileReport] = field(default_factory=list)
-    problems: list[Any] = field(default_factory=list)  # one Problem per distinct region key, first seen first
+    problems: list[Problem] = field(default_factory=list)  # one per distinct region key, first seen first
     no_cache: str | None = None  # where the cache was looked for, when nothing is there
 
     @property
@@ -147,7 +151,7 @@ class _EmptyCache:
     def last_why(self, problem_key: str) -> None:
         return None
 
-    def record_miss(self, problem: Any, fingerprint: Any) -> None:
+    def record_miss(self, problem: Problem, fingerprint: EnvFingerprint) -> None:
         """Explain acts on no miss; nothing is recorded where there is no cache."""
 
     def put_guard_decision(self, key: str, fingerprint_id: str, result: dict[str, Any]) -> None:

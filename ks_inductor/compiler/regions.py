@@ -25,7 +25,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx as fx
@@ -35,6 +35,9 @@ import ks_inductor.keys
 import ks_inductor.problem_tracing
 from ks_inductor.compiler.analysis_memo import AnalysisMemo, analysis_salt
 from ks_inductor.problem_tracing import op_label
+
+if TYPE_CHECKING:
+    from ks_core.problem_record import Problem
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +97,7 @@ class Region:
     symbolic: bool = False
     device: str = "cpu"
     signature: str = ""  # cheap structural hash: equal for repeated layers, memoizes problem building
-    problem: Any = None  # ks_inductor.problem_tracing.Problem, filled by region_problem()
+    problem: Problem | None = None  # filled by region_problem()
     error: str | None = None
     # The signature names every node by what it is, not where it lives in memory: it may be kept across processes.
     stable: bool = False

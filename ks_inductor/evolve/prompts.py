@@ -5,10 +5,13 @@ top and diverse inspirations, and the ask: one targeted change as SEARCH/REPLACE
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ks_core.fingerprint import EnvFingerprint
 from ks_inductor.evolve.operators.feedback import OperatorRecord
+
+if TYPE_CHECKING:
+    from ks_core.problem_record import Problem
 
 SYSTEM = (
     "You are a Triton GPU kernel optimization engineer. You work inside an evolving system that improves a "
@@ -117,7 +120,7 @@ def build_seed_messages(reference: str, problem_info: str, hardware: dict[str, A
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
-def problem_info(problem: Any) -> str:
+def problem_info(problem: Problem) -> str:
     ops = ", ".join(f"{k} x{v}" for k, v in problem.op_summary.items())
     return (f"inputs {problem.signature()}; aten ops {ops}; about {problem.bytes_moved / 1e6:.1f} MB moved and "
             f"{problem.flops / 1e9:.2f} GFLOP")

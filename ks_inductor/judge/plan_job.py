@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import random
+import types
 from typing import Any
 
 from ks_inductor.judge import protocol as P
@@ -129,7 +130,7 @@ def run_plan(job: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _timing(job: dict[str, Any], problem: Any, runner: Any, flags: list[tuple[str, str]], device: str,
+def _timing(job: dict[str, Any], problem: types.ModuleType, runner: Any, flags: list[tuple[str, str]], device: str,
             out_specs: list[dict[str, Any]]) -> dict[str, Any]:
     import torch
 

@@ -15,7 +15,10 @@ warm, explain and the backend read the same dataclass (stored beside the kernels
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ks_core.problem_record import Problem
 
 # A best baseline at this fraction of the floor or above is settled (within 10% of it).
 SETTLE_AT = 0.9
@@ -31,7 +34,7 @@ COMPUTE_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "convolution", "sdpa",
                          "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention"})
 
 
-def tf32_rate(problem: Any) -> bool:
+def tf32_rate(problem: Problem) -> bool:
     """Whether the floor takes float32 FLOPs at the TF32 rate: where eager runs them there (cuDNN's float32
     convolutions by default, matmuls where torch allows TF32), so the floor stays below what eager itself reaches."""
     import torch
@@ -48,7 +51,7 @@ def compute_dtype(dtypes: Any) -> str:
     return next((d for d in ("bfloat16", "float16", "float32") if d in dtypes), "float32")
 
 
-def floor_ms(problem: Any, bandwidth: float | None, flops_rate: float | None,
+def floor_ms(problem: Problem, bandwidth: float | None, flops_rate: float | None,
              launch_ms: float | None = None) -> tuple[float | None, str]:
     """The problem's floor in ms and what binds it ("memory" or "compute"); (None, "") without a copy rate.
     ``launch_ms``: one minimal kernel's time as the protocol measures a call, added once, since a region served by

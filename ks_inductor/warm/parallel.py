@@ -17,6 +17,7 @@ from ks_core.fingerprint import EnvFingerprint
 from ks_inductor.contracts import Apply, RegionSource, SearchJudge, SearchStore
 
 if TYPE_CHECKING:
+    from ks_core.problem_record import Problem
     from ks_inductor.evolve.config import EvolveConfig
     from ks_inductor.gpu_util import GpuSampler
 
@@ -171,7 +172,7 @@ class RegionThreads:
         locked = store if isinstance(store, LockedStore) else LockedStore(store)
         board = _Board(queue.total, console, self.workers, self.gpu)
 
-        def one(item: Any, problem: Any) -> dict[str, Any]:
+        def one(item: Any, problem: Problem) -> dict[str, Any]:
             left = None if deadline is None else deadline - time.time()
             if left is not None and left <= 0:
                 return {"status": "not-run", "note": "the whole-run limit was reached before this region started"}

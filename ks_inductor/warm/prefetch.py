@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ks_core.problem_record import Problem
@@ -41,14 +41,14 @@ class CodegenPrefetch:
     """Generates Inductor's plans for ``problems`` on ``target`` in background threads, each generation ending by
     ``deadline`` (``time.monotonic()``; None: the generation's own timeout) and within ``limit_s`` of its start."""
 
-    def __init__(self, problems: Sequence[Any], target: str, deadline: float | None = None,
+    def __init__(self, problems: Sequence[Problem], target: str, deadline: float | None = None,
                  limit_s: float | None = None, workers: int | None = None,
                  skip: Callable[[str], bool] | None = None) -> None:
         self.target, self.deadline, self.limit_s, self.skip = target, deadline, limit_s, skip
         self._pool = ThreadPoolExecutor(workers or prefetch_workers(), thread_name_prefix="ks-warm-codegen")
         self._futures = [self._pool.submit(self._one, p) for p in problems]
 
-    def _one(self, problem: Any) -> None:
+    def _one(self, problem: Problem) -> None:
         from ks_inductor.seeds.inductor.generate import codegen_deadline, inductor_programs
 
         # A search that finds its region's generation in progress waits for it: ending it within a search's own

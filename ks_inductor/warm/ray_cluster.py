@@ -39,6 +39,7 @@ from ks_core.fingerprint import EnvFingerprint
 from ks_inductor.contracts import Apply, RegionSource, SearchJudge, SearchStore
 
 if TYPE_CHECKING:
+    from ks_core.problem_record import Problem
     from ks_inductor.evolve.config import EvolveConfig
 
 log = logging.getLogger(__name__)
@@ -279,7 +280,7 @@ class RayExecutor:
         console.print(self.describe())
         pending: dict[Any, tuple[Any, Any, int]] = {}
 
-        def submit(item: Any, problem: Any, resubmits: int) -> None:
+        def submit(item: Any, problem: Problem, resubmits: int) -> None:
             ref = task.remote(json.dumps(problem.to_json()), config_json, self.location.url, self.results, deadline)
             pending[ref] = (item, problem, resubmits)
 

@@ -24,6 +24,7 @@ from ks_inductor.contracts import Region, RoomJudge, SearchStore
 from ks_inductor.judge.room import SETTLE_AT, Room, time_share
 
 if TYPE_CHECKING:
+    from ks_core.problem_record import Problem
     from ks_inductor.evolve.config import EvolveConfig
 
 log = logging.getLogger(__name__)
@@ -181,7 +182,7 @@ class RegionQueue:
             self._arrived(n, item, problem, fut)
         self._send(idle)
 
-    def _arrived(self, n: int, item: Any, problem: Any, fut: Future[Room]) -> None:
+    def _arrived(self, n: int, item: Any, problem: Problem, fut: Future[Room]) -> None:
         try:
             room = fut.result()
         except Exception as e:  # noqa: BLE001 - the region is searched without a room
