@@ -19,8 +19,7 @@ import types
 def default_module_dir() -> str:
     from ks_core.settings import Settings
 
-    return os.path.join(Settings.read("home") or os.path.join(os.path.expanduser("~"), ".cache", "kernelsmith"),
-                        "modules")
+    return str(Settings.from_env().cache_home() / "modules")
 
 
 def load_source_module(source: str, prefix: str = "ks_kernel", directory: str | None = None) -> types.ModuleType:

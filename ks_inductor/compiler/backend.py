@@ -84,6 +84,7 @@ from kernel_cache.access import open_store
 from kernel_cache.lazy_store import LazyKernelStore
 from kernel_cache.record import KernelRecord
 from kernel_cache.urls import parse_url
+from ks_core.config import SECTIONS, derive
 from ks_core.fingerprint import EnvFingerprint
 from ks_core.problem_record import Problem
 from ks_core.settings import Settings
@@ -115,7 +116,8 @@ class KernelsmithWarning(UserWarning):
 
 
 # Options spelled in torch.compile(options=...) as the README spells them -> the BackendOptions field they set.
-_OPTION_FIELDS = {"time_limit": "time_limit_s", "judge": "judge_backend"}
+_OPTION_FIELDS = {src.option[len(OPTION_PREFIX):]: name for name, src in SECTIONS["BackendOptions"].items()
+                  if src.option}
 
 
 def option_names() -> list[str]:
@@ -126,7 +128,8 @@ def option_names() -> list[str]:
 
 @dataclass
 class BackendOptions:
-    # The defaults are the settings' (ks_core.settings), the one place they are written down.
+    # The defaults are the settings' (ks_core.settings), the one place they are written down; each field's
+    # variable and option are in ks_core.config.
     db: str | None = Settings.db
     on_miss: str = Settings.on_miss
     budget: int = Settings.budget
@@ -143,10 +146,7 @@ class BackendOptions:
     @classmethod
     def resolve(cls, options: dict[str, Any] | None) -> tuple[BackendOptions, dict[str, Any]]:
         """Split ``torch.compile(options=...)`` into ours and Inductor's; the environment fills the gaps."""
-        s = Settings.from_env()
-        o = cls(db=s.db, on_miss=s.on_miss, budget=s.budget, time_limit_s=s.time_limit_s, min_speedup=s.min_speedup,
-                enabled=not s.disabled, triton_op=s.triton_op, judge_backend=s.judge_backend, mode=s.mode,
-                graph_guard=s.graph_guard)
+        o = cls(**derive("BackendOptions"))
         inductor: dict[str, Any] = {}
         for k, v in (options or {}).items():
             if not k.startswith(OPTION_PREFIX):

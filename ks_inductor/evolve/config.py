@@ -1,9 +1,12 @@
-"""Settings of an evolution run and of the LLM endpoint (plain dataclasses; options override environment)."""
+"""Settings of an evolution run and of the LLM endpoint (plain dataclasses; options override environment). Where
+each field comes from is in :mod:`ks_core.config`."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from ks_core.config import derive
 
 
 @dataclass
@@ -24,14 +27,13 @@ class LLMConfig:
     inspirations: int = 3
 
     def resolved(self) -> LLMConfig:
-        from ks_core.settings import Settings
-
-        s = Settings.from_env()
+        """The fields left unset filled from the environment (``ks_core.config``), then from the defaults."""
+        env = derive("LLMConfig")
         return LLMConfig(
-            base_url=self.base_url or s.llm_base_url,
-            model=self.model or s.llm_model,
-            api_key=self.api_key or s.llm_api_key or "not-needed",
-            concurrency=int(self.concurrency or s.llm_concurrency or 2),
+            base_url=self.base_url or env["base_url"],
+            model=self.model or env["model"],
+            api_key=self.api_key or env["api_key"] or "not-needed",
+            concurrency=int(self.concurrency or env["concurrency"] or 2),
             timeout_s=self.timeout_s, max_retries=self.max_retries, backoff_s=self.backoff_s,
             max_tokens=self.max_tokens, temperature=self.temperature, fallback=self.fallback,
             inspirations=self.inspirations,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ks_core.settings import Settings
+from ks_core.config import derive_one
 from ks_inductor.judge.timing import FINAL, SEARCH
 
 DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
@@ -29,7 +29,7 @@ class JudgeConfig:
     distributions: tuple[str, ...] = DISTRIBUTIONS
     compile_timeout_s: float = 300.0
     run_timeout_s: float = 120.0
-    memory_limit_mb: int = field(default_factory=lambda: Settings.read("judge_memory_mb"))
+    memory_limit_mb: int = field(default_factory=lambda: derive_one("JudgeConfig", "memory_limit_mb"))
     device_memory_fraction: float = 0.8
     # Timing (GPU): interleaved rounds of candidate and baselines, each call preceded by an L2 flush.
     rounds: int = FINAL.rounds
