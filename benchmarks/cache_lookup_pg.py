@@ -140,8 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster = None
     url = a.db
     if url is None:
-        sys.path.insert(0, str(ROOT))
-        from tests.postgres_server import PostgresCluster, find_bindir
+        from kernel_cache.testing_postgres import PostgresCluster, find_bindir
 
         bindir = find_bindir()
         if bindir is None:
