@@ -17,7 +17,8 @@ setup(
     # bench runs them from a checkout).
     packages=[*find_packages(include=["ks_core*", "kernel_cache*", "ks_inductor*"]), "kernelsmith_integrations"],
     package_dir={"kernelsmith_integrations": "integrations"},
-    package_data={"ks_inductor": ["seeds/families/*.py"]},
+    # The catalogue's problem files are KernelBench sources read by path, not modules of a package.
+    package_data={"ks_inductor": ["seeds/families/*.py", "catalogue/problems/*.py", "catalogue/problems/cpu/*.py"]},
     install_requires=[
         "torch>=2.11",
         "triton>=3.6",

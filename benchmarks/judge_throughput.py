@@ -14,7 +14,7 @@ the interpreter judge on the CPU, where timing is a short re-check of rotated in
 
 ``--candidate seeds`` judges the embedded mutator's seed candidates for the problem instead of one file (each
 template's variants and launch shapes, taken in turn until ``--n``): different kernels, as a search's first
-generation is, for problems that have no hand-written candidate (``benchmarks/problems/*_bf16.py``).
+generation is, for problems that have no hand-written candidate (``ks_inductor/catalogue/problems/*_bf16.py``).
 """
 
 from __future__ import annotations

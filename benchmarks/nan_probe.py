@@ -1,7 +1,8 @@
 """Do the templates' seeds keep NaN and inf where eager does?
 
-Renders every variant's default configuration of every template that takes one of the test suite's problems (the
-families' EXTRA problems, the family test files' PROBLEMS and the serving problems at test shapes), runs it on
+Renders every variant's default configuration of every template that takes one of the catalogue's problems
+(``ks_inductor.catalogue``: the problems by family, those of the family contract and the serving problems at test
+shapes), runs it on
 inputs holding NaN, +inf and -inf, and compares where the outputs are NaN and infinite with eager's. The judge's
 "nan" trial checks NaN on every judgment; this covers infinities too, on all variants at once, on CPU (the Triton
 interpreter) or a GPU:
@@ -83,14 +84,16 @@ def main() -> None:
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
+    from ks_inductor.catalogue import PROBLEM_DIR
+    from ks_inductor.catalogue.families import CONTRACT_PROBLEMS, FAMILY_PROBLEMS
+    from ks_inductor.catalogue.sources import shrink
     from ks_inductor.problem_tracing import problem_from_source
     from ks_inductor.seeds.families import classify, templates_for
-    from tests.test_evolve_families import EXTRA, PROBLEMS, shrink
-    from tests.test_family_contract import CASES
 
     target = "cuda" if args.device == "cuda" else "cpu"
-    problems = {n: problem_from_source(src, name=n) for n, (src, fam) in {**EXTRA, **CASES}.items() if fam}
-    for p in PROBLEMS.glob("*.py"):
+    problems = {n: problem_from_source(src, name=n)
+                for n, (src, fam) in {**FAMILY_PROBLEMS, **CONTRACT_PROBLEMS}.items() if fam}
+    for p in PROBLEM_DIR.glob("*.py"):
         try:
             problems[p.stem] = problem_from_source(shrink(p.read_text()), name=p.stem)
         except Exception as e:  # a problem that does not trace at test shapes (GQA head counts) is skipped

@@ -26,8 +26,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ks_inductor.catalogue import PROBLEM_DIR
+
 ROOT = Path(__file__).resolve().parents[1]
-PROBLEM_DIR = ROOT / "benchmarks" / "problems"
 
 _PTR_TYPES = {"torch.bfloat16": "*bf16", "torch.float16": "*fp16", "torch.float32": "*fp32", "torch.float64": "*fp64",
               "torch.int64": "*i64", "torch.int32": "*i32", "torch.int16": "*i16", "torch.int8": "*i8",

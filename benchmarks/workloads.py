@@ -2,8 +2,8 @@
 
 Every workload is *problem source text* (``Model``, ``get_inputs``, ``get_init_inputs``), so it has the same
 canonical key as the problem a user would hand to ``kernelsmith evolve`` and the kernel cache can be asked for it.
-The bf16 prefill variants compute exactly what ``benchmarks/problems/*.py`` compute, on the same shapes, so they
-share their keys (a test holds us to that). Shapes follow the anchor run in ``shared/anchors/measure_peers.py``:
+The bf16 prefill variants compute exactly what the catalogue's problem files (``ks_inductor/catalogue/problems/``)
+compute, on the same shapes, so they share their keys (a test holds us to that). Shapes follow the anchor run in ``shared/anchors/measure_peers.py``:
 hidden 4096, MLP 14336, softmax over 32000, cross-entropy over 32064 classes (fp32 logits, forward), RoPE with
 32 query heads and 8 key heads of dimension 128, and a GEMM with a GELU epilogue (4096 x 14336 weights).
 

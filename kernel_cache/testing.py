@@ -1,4 +1,5 @@
-"""Factories for tests and benchmarks: fingerprints and kernel records that look like the judge's."""
+"""Factories for tests and benchmarks: fingerprints, problem records and kernel records that look like the
+judge's."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 from kernel_cache.record import VERIFIED, KernelRecord
 from ks_core.fingerprint import BACKEND_CPU_INTERPRET, BACKEND_CUDA, EnvFingerprint
+from ks_core.problem_record import InputSpec, Problem
 
 
 def h200(torch_version: str = "2.11.0+cu130", triton_version: str = "3.6.0") -> EnvFingerprint:
@@ -51,6 +53,14 @@ class ModelNew(nn.Module):
         _copy_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)
         return out
 '''
+
+
+def make_problem(key: str = "k" * 32) -> Problem:
+    """A plain problem record (x + 1 on a 4x8 float32 tensor) under ``key``, as the cache stores one."""
+    return Problem(name="add1", source="import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+                   "        return x + 1\ndef get_inputs():\n    return [torch.randn(4, 8)]\n", key=key,
+                   input_specs=[InputSpec("tensor", [4, 8], "float32", [8, 1])], init_inputs=[],
+                   op_summary={"add": 1}, bytes_moved=256, flops=32)
 
 
 def make_record(problem_key: str, tag: str, fingerprint: EnvFingerprint | None = None, **kw: Any) -> KernelRecord:

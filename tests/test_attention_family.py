@@ -8,81 +8,10 @@ import pytest
 import torch
 
 from ks_core.problem_record import exec_problem_source
+from ks_inductor.catalogue.attention import DECODE, PLAIN, decode_problem
 from ks_inductor.problem_tracing import problem_from_source
 from ks_inductor.seeds.families import classify
-from tests.test_templates_judge import _judge_all
-
-DECODE = '''
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
-B, T, P, NH, KV, D = {B}, {T}, {P}, {NH}, {KV}, {D}
-DT = torch.{dtype}
-
-
-def rot(x):
-    return torch.cat((-x[..., D // 2:], x[..., : D // 2]), -1)
-
-
-class Model(nn.Module):
-    def forward(self, xq, xk, xv, cos, sin, kc, vc):
-        q = xq.view(B, T, NH, D).transpose(1, 2)
-        k = xk.view(B, T, KV, D).transpose(1, 2)
-        v = xv.view(B, T, KV, D).transpose(1, 2)
-        q = q * cos + rot(q) * sin
-        k = k * cos + rot(k) * sin
-        k = torch.cat([kc, k], 2)
-        v = torch.cat([vc, v], 2)
-        a = F.scaled_dot_product_attention(q, k, v, {extra}enable_gqa=True)
-        return a.transpose(1, 2).reshape(B, T, NH * D)
-
-
-def get_inputs():
-    ang = torch.rand(1, 1, T, D) * 6
-    return [torch.randn(B, T, NH * D, dtype=DT), torch.randn(B, T, KV * D, dtype=DT),
-            torch.randn(B, T, KV * D, dtype=DT), ang.cos().to(DT), ang.sin().to(DT),
-            torch.randn(B, KV, P, D, dtype=DT), torch.randn(B, KV, P, D, dtype=DT)]
-
-
-def get_init_inputs():
-    return []
-'''
-
-PLAIN = '''
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
-
-class Model(nn.Module):
-    def forward(self, q, k, v):
-        return F.scaled_dot_product_attention(q, k, v, scale=0.3)
-
-
-def get_inputs():
-    return [torch.randn(2, 3, 3, 32), torch.randn(2, 3, 24, 32), torch.randn(2, 3, 24, 32)]
-
-
-def get_init_inputs():
-    return []
-'''
-
-
-# The family's test problems (see tests/test_family_contract.py): decode with RoPE and a cache, plain attention, and
-# the masks the template does not write.
-PROBLEMS = {
-    "decode_attention_rope_cache": (DECODE.format(B=2, T=1, P=40, NH=4, KV=2, D=16, dtype="float32", extra=""),
-                                    "attention"),
-    "attention_no_cache": (PLAIN, "attention"),
-    "causal_attention_is_not_here": (
-        DECODE.format(B=2, T=1, P=40, NH=4, KV=2, D=16, dtype="float32", extra="is_causal=True, "), None),
-}
-
-
-def decode_problem(dtype="float32", B=2, T=1, P=40, NH=4, KV=2, D=16, extra=""):
-    src = DECODE.format(B=B, T=T, P=P, NH=NH, KV=KV, D=D, dtype=dtype, extra=extra)
-    return problem_from_source(src, name=f"decode_attn_{dtype}_T{T}")
+from tests.template_judging import judge_all
 
 
 def test_attention_key_is_one_op_whatever_the_spelling():
@@ -130,7 +59,7 @@ def test_rotation_must_take_the_right_halves():
 
 def test_decode_attention_templates_are_accepted(judge):
     # P 40 with SPLIT 16: three slices, the last ragged and holding the new row; BLOCK_N 16 inside each.
-    _judge_all(judge, [
+    judge_all(judge, [
         ("decode_fp32", decode_problem(), True, {"SPLIT": 16, "BLOCK_N": 16}),
         ("decode_bf16_T2", decode_problem("bfloat16", T=2, P=21), True, {"SPLIT": 16, "BLOCK_N": 16}),
         ("mha_no_cache", problem_from_source(PLAIN, name="mha"), True, {"SPLIT": 16, "BLOCK_N": 16}),

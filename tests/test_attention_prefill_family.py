@@ -10,179 +10,15 @@ from __future__ import annotations
 import pytest
 
 from kernel_cache.store import KernelStore
+from ks_inductor.catalogue.attention import PREFILL_PROBLEMS, by_hand, decode_problem, prefill_source
 from ks_inductor.evolve import EvolveConfig, evolve_problem
 from ks_inductor.problem_tracing import problem_from_source
 from ks_inductor.seeds.families import classify, family_of, templates_for
-from tests.test_attention_family import decode_problem
-from tests.test_templates_judge import _judge_all
-
-HEADER = '''
-import math
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
-B, T, NH, KV, D = {B}, {T}, {NH}, {KV}, {D}
-DT = torch.{dtype}
-'''
-
-FOOTER = '''
-
-def get_inputs():
-    return [torch.randn(B, NH, T, D, dtype=DT), torch.randn(B, KV, T, D, dtype=DT),
-            torch.randn(B, KV, T, D, dtype=DT)]
-
-
-def get_init_inputs():
-    return []
-'''
-
-SDPA = '''
-
-class Model(nn.Module):
-    def forward(self, q, k, v):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-''' + FOOTER
-
-# transformers' SDPA path where enable_gqa is not used: k and v repeated per group before the call.
-SDPA_REPEATED = '''
-
-class Model(nn.Module):
-    def forward(self, q, k, v):
-        k = k[:, :, None].expand(B, KV, NH // KV, T, D).reshape(B, NH, T, D)
-        v = v[:, :, None].expand(B, KV, NH // KV, T, D).reshape(B, NH, T, D)
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3)
-''' + FOOTER
-
-# A decoder layer's prefill region: RoPE on q and k, the (empty) key/value cache in front, heads out last.
-ROPE = '''
-
-def rot(x):
-    return torch.cat((-x[..., D // 2:], x[..., : D // 2]), -1)
-
-
-class Model(nn.Module):
-    def forward(self, xq, xk, xv, cos, sin, kc, vc):
-        q = xq.view(B, T, NH, D).transpose(1, 2)
-        k = xk.view(B, T, KV, D).transpose(1, 2)
-        v = xv.view(B, T, KV, D).transpose(1, 2)
-        q = q * cos + rot(q) * sin
-        k = k * cos + rot(k) * sin
-        k = torch.cat([kc, k], 2)
-        v = torch.cat([vc, v], 2)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        return a.transpose(1, 2).reshape(B, T, NH * D)
-
-
-def get_inputs():
-    ang = torch.rand(1, 1, T, D) * 6
-    return [torch.randn(B, T, NH * D, dtype=DT), torch.randn(B, T, KV * D, dtype=DT),
-            torch.randn(B, T, KV * D, dtype=DT), ang.cos().to(DT), ang.sin().to(DT),
-            torch.randn(B, KV, 0, D, dtype=DT), torch.randn(B, KV, 0, D, dtype=DT)]
-
-
-def get_init_inputs():
-    return []
-'''
-
-# transformers' eager Llama attention: repeat_kv, a finfo.min causal mask added, softmax in fp32.
-LLAMA = '''
-
-def repeat_kv(x, n):
-    b, h, s, d = x.shape
-    return x[:, :, None, :, :].expand(b, h, n, s, d).reshape(b, h * n, s, d)
-
-
-class Model(nn.Module):
-    def forward(self, q, k, v):
-        k = repeat_kv(k, NH // KV)
-        v = repeat_kv(v, NH // KV)
-        w = torch.matmul(q, k.transpose(2, 3)) * D ** -0.5
-        mask = torch.full((T, T), torch.finfo(DT).min, dtype=DT, device=q.device).triu(1)[None, None]
-        w = F.softmax(w + mask, dim=-1, dtype=torch.float32).to(q.dtype)
-        return torch.matmul(w, v).transpose(1, 2).reshape(B, T, NH * D)
-''' + FOOTER
-
-# nanoGPT's: a lower-triangular condition, masked_fill with -inf, heads split from the hidden dim.
-NANOGPT = '''
-
-class Model(nn.Module):
-    def forward(self, xq, xk, xv):
-        q = xq.view(B, T, NH, D).transpose(1, 2)
-        k = xk.view(B, T, NH, D).transpose(1, 2)
-        v = xv.view(B, T, NH, D).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(D)
-        causal = torch.ones(T, T, device=xq.device).tril().view(1, 1, T, T)
-        att = F.softmax(att.masked_fill(causal == 0, float("-inf")), dim=-1)
-        return (att @ v).transpose(1, 2).contiguous().view(B, T, NH * D)
-
-
-def get_inputs():
-    return [torch.randn(B, T, NH * D, dtype=DT) for _ in range(3)]
-
-
-def get_init_inputs():
-    return []
-'''
-
-# repeat_interleave for the groups, a triu of -inf added, softmax in the input's dtype.
-INTERLEAVE = '''
-
-class Model(nn.Module):
-    def forward(self, q, k, v):
-        k = k.repeat_interleave(NH // KV, dim=1)
-        v = v.repeat_interleave(NH // KV, dim=1)
-        s = torch.matmul(q, k.transpose(-1, -2)) * 0.2
-        s = s + torch.triu(torch.full((T, T), float("-inf"), dtype=DT, device=q.device), diagonal=1)
-        return torch.softmax(s, dim=-1) @ v
-''' + FOOTER
-
-
-def by_hand(mask_line: str, extra_input: bool = False) -> str:
-    """Attention written out with the mask of ``mask_line`` (``s`` the scaled scores, ``m`` an input mask)."""
-    inputs = "q, k, v, m" if extra_input else "q, k, v"
-    footer = FOOTER.replace("torch.randn(B, KV, T, D, dtype=DT)]", "torch.randn(B, KV, T, D, dtype=DT), "
-                            "torch.full((T, T), float('-inf')).triu(1)]") if extra_input else FOOTER
-    return f'''
-
-class Model(nn.Module):
-    def forward(self, {inputs}):
-        s = q @ k.transpose(-1, -2) * 0.25
-{mask_line}
-        return torch.softmax(s, dim=-1) @ v
-''' + footer
-
-
-def src(body: str, dtype: str = "float32", B: int = 1, T: int = 37, NH: int = 2, KV: int = 1, D: int = 16) -> str:
-    return HEADER.format(B=B, T=T, NH=NH, KV=KV, D=D, dtype=dtype) + body
-
-
-# The family's test problems (see tests/test_family_contract.py). Sequences of 37 and 50: no block divides them.
-PROBLEMS = {
-    "prefill_sdpa_gqa": (src(SDPA), "attention_prefill"),
-    "prefill_sdpa_rope_empty_cache_bf16": (src(ROPE, "bfloat16", T=50, D=32), "attention_prefill"),
-    "prefill_sdpa_repeated_kv_fp16": (src(SDPA_REPEATED, "float16", NH=4, KV=2, T=50), "attention_prefill"),
-    "prefill_llama_eager_bf16": (src(LLAMA, "bfloat16"), "attention_prefill"),
-    "prefill_nanogpt_fp32": (src(NANOGPT, T=50, KV=2, D=32), "attention_prefill"),
-    "prefill_repeat_interleave_fp16": (src(INTERLEAVE, "float16", B=2), "attention_prefill"),
-    # a sliding window: keys more than 8 back are masked too
-    "prefill_sliding_window_is_not_here": (src(by_hand(
-        "        i = torch.arange(T, device=q.device)\n"
-        "        far = (i[None, :] > i[:, None]) | (i[None, :] < i[:, None] - 8)\n"
-        "        s = s.masked_fill(far, float('-inf'))"), B=1), None),
-    # the diagonal masked as well: the first row has no key at all
-    "prefill_strict_mask_is_not_here": (src(by_hand(
-        "        s = s + torch.full((T, T), float('-inf'), device=q.device).triu(0)")), None),
-    # a mask that comes in as data may be anything
-    "prefill_input_mask_is_not_here": (src(by_hand("        s = s + m", extra_input=True)), None),
-    # a mask of -1e4 does not silence a score of 1e4 (x100 inputs): not exactly causal
-    "prefill_shallow_mask_is_not_here": (src(by_hand(
-        "        s = s + torch.full((T, T), -1e4, device=q.device).triu(1)")), None),
-}
+from tests.template_judging import judge_all
 
 
 def problem(name: str):
-    return problem_from_source(PROBLEMS[name][0], name=name)
+    return problem_from_source(PREFILL_PROBLEMS[name][0], name=name)
 
 
 @pytest.mark.parametrize("name, form, heads, additive, q_kind", [
@@ -228,7 +64,7 @@ def test_scale_and_reads_come_from_the_graph() -> None:
 def test_any_spelling_of_the_causal_mask_is_claimed(mask_line) -> None:
     """The mask is evaluated, not recognised by its ops: the problems above that are not here differ from these
     only in what their mask holds."""
-    assert family_of(problem_from_source(src(by_hand(mask_line)))) == "attention_prefill"
+    assert family_of(problem_from_source(prefill_source(by_hand(mask_line)))) == "attention_prefill"
 
 
 def test_decode_stays_with_the_decode_family() -> None:
@@ -254,19 +90,19 @@ def test_templates_offer_both_variants_and_skip_masked_blocks() -> None:
 
 def test_sdpa_forms_are_accepted(judge) -> None:
     # BLOCK_M 16 under BLOCK_N 32: a query block ends inside a key block, and the diagonal walk starts masked
-    _judge_all(judge, [("prefill_sdpa_gqa", problem("prefill_sdpa_gqa"), True),
+    judge_all(judge, [("prefill_sdpa_gqa", problem("prefill_sdpa_gqa"), True),
                        ("prefill_sdpa_gqa_alt", problem("prefill_sdpa_gqa"), True, {"BLOCK_M": 16, "BLOCK_N": 32}),
                        ("prefill_sdpa_rope_empty_cache_bf16", problem("prefill_sdpa_rope_empty_cache_bf16"), True),
                        ("prefill_sdpa_repeated_kv_fp16", problem("prefill_sdpa_repeated_kv_fp16"), True)])
 
 
 def test_written_out_forms_are_accepted(judge) -> None:
-    _judge_all(judge, [(n, problem(n), True) for n in
+    judge_all(judge, [(n, problem(n), True) for n in
                        ("prefill_llama_eager_bf16", "prefill_nanogpt_fp32", "prefill_repeat_interleave_fp16")])
 
 
 def test_written_out_forms_are_accepted_at_other_tiles(judge) -> None:
-    _judge_all(judge, [("prefill_llama_eager_bf16_alt", problem("prefill_llama_eager_bf16"), True,
+    judge_all(judge, [("prefill_llama_eager_bf16_alt", problem("prefill_llama_eager_bf16"), True,
                         {"BLOCK_M": 16, "BLOCK_N": 32}),
                        ("prefill_nanogpt_fp32_alt", problem("prefill_nanogpt_fp32"), True,
                         {"BLOCK_M": 64, "BLOCK_N": 16})])

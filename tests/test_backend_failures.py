@@ -12,10 +12,10 @@ import pytest
 import torch
 import torch.nn as nn
 
-from kernel_cache.record import KernelRecord
 from kernel_cache.store import KernelStore
 from ks_inductor.compiler import backend as B
 from ks_inductor.compiler.explain import explain
+from tests.cached_kernels import add_kernel, kernel_module, norm_key
 
 INDUCTOR = {"compile_threads": 1}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,13 +47,6 @@ def _fresh():
     B.forget_stores()
 
 
-def _norm_key(model, x, db):
-    """The norm region's key; ``x`` is the input, or a tuple of the inputs."""
-    result = explain(model, *(x if isinstance(x, tuple) else (x,)), db=db)
-    (norm,) = [r for r in result.regions if r.kind == "norm"]
-    return norm.key, result
-
-
 def _run(model, x, db, **opts):
     compiled = torch.compile(model, backend="kernelsmith", options={"kernelsmith.db": db, **INDUCTOR, **opts})
     with warnings.catch_warnings(record=True) as caught:
@@ -63,16 +56,6 @@ def _run(model, x, db, **opts):
     torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
     return [w for w in caught if issubclass(w.category, (B.KernelsmithWarning, RuntimeWarning))
             and "kernelsmith" in str(w.message)]
-
-
-def _add_kernel(db, key, source, **kw):
-    store = KernelStore(db)
-    try:
-        fp = B.current_fingerprint()
-        return store.add_kernel(KernelRecord(problem_key=key, source=source, backend="triton-interpret",
-                                             fingerprint=fp.to_json(), timed=kw.pop("timed", False), **kw))
-    finally:
-        store.close()
 
 
 def test_backend_is_found_by_name_without_importing_kernelsmith(tmp_path):
@@ -119,32 +102,12 @@ def test_a_database_in_a_missing_folder_warns_and_creates_nothing(tmp_path, mode
 def test_kernel_that_fails_to_load_falls_back(tmp_path, model):
     m, x = model
     db = str(tmp_path / "k.db")
-    key, _ = _norm_key(m, x, db)
-    _add_kernel(db, key, "import torch\nraise ImportError('no such toolkit')\n")
+    key, _ = norm_key(m, x, db)
+    add_kernel(db, key, "import torch\nraise ImportError('no such toolkit')\n")
     caught = _run(m, x, db)
     assert any("failed to import" in str(w.message) for w in caught)
     (norm,) = [r for r in B.compile_reports()[-1].regions if r.kind == "norm"]
     assert norm.status == B.ERROR
-
-
-def kernel_module(forward_body: str) -> str:
-    """A cached-kernel module for the test norm region: ``ModelNew.forward(x, w)`` runs ``forward_body``."""
-    body = textwrap.indent(textwrap.dedent(forward_body).strip(), " " * 8)
-    return textwrap.dedent("""
-        import torch
-        import torch.nn as nn
-        import triton
-        import triton.language as tl
-
-
-        @triton.jit
-        def _never(x_ptr):
-            pass
-
-
-        class ModelNew(nn.Module):
-            def forward(self, x, w):
-    """) + body + "\n"
 
 
 BROKEN_AT_RUNTIME = kernel_module("raise RuntimeError('device lost')")
@@ -153,8 +116,8 @@ BROKEN_AT_RUNTIME = kernel_module("raise RuntimeError('device lost')")
 def test_kernel_failing_at_run_time_warns_once_and_uses_the_reference(tmp_path, model):
     m, x = model
     db = str(tmp_path / "k.db")
-    key, _ = _norm_key(m, x, db)
-    _add_kernel(db, key, BROKEN_AT_RUNTIME)
+    key, _ = norm_key(m, x, db)
+    add_kernel(db, key, BROKEN_AT_RUNTIME)
     caught = _run(m, x, db)
     assert B.compile_reports()[-1].swapped == 1
     assert [w for w in caught if "failed at run time" in str(w.message)]
@@ -168,8 +131,8 @@ def test_kernel_failing_at_run_time_warns_once_and_uses_the_reference(tmp_path, 
 def test_timed_kernel_slower_than_inductor_is_not_used(tmp_path, model):
     m, x = model
     db = str(tmp_path / "k.db")
-    key, _ = _norm_key(m, x, db)
-    _add_kernel(db, key, BROKEN_AT_RUNTIME, timed=True, speedup_inductor=0.8, median_ms=1.0)
+    key, _ = norm_key(m, x, db)
+    add_kernel(db, key, BROKEN_AT_RUNTIME, timed=True, speedup_inductor=0.8, median_ms=1.0)
     _run(m, x, db)
     report = B.compile_reports()[-1]
     (norm,) = [r for r in report.regions if r.kind == "norm"]
@@ -206,8 +169,8 @@ def test_guards_on_dtype_and_layout(tmp_path, model):
     """A kernel serves the dtype and strides it was verified for: other inputs recompile and miss."""
     m, x = model
     db = str(tmp_path / "k.db")
-    key, _ = _norm_key(m, x, db)
-    _add_kernel(db, key, BROKEN_AT_RUNTIME)
+    key, _ = norm_key(m, x, db)
+    add_kernel(db, key, BROKEN_AT_RUNTIME)
     compiled = torch.compile(m, backend="kernelsmith", options={"kernelsmith.db": db, **INDUCTOR})
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -258,8 +221,8 @@ def test_rewritten_graph_keeps_which_inputs_are_parameters(tmp_path, model, monk
 
     m, x = model
     db = str(tmp_path / "k.db")
-    key, _ = _norm_key(m, x, db)
-    _add_kernel(db, key, BROKEN_AT_RUNTIME)
+    key, _ = norm_key(m, x, db)
+    add_kernel(db, key, BROKEN_AT_RUNTIME)
     seen = []
     real = B.rewrite
 

@@ -7,9 +7,9 @@
 import pytest
 import torch
 
+from ks_inductor.catalogue.models import NormResidual
 from ks_inductor.compiler import backend as B
 from ks_inductor.compiler import graph_guard as gg
-from tests.norm_residual import NormResidual
 
 pytestmark = pytest.mark.gpu
 
@@ -77,9 +77,9 @@ def test_decode_attention_hit_as_triton_op(tmp_path):
     """The attention region (RoPE and the cache concatenation fused) is warmed, then served as a triton_op: the
     kernel must compile inside Inductor's own wrapper too, not only under the judge's launcher."""
     from kernel_cache.store import KernelStore
+    from ks_inductor.catalogue.models import CachedAttention
     from ks_inductor.evolve import EvolveConfig
     from ks_inductor.warm import problems_from_model, warm
-    from tests.test_regions_partition import CachedAttention
 
     torch.manual_seed(0)
     B_, P, D = 4, 512, 128

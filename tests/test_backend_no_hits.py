@@ -18,11 +18,11 @@ import torch
 
 from kernel_cache.record import KernelRecord
 from kernel_cache.store import KernelStore
+from ks_inductor.catalogue.models import NormResidual
 from ks_inductor.compiler import backend as B
 from ks_inductor.compiler import graph_guard as gg
 from ks_inductor.compiler import regions as rg
 from ks_inductor.compiler.explain import explain
-from tests.norm_residual import NormResidual
 
 INDUCTOR = {"compile_threads": 1}
 ROOT = Path(__file__).resolve().parent.parent

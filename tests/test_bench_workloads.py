@@ -10,6 +10,7 @@ import pytest
 from benchmarks.fastp import fast_p, geomean, summarize_speedups
 from benchmarks.roofline import Ceilings, floor_ms
 from benchmarks.workloads import FULL, OPS, llm_ops_workloads
+from ks_inductor.catalogue import PROBLEM_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,8 +27,8 @@ def test_suite_composition():
         llm_ops_workloads(phases=["training"])
 
 
-# The bf16 prefill workloads must be the very problems in benchmarks/problems/ (same canonical key), so the
-# kernels evolved for those files are the ones the benchmark finds in the cache.
+# The bf16 prefill workloads must be the very problems of the catalogue's files (same canonical key), so the kernels
+# evolved for those files are the ones the benchmark finds in the cache.
 _PROBLEM_FILES = {"rmsnorm": "rmsnorm_bf16.py", "layernorm": "layernorm_bf16.py", "softmax": "softmax_bf16.py",
                   "silu_mul": "silu_mul_bf16.py", "rope": "rope_bf16.py", "cross_entropy": "cross_entropy_fp32.py",
                   "gemm_gelu": "gemm_gelu_bf16.py"}
@@ -37,7 +38,7 @@ _PROBLEM_FILES = {"rmsnorm": "rmsnorm_bf16.py", "layernorm": "layernorm_bf16.py"
 def test_bf16_prefill_workload_shares_the_problem_files_key(op):
     from ks_inductor.problem_tracing import load_problem
 
-    path = ROOT / "benchmarks" / "problems" / _PROBLEM_FILES[op]
+    path = PROBLEM_DIR / _PROBLEM_FILES[op]
     if not path.exists():
         pytest.skip(f"{path} not written yet")
     dtypes = ["float32"] if op == "cross_entropy" else ["bfloat16"]

@@ -277,7 +277,7 @@ def test_export_trajectories_reads_a_team_cache(tmp_path, postgres_url, capsys):
     """The export reads a PostgreSQL cache through the same opening as every command: the rows name the hardware
     from the stored steps and verdicts, and the drop reasons add up to the steps read."""
     from ks_inductor.cli import main
-    from tests.test_training_export import H100, timed_cache
+    from tests.trajectories import H100, timed_cache
 
     with KernelStore(postgres_url) as store:
         timed_cache(store)

@@ -7,10 +7,9 @@ import pytest
 from kernel_cache.errors import CacheError, NotFoundError
 from kernel_cache.record import QUARANTINED, REJECTED, VERIFIED, StepRecord
 from kernel_cache.store import KernelStore
-from kernel_cache.testing import a100, h200, interpreter, make_record
+from kernel_cache.testing import a100, h200, interpreter, make_problem, make_record
 from kernel_cache.urls import default_db_url
 from ks_core.fingerprint import MATCH_EXACT, MATCH_REVERIFY
-from ks_core.problem_record import InputSpec, Problem
 from ks_inductor.judge.verdict import EvalResult, Timing
 
 
@@ -21,13 +20,6 @@ def store(request, tmp_path):
     s = KernelStore(url)
     yield s
     s.close()
-
-
-def _problem(key: str = "k" * 32) -> Problem:
-    return Problem(name="add1", source="import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
-                   "        return x + 1\ndef get_inputs():\n    return [torch.randn(4, 8)]\n", key=key,
-                   input_specs=[InputSpec("tensor", [4, 8], "float32", [8, 1])], init_inputs=[],
-                   op_summary={"add": 1}, bytes_moved=256, flops=32)
 
 
 def test_one_reading_of_every_url_form(tmp_path, monkeypatch):
@@ -153,7 +145,7 @@ def test_add_kernel_identity_validation_and_status(store):
 
 
 def test_problems_evaluations_runs_steps_misses(store):
-    p = _problem()
+    p = make_problem()
     store.upsert_problem(p)
     p.name = "renamed"
     store.upsert_problem(p)

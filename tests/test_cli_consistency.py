@@ -13,12 +13,13 @@ import torch
 import ks_inductor
 from kernel_cache.store import KernelStore
 from kernel_cache.testing import make_record
+from ks_inductor.catalogue.models import NORM_FACTORY
 from ks_inductor.cli import build_parser, main
 from ks_inductor.cli.args import DB_HELP
 from ks_inductor.compiler import backend as B
 from ks_inductor.warm import WarmSummary
 from tests.cli_home import _isolated  # noqa: F401 - autouse: a kernelsmith home per test
-from tests.test_warm_cli import FACTORY as NORM_FACTORY
+from tests.cli_parsing import actions, commands, one_line_error
 
 PROBLEMS = Path(__file__).resolve().parent / "problems"
 
@@ -38,29 +39,6 @@ def factory(tmp_path):
     return str(path)
 
 
-def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
-    """(command path, parser) for the top-level parser and every sub-command, depth first."""
-    yield path, parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield from _commands(sub, (*path, name))
-
-
-def _actions(option: str):
-    for path, p in _commands(build_parser()):
-        for a in p._actions:
-            if option in a.option_strings:
-                yield path, a
-
-
-def _one_line_error(capsys) -> str:
-    err = capsys.readouterr().err.strip()
-    assert "Traceback" not in err
-    assert len(err.splitlines()) == 1, err
-    return err
-
-
 # ------------------------------------------------------------------ version and help
 
 
@@ -71,7 +49,7 @@ def test_version(capsys):
 
 def test_every_argument_of_every_command_has_help():
     missing = []
-    for path, p in _commands(build_parser()):
+    for path, p in commands(build_parser()):
         for a in p._actions:
             if isinstance(a, (argparse._HelpAction, argparse._SubParsersAction)):
                 continue
@@ -108,7 +86,7 @@ def test_bench_and_report_pass_every_argument_to_the_benchmark_programs():
 
 
 def test_db_has_one_description_everywhere():
-    found = list(_actions("--db"))
+    found = list(actions("--db"))
     commands = {p for p, _ in found}
     assert {("evolve",), ("warm",), ("explain",), ("cache", "ls"), ("export-trajectories",)} <= commands
     found += [(("bench",), a) for a in _bench_parser()._actions if "--db" in a.option_strings]
@@ -116,15 +94,15 @@ def test_db_has_one_description_everywhere():
 
 
 def test_budget_and_time_limit_mean_the_same_in_evolve_and_warm():
-    budget = dict(_actions("--budget"))
-    limit = dict(_actions("--time-limit"))
+    budget = dict(actions("--budget"))
+    limit = dict(actions("--time-limit"))
     assert set(budget) == set(limit) == {("evolve",), ("warm",), ("pack", "export")}
     assert budget[("evolve",)].help.startswith("candidates judged per problem")
     assert budget[("warm",)].help.startswith("candidates judged per region")
     assert budget[("pack", "export")].help.startswith("candidates judged per layer problem")
     for a in limit.values():
         assert a.metavar == "SECONDS" and "in seconds" in a.help
-    total = dict(_actions("--total-time"))
+    total = dict(actions("--total-time"))
     assert total[("warm",)].metavar == "SECONDS"
 
 
@@ -225,15 +203,15 @@ def test_warm_whole_run_limit_caps_each_region_and_skips_the_rest(monkeypatch):
 def test_factory_mistakes_are_one_line_errors(tmp_path, factory, capsys):
     db = str(tmp_path / "k.db")
     assert main(["explain", f"{factory}:boom", "--db", db]) == 2
-    assert "the factory itself failed" in _one_line_error(capsys)
+    assert "the factory itself failed" in one_line_error(capsys)
     assert main(["warm", f"{factory}:boom", "--db", db]) == 2
-    assert "the factory itself failed" in _one_line_error(capsys)
+    assert "the factory itself failed" in one_line_error(capsys)
     assert main(["explain", f"{factory}:no_such_function", "--db", db]) == 2
-    assert "no_such_function" in _one_line_error(capsys)
+    assert "no_such_function" in one_line_error(capsys)
     assert main(["explain", "no_such_module_xyz:make", "--db", db]) == 2
-    assert "no_such_module_xyz" in _one_line_error(capsys)
+    assert "no_such_module_xyz" in one_line_error(capsys)
     assert main(["explain", str(tmp_path / "missing.py") + ":make", "--db", db]) == 2
-    _one_line_error(capsys)
+    one_line_error(capsys)
     # None of these opened, let alone created, the cache.
     assert not (tmp_path / "k.db").exists()
 
@@ -241,18 +219,18 @@ def test_factory_mistakes_are_one_line_errors(tmp_path, factory, capsys):
 def test_missing_files_are_one_line_errors(tmp_path, capsys):
     db = str(tmp_path / "k.db")
     assert main(["evolve", str(tmp_path / "missing.py"), "--db", db]) == 2
-    assert "missing.py" in _one_line_error(capsys)
+    assert "missing.py" in one_line_error(capsys)
     assert main(["eval", str(tmp_path / "missing.py"), str(PROBLEMS / "rmsnorm.py")]) == 2
-    _one_line_error(capsys)
+    one_line_error(capsys)
     assert main(["warm", "--kernelbench", str(tmp_path / "no_folder"), "--db", db]) == 2
-    assert "no_folder" in _one_line_error(capsys)
+    assert "no_folder" in one_line_error(capsys)
 
 
 def test_bad_database_urls_are_one_line_errors(tmp_path, factory, capsys):
     for argv in (["cache", "ls"], ["cache", "stats"], ["explain", f"{factory}:make"],
                  ["export-trajectories", "-o", str(tmp_path / "t.jsonl")]):
         assert main([*argv, "--db", "nosuchdialect://host/db"]) == 2, argv
-        assert "nosuchdialect" in _one_line_error(capsys)
+        assert "nosuchdialect" in one_line_error(capsys)
 
 
 # ------------------------------------------------------------------ read-only commands create nothing
@@ -268,7 +246,7 @@ def test_read_only_commands_refuse_a_named_cache_that_is_not_there(tmp_path, fac
         for argv in (*READ_ONLY, ["cache", "show", "1"], ["cache", "rm", "1"], ["explain", f"{factory}:make"],
                      ["export-trajectories", "-o", str(tmp_path / "t")], ["pack", "export", "-o", str(tmp_path / "p")]):
             assert main([*argv, "--db", url]) == 2, (argv, url)
-            assert "no kernel cache at" in _one_line_error(capsys), argv
+            assert "no kernel cache at" in one_line_error(capsys), argv
     assert sorted(p.name for p in tmp_path.iterdir()) == ["factory.py"]
 
 
@@ -287,7 +265,7 @@ def test_read_only_commands_on_the_default_cache_before_anything_is_stored(tmp_p
     for argv in (["cache", "show", "1"], ["cache", "rm", "1"], ["export-trajectories", "-o", str(tmp_path / "t")],
                  ["pack", "export", "-o", str(tmp_path / "p.kspack")]):
         assert main(argv) == 2, argv
-        assert "no kernel cache at" in _one_line_error(capsys)
+        assert "no kernel cache at" in one_line_error(capsys)
     assert not (home / "kernels.db").exists()
 
 

@@ -14,7 +14,7 @@ from ks_inductor.cli import build_parser, main
 from ks_inductor.cli.args import nonnegative_float, nonnegative_int, positive_float, positive_int
 from ks_inductor.warm import WarmItem, WarmSummary
 from tests.cli_home import _isolated  # noqa: F401 - autouse: a kernelsmith home per test
-from tests.test_cli_consistency import _commands, _one_line_error
+from tests.cli_parsing import commands, one_line_error
 
 PROBLEMS = Path(__file__).resolve().parent / "problems"
 CHECKED = {positive_int, positive_float, nonnegative_int, nonnegative_float}
@@ -22,7 +22,7 @@ CHECKED = {positive_int, positive_float, nonnegative_int, nonnegative_float}
 
 def test_every_number_a_command_takes_is_checked():
     unchecked = []
-    for path, p in _commands(build_parser()):
+    for path, p in commands(build_parser()):
         for a in p._actions:
             numeric_default = isinstance(a.default, (int, float)) and not isinstance(a.default, bool)
             if (a.type in (int, float) or (numeric_default and a.nargs != 0)) and a.type not in CHECKED:
@@ -52,7 +52,7 @@ def test_every_number_a_command_takes_is_checked():
 ])
 def test_a_bad_number_is_a_one_line_error(argv, capsys):
     assert main(argv) == 2
-    err = _one_line_error(capsys)
+    err = one_line_error(capsys)
     assert err.startswith("error: kernelsmith ") and "argument" in err and "--help" in err, err
 
 
@@ -79,7 +79,7 @@ def test_a_model_that_cannot_fit_is_refused_before_it_is_built(tmp_path, monkeyp
     monkeypatch.setattr(sources, "available_memory", lambda device: 4 * 2**30)
     for command in ("warm", "explain"):
         assert main([command, "--hf-config", "llama", "--db", str(tmp_path / "k.db")]) == 2
-        err = _one_line_error(capsys)
+        err = one_line_error(capsys)
         # Llama's defaults: 4096 hidden, 32 layers, a 32000 vocabulary: about 6.7B parameters.
         assert "llama: about 6.7" in err and "B parameters" in err and "GiB is available" in err, err
         assert "--hf-set num_hidden_layers=" in err
@@ -100,13 +100,13 @@ def test_a_mistyped_config_key_or_model_type_is_a_one_line_error(tmp_path, monke
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_config", never)
     db = str(tmp_path / "k.db")
     assert main(["explain", *HF_SMALL, "--hf-set", "num_hiden_layers=1", "--seq", "2", "--db", db]) == 2
-    err = _one_line_error(capsys)
+    err = one_line_error(capsys)
     assert "--hf-set num_hiden_layers" in err and "closest: num_hidden_layers" in err, err
     assert main(["warm", *HF_SMALL, "--hf-set", "hidden_sise=64", "--db", db]) == 2
-    err = _one_line_error(capsys)
+    err = one_line_error(capsys)
     assert "hidden_sise" in err and "hidden_size" in err and "parameters" not in err, err
     assert main(["explain", "--hf-config", "llamaa", "--db", db]) == 2
-    err = _one_line_error(capsys)
+    err = one_line_error(capsys)
     assert "--hf-config 'llamaa'" in err and "closest: llama" in err and len(err) < 200, err
 
 
@@ -175,7 +175,7 @@ def test_pack_commands_say_first_that_a_pack_is_missing(tmp_path, capsys):
 def test_a_db_in_a_folder_that_does_not_exist_is_refused_before_anything_runs(argv, tmp_path, capsys):
     db = tmp_path / "nodir" / "k.db"
     assert main([*argv, "--db", str(db)]) == 2
-    err = _one_line_error(capsys)
+    err = one_line_error(capsys)
     assert f"no kernel cache at {db}: the folder {db.parent} does not exist (check --db" in err, err
     assert not db.parent.exists()
 
@@ -194,21 +194,21 @@ def test_a_file_that_is_not_a_cache_is_a_usage_error(tmp_path, capsys):
     not_sqlite.write_text("x = 1\n")
     for argv in (["cache", "ls"], ["cache", "stats"], ["cache", "show", "1"]):
         assert main([*argv, "--db", str(not_sqlite)]) == 2, argv
-        assert "is not a SQLite database" in _one_line_error(capsys)
+        assert "is not a SQLite database" in one_line_error(capsys)
     assert not_sqlite.read_text() == "x = 1\n"
 
 
 def test_a_typed_folder_for_kernelbench_is_checked(tmp_path, capsys):
     assert main(["warm", "--kernelbench", str(tmp_path / "nowhere"), "--db", str(tmp_path / "k.db")]) == 2
-    assert "KernelBench folder not found" in _one_line_error(capsys)
+    assert "KernelBench folder not found" in one_line_error(capsys)
     assert main(["warm", "m:f", "--levels", "1", "--db", str(tmp_path / "k.db")]) == 2
-    assert "--levels applies only with --kernelbench" in _one_line_error(capsys)
+    assert "--levels applies only with --kernelbench" in one_line_error(capsys)
     assert main(["warm", "m:f", "--hf-config", "llama", "--db", str(tmp_path / "k.db")]) == 2
-    assert "give m:f or --hf-config llama, not both" in _one_line_error(capsys)
+    assert "give m:f or --hf-config llama, not both" in one_line_error(capsys)
     assert main(["warm", "m:f", "--from-misses", "--db", str(tmp_path / "k.db")]) == 2
-    assert "give one of a source and --from-misses" in _one_line_error(capsys)
+    assert "give one of a source and --from-misses" in one_line_error(capsys)
     assert main(["warm", "m:f", "--seq", "4", "--db", str(tmp_path / "k.db")]) == 2
-    assert "--seq applies only with --hf-config" in _one_line_error(capsys)
+    assert "--seq applies only with --hf-config" in one_line_error(capsys)
 
 
 def test_kernelbench_takes_a_checkout_its_levels_and_ids(tmp_path):

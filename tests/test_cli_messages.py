@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from ks_core.settings import Settings
+from ks_inductor.catalogue import PROBLEM_DIR
 from ks_inductor.cli import build_parser, main
 from ks_inductor.cli.args import HelpFormatter, dtype_name
 from tests.cli_home import _isolated  # noqa: F401 - autouse: a kernelsmith home per test
-from tests.test_cli_consistency import _actions, _commands, _one_line_error
+from tests.cli_parsing import actions, commands, one_line_error
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,7 +33,7 @@ def _program_parsers() -> list[tuple[str, argparse.ArgumentParser]]:
 
 
 def _all_parsers():
-    yield from ((" ".join(path), p) for path, p in _commands(build_parser()) if path not in (("bench",), ("report",)))
+    yield from ((" ".join(path), p) for path, p in commands(build_parser()) if path not in (("bench",), ("report",)))
     yield from _program_parsers()
 
 
@@ -65,13 +66,13 @@ def test_warm_help_says_how_many_regions_are_searched_at_once(capsys):
 def test_errors_name_only_flags_the_command_takes(tmp_path, capsys):
     for command in ("warm", "explain"):
         assert main([command, "--db", str(tmp_path / "k.db")]) == 2
-        err = _one_line_error(capsys)
+        err = one_line_error(capsys)
         flags = set(re.findall(r"--[a-z][a-z-]+", err))
-        takes = {o for a in next(p for path, p in _commands(build_parser()) if path == (command,))._actions
+        takes = {o for a in next(p for path, p in commands(build_parser()) if path == (command,))._actions
                  for o in a.option_strings}
         assert flags and flags <= takes, (command, flags - takes)
     assert main(["explain"]) == 2
-    err = _one_line_error(capsys)
+    err = one_line_error(capsys)
     assert "--from-misses" not in err and "--kernelbench" not in err and "--hf-config" in err
 
 
@@ -80,12 +81,12 @@ def test_errors_name_only_flags_the_command_takes(tmp_path, capsys):
 
 def test_one_spelling_per_flag():
     def helps(flag):
-        return {path: a for path, a in _actions(flag)}
+        return {path: a for path, a in actions(flag)}
 
     keys = helps("--key")
     assert set(keys) == {("cache", "ls"), ("pack", "export"), ("export-trajectories",)}
     assert {a.help.split(" of this problem key")[1] for a in keys.values()} == {"; a prefix of one is enough (repeatable; default: all)"}
-    assert not list(_actions("--problem-key"))
+    assert not list(actions("--problem-key"))
     for flag in ("--hf-config", "--hf-set", "--batch", "--seq", "--dtype", "--device"):
         found = helps(flag)
         assert set(found) == {("warm",), ("explain",), ("pack", "export")}, flag
@@ -94,13 +95,13 @@ def test_one_spelling_per_flag():
     assert {path: a.help for path, a in helps("--for").items()} == {("pack", "export"): argparse.SUPPRESS}
     budgets = helps("--budget")
     assert {a.default for a in budgets.values()} == {Settings().budget}
-    assert not list(_actions("--evolve-budget")) and not list(_actions("--dtypes"))
+    assert not list(actions("--evolve-budget")) and not list(actions("--dtypes"))
 
 
 def test_the_benchmark_runner_spells_its_flags_like_the_commands():
     run = dict(_program_parsers())["bench"]
     by_flag = {o: a for a in run._actions for o in a.option_strings}
-    warm = {o: a for path, p in _commands(build_parser()) if path == ("warm",) for a in p._actions
+    warm = {o: a for path, p in commands(build_parser()) if path == ("warm",) for a in p._actions
             for o in a.option_strings}
     for flag in ("--kernelbench", "--levels", "--problems", "--db", "-v"):
         assert by_flag[flag].help == warm[flag].help, flag
@@ -135,7 +136,7 @@ def test_v_goes_before_or_after_the_command(tmp_path, capsys):
 
 
 def test_a_second_evolve_counts_its_judgments_and_the_verdicts_it_reused(tmp_path, capsys):
-    problem = str(ROOT / "benchmarks" / "problems" / "cpu" / "rmsnorm_small.py")
+    problem = str(PROBLEM_DIR / "cpu" / "rmsnorm_small.py")
     db = str(tmp_path / "k.db")
     argv = ["evolve", problem, "--backend", "triton-interpret", "--budget", "2", "--db", db]
     assert main([*argv, "--json"]) == 0
@@ -153,7 +154,7 @@ def test_a_second_evolve_counts_its_judgments_and_the_verdicts_it_reused(tmp_pat
 
 
 def test_report_through_the_command_writes_nothing_unless_asked(tmp_path, capfd):
-    from tests.test_bench_report import synthetic
+    from tests.bench_results import synthetic
 
     path = synthetic().save(tmp_path / "llm-ops-h200.json")
     assert main(["report", str(path), "--no-plots"]) == 0
@@ -173,12 +174,11 @@ def test_bench_and_report_help_name_the_command_that_ran_them(capfd):
 def test_packs_are_written_with_the_umask_mode(tmp_path):
     from kernel_cache.pack import ExportFilters, export_pack
     from kernel_cache.store import KernelStore
-    from kernel_cache.testing import make_record
-    from tests.test_cache_store import _problem
+    from kernel_cache.testing import make_problem, make_record
 
     db = str(tmp_path / "k.db")
     with KernelStore(db) as store:
-        problem = _problem()
+        problem = make_problem()
         store.upsert_problem(problem)
         store.add_kernel(make_record(problem.key, "a"))
         old = os.umask(0o022)

@@ -10,12 +10,11 @@ import pytest
 
 from kernel_cache.pack import ExportFilters, export_pack
 from kernel_cache.store import KernelStore
-from kernel_cache.testing import a100, make_record
+from kernel_cache.testing import a100, make_problem, make_record
+from ks_inductor.catalogue.models import NORM_FACTORY
 from ks_inductor.cli import main
 from ks_inductor.warm import WarmItem, WarmSummary
 from tests.cli_home import _isolated  # noqa: F401 - autouse: a kernelsmith home per test
-from tests.test_cache_store import _problem
-from tests.test_warm_cli import FACTORY
 
 # A kernel whose source has lines far wider than a terminal's 80 columns.
 LONG_TAG = "a docstring line much wider than any terminal " * 4
@@ -26,7 +25,7 @@ def cache(tmp_path) -> tuple[str, int, str]:
     """A cache with one verified kernel for an A100 (a long device name) whose source has long lines: (the
     database, the kernel's id, its source)."""
     db = str(tmp_path / "k.db")
-    problem = _problem()
+    problem = make_problem()
     with KernelStore(db) as store:
         store.upsert_problem(problem)
         record = make_record(problem.key, LONG_TAG, a100())
@@ -50,7 +49,7 @@ def test_progress_goes_to_stderr(capsys):
 
 def test_json_is_alone_on_stdout(tmp_path, cache, capsys):
     db, kid, _ = cache
-    (tmp_path / "factory.py").write_text(FACTORY)
+    (tmp_path / "factory.py").write_text(NORM_FACTORY)
     pack = str(tmp_path / "p.kspack")
     for argv in (["cache", "ls", "--db", db], ["cache", "show", str(kid), "--db", db], ["cache", "stats", "--db", db],
                  ["pack", "export", "-o", pack, "--db", db, "--no-vectors"], ["pack", "inspect", pack],

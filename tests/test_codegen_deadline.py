@@ -12,9 +12,9 @@ import time
 import pytest
 
 from kernel_cache.store import KernelStore
+from ks_inductor.catalogue.sources import small_problem
 from ks_inductor.evolve import EvolveConfig, evolve_problem
 from ks_inductor.seeds.inductor import generate as G
-from tests.test_evolve_families import small_problem
 
 # Sleeps with a grandchild that inherits stdout and stderr, as Inductor's compile workers do; then, given time,
 # runs the real generator.

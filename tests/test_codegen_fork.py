@@ -9,8 +9,8 @@ import time
 
 import pytest
 
+from ks_inductor.catalogue.sources import small_problem
 from ks_inductor.seeds.inductor import generate as G
-from tests.test_evolve_families import small_problem
 
 
 @pytest.fixture

@@ -16,12 +16,12 @@ import torch
 
 from kernel_cache.record import KernelRecord
 from kernel_cache.store import KernelStore
+from ks_inductor.catalogue.models import NormResidual
 from ks_inductor.compiler import backend as B
 from ks_inductor.compiler import graph_guard as gg
 from ks_inductor.compiler import regions as rg
 from ks_inductor.compiler.analysis_memo import ANALYSIS_CACHE_ENV
 from ks_inductor.compiler.explain import explain
-from tests.norm_residual import NormResidual
 
 INDUCTOR = {"compile_threads": 1}
 ROOT = Path(__file__).resolve().parent.parent
@@ -358,8 +358,9 @@ def test_store_guard_decisions_roundtrip(tmp_path):
         assert store.guard_decision("k2") is None
 
 
-# A second process compiling the same model against the same caches. Of the tests it imports only the model's
-# module (torch alone; the tests import SQLAlchemy through KernelStore), so that what the backend itself imports shows.
+# A second process compiling the same model against the same caches. Besides the backend it imports only the
+# catalogue's models (torch alone; the tests import SQLAlchemy through KernelStore), so that what the backend itself
+# imports shows.
 CHILD = r"""
 import json, sys, warnings
 import torch
@@ -381,7 +382,7 @@ def spy(gm, *a, **k):
 cfx.compile_fx = spy
 
 
-from tests.norm_residual import NormResidual
+from ks_inductor.catalogue.models import NormResidual
 
 model, inputs = NormResidual(32).eval(), (torch.randn(8, 32), torch.randn(8, 32))
 compiled = torch.compile(model, backend="kernelsmith", options=json.loads(sys.argv[1]))

@@ -7,13 +7,13 @@ import json
 import random
 
 from ks_inductor.candidate import Candidate
+from ks_inductor.catalogue.sources import small_problem
 from ks_inductor.evolve.archive import Archive, Program, cell_key
 from ks_inductor.evolve.diffs import DiffError, apply_blocks, apply_response, make_blocks, parse_blocks
 from ks_inductor.evolve.mutators.base import describe_source
 from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
 from ks_inductor.evolve.operators import OPERATORS
 from ks_inductor.seeds.families import classify, template_named
-from tests.test_evolve_families import small_problem
 
 DESC = {"block": "M", "warps": 4, "stages": 1, "dot": False, "fusion": 1.0, "persistent": False}
 

@@ -10,11 +10,12 @@ import pytest
 from kernel_cache.store import KernelStore
 from kernel_cache.testing import h200
 from ks_inductor.candidate import normalized_source_hash
+from ks_inductor.catalogue import PROBLEM_DIR
+from ks_inductor.catalogue.sources import module, shrink, small_problem
 from ks_inductor.evolve import EvolveConfig, evolve_problem
 from ks_inductor.evolve.evolver import EvolveError
 from ks_inductor.judge import Judge, JudgeConfig
 from ks_inductor.problem_tracing import problem_from_source
-from tests.test_evolve_families import PROBLEMS, module, shrink, small_problem
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +84,7 @@ def test_cli_evolve_and_export(tmp_path, capsys) -> None:
     from ks_inductor.cli import main
 
     prob = tmp_path / "silu.py"
-    prob.write_text(shrink((PROBLEMS / "silu_mul_bf16.py").read_text()))
+    prob.write_text(shrink((PROBLEM_DIR / "silu_mul_bf16.py").read_text()))
     db = f"sqlite:///{tmp_path}/k.db"
     rc = main(["evolve", str(prob), "--backend", "triton-interpret", "--budget", "2", "--db", db, "--json"])
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -108,7 +109,7 @@ def test_cli_evolve_and_export(tmp_path, capsys) -> None:
 def test_gpu_loop_stores_a_timed_winner(tmp_path) -> None:
     from ks_inductor.problem_tracing import load_problem
 
-    problem = load_problem(PROBLEMS / "rmsnorm_bf16.py")
+    problem = load_problem(PROBLEM_DIR / "rmsnorm_bf16.py")
     store = KernelStore(f"sqlite:///{tmp_path}/k.db")
     summary = evolve_problem(problem, EvolveConfig(budget=8, backend="triton-cuda"), store, progress=False)
     assert summary.timed and summary.best is not None and summary.best.timed

@@ -1,45 +1,33 @@
-"""What every op family owes, checked on the problems its test file declares.
+"""What every op family owes, checked on the problems the catalogue declares for it.
 
-A family's test file, ``tests/test_<family>_family.py``, holds ``PROBLEMS``: ``{name: (problem source, the family
-the problem must classify as, or None where every family must decline it)}``. Each of them is checked here: its
-classification, and for a problem the family takes, every variant of every template covering it on both targets
-(defaults inside the search space, a render the judge's static rules accept). The same problems are compiled for
-sm_90 (``tests/test_templates_cuda_compile.py``) and run on NaN by ``benchmarks/nan_probe.py``; judging the renders
-is the family test file's own work. A registered family with no test problem anywhere fails here.
+``ks_inductor.catalogue.families.CONTRACT_PROBLEMS`` maps a name to (problem source, the family the problem must
+classify as, or None where every family must decline it). Each of them is checked here: its classification, and for
+a problem the family takes, every variant of every template covering it on both targets (defaults inside the search
+space, a render the judge's static rules accept). The same problems are compiled for sm_90
+(``tests/test_templates_cuda_compile.py``) and run on NaN by ``benchmarks/nan_probe.py``; judging the renders is the
+family's test file's work. A registered family with no test problem anywhere fails here.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 
 import pytest
 
+from ks_inductor.catalogue.attention import DECODE_PROBLEMS, PREFILL_PROBLEMS
+from ks_inductor.catalogue.families import CONTRACT_PROBLEMS, FAMILY_PROBLEMS
 from ks_inductor.judge.static_checks import static_check
 from ks_inductor.problem_tracing import problem_from_source
 from ks_inductor.seeds.families import FAMILIES, Family, classify, family_of, register, templates_for
 
 ROOT = Path(__file__).resolve().parent.parent
+TAKEN = sorted(n for n, (_, family) in CONTRACT_PROBLEMS.items() if family is not None)
 
 
-def family_test_problems() -> dict[str, tuple[str, str | None]]:
-    """``PROBLEMS`` of every ``tests/test_*_family.py``, merged (a name may be declared once)."""
-    out: dict[str, tuple[str, str | None]] = {}
-    for path in sorted((ROOT / "tests").glob("test_*_family.py")):
-        for name, case in getattr(importlib.import_module(f"tests.{path.stem}"), "PROBLEMS", {}).items():
-            assert name not in out, f"test problem {name!r} is declared twice"
-            out[name] = case
-    return out
-
-
-CASES = family_test_problems()
-TAKEN = sorted(n for n, (_, family) in CASES.items() if family is not None)
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(CONTRACT_PROBLEMS))
 def test_problem_classifies_as_declared(name: str) -> None:
-    src, expected = CASES[name]
+    src, expected = CONTRACT_PROBLEMS[name]
     assert family_of(problem_from_source(src, name=name)) == expected
 
 
@@ -48,7 +36,7 @@ def test_problem_classifies_as_declared(name: str) -> None:
 def test_every_variant_renders_within_its_space(name: str, target: str) -> None:
     """The mutator moves parameters from the defaults within the space, and every seed must get past the judge's
     static rules before it costs a judgment."""
-    fm = classify(problem_from_source(CASES[name][0], name=name))
+    fm = classify(problem_from_source(CONTRACT_PROBLEMS[name][0], name=name))
     fm.target = target
     templates = templates_for(fm)
     assert templates, f"no template covers {name} ({fm.family})"
@@ -62,14 +50,19 @@ def test_every_variant_renders_within_its_space(name: str, target: str) -> None:
 
 
 def test_every_family_has_test_problems() -> None:
-    """Each registered family (the generic one aside) is the declared family of some test problem: one of a
-    family test file, of the classification tests (``EXTRA``) or of a problem file (``tests/family_table.json``)."""
-    from tests.test_evolve_families import EXTRA
-
+    """Each registered family (the generic one aside) is the declared family of some catalogue problem: one of
+    ``CONTRACT_PROBLEMS``, of ``FAMILY_PROBLEMS`` or of a problem file (``tests/family_table.json``)."""
     table = json.loads((ROOT / "tests" / "family_table.json").read_text())
-    declared = {f for _, f in CASES.values()} | {f for _, f in EXTRA.values()} | {r.get("family") for r in table.values()}
+    declared = ({f for _, f in CONTRACT_PROBLEMS.values()} | {f for _, f in FAMILY_PROBLEMS.values()}
+                | {r.get("family") for r in table.values()})
     untested = [fam.name for fam in FAMILIES.values() if not fam.generic and not set(fam.names) & declared]
     assert not untested, f"families without a test problem: {untested}"
+
+
+def test_a_problem_name_is_declared_once() -> None:
+    tables = [DECODE_PROBLEMS, PREFILL_PROBLEMS, FAMILY_PROBLEMS]
+    names = [n for table in tables for n in table]
+    assert len(names) == len(set(names)), sorted(n for n in set(names) if names.count(n) > 1)
 
 
 def test_registry_refuses_clashes() -> None:

@@ -52,16 +52,17 @@ ORDER = {
 
 
 def problems() -> Iterator[tuple[str, Callable[[], Any]]]:
-    """(key, loader) for every problem file under tests/problems and benchmarks/problems, and every problem of
-    the classification tests (``EXTRA``), and the problems above."""
+    """(key, loader) for every problem file under tests/problems and the catalogue's problems/, every problem by
+    family (``FAMILY_PROBLEMS``), and the problems above."""
+    from ks_inductor.catalogue.families import FAMILY_PROBLEMS
+    from ks_inductor.catalogue.sources import module
     from ks_inductor.problem_tracing import load_problem, problem_from_source
-    from tests.test_evolve_families import EXTRA, module
 
-    for folder in ("tests/problems", "benchmarks/problems"):
+    for folder in ("tests/problems", "ks_inductor/catalogue/problems"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             yield str(path.relative_to(ROOT)), lambda path=path: load_problem(path)
-    for name, (src, _) in EXTRA.items():
-        yield "EXTRA:" + name, lambda src=src, name=name: problem_from_source(src, name=name)
+    for name, (src, _) in FAMILY_PROBLEMS.items():
+        yield "FAMILY:" + name, lambda src=src, name=name: problem_from_source(src, name=name)
     for name, (forward, inputs) in ORDER.items():
         src = module(forward, inputs)
         yield "ORDER:" + name, lambda src=src, name=name: problem_from_source(src, name=name)

@@ -8,7 +8,7 @@ import torch.nn as nn
 
 from ks_inductor.compiler import backend as B
 from ks_inductor.compiler import graph_guard as gg
-from tests.test_backend_failures import _add_kernel, _norm_key, kernel_module
+from tests.cached_kernels import add_kernel, kernel_module, norm_key
 
 INDUCTOR = {"compile_threads": 1}
 
@@ -42,8 +42,8 @@ def _fresh():
 
 
 def _store_slow_kernel(db, model, *inputs):
-    key, _ = _norm_key(model, inputs, db)
-    _add_kernel(db, key, SLOW_NORM)
+    key, _ = norm_key(model, inputs, db)
+    add_kernel(db, key, SLOW_NORM)
 
 
 def _compile_and_run(model, x, db, **opts):
@@ -92,9 +92,9 @@ def test_guard_tries_the_kernels_without_eager_regions_after_every_swap_lost(tmp
     torch.manual_seed(0)
     m, x = NormThenProject().eval(), torch.randn(64, 64)
     db = str(tmp_path / "k.db")
-    key, result = _norm_key(m, x, db)
+    key, result = norm_key(m, x, db)
     (mm,) = [r for r in result.regions if r.kind == "matmul"]
-    _add_kernel(db, key, SLOW_NORM)
+    add_kernel(db, key, SLOW_NORM)
     store = KernelStore(db)
     store.put_room(mm.key, B.current_fingerprint().id,
                    Room(mm.key, floor_ms=0.01, bound="memory", bandwidth=1e10, eager_ms=1.0, inductor_ms=1.5).to_json())

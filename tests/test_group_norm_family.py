@@ -4,32 +4,33 @@ the test runner's workers share the template judgments (they split work by file)
 
 from __future__ import annotations
 
+from ks_inductor.catalogue.families import FAMILY_PROBLEMS
+from ks_inductor.catalogue.sources import norm_module
 from ks_inductor.problem_tracing import problem_from_source
 from ks_inductor.seeds.families import classify, template_named
-from tests.test_evolve_families import EXTRA, norm_module
 
 NORMS = ["group_norm_affine", "layer_norm_3d", "instance_norm", "batch_norm_2d", "batch_norm_1d_plain",
          "batch_norm_untracked"]
 
 
 def test_group_norm_parameters_come_from_the_graph() -> None:
-    g = classify(problem_from_source(EXTRA["group_norm_affine"][0], name="p")).attrs
+    g = classify(problem_from_source(FAMILY_PROBLEMS["group_norm_affine"][0], name="p")).attrs
     assert (g["rows"], g["length"], g["affine"], g["groups"], g["cpg"], g["hw"]) == (6, 70, "channel", 3, 2, 35)
     assert g["w"] is not None and g["b"] is not None
-    ln = classify(problem_from_source(EXTRA["layer_norm_3d"][0], name="p")).attrs
+    ln = classify(problem_from_source(FAMILY_PROBLEMS["layer_norm_3d"][0], name="p")).attrs
     assert (ln["rows"], ln["length"], ln["affine"]) == (3, 168, "element")
-    inorm = classify(problem_from_source(EXTRA["instance_norm"][0], name="p")).attrs
+    inorm = classify(problem_from_source(FAMILY_PROBLEMS["instance_norm"][0], name="p")).attrs
     assert (inorm["rows"], inorm["length"], inorm["affine"], inorm["w"]) == (6, 99, "none", None)
-    bn = classify(problem_from_source(EXTRA["batch_norm_2d"][0], name="p")).attrs
+    bn = classify(problem_from_source(FAMILY_PROBLEMS["batch_norm_2d"][0], name="p")).attrs
     assert (bn["rows"], bn["segs"], bn["seg"], bn["seg_stride"], bn["affine"]) == (4, 3, 35, 140, "group")
     assert bn["running"][2] == 0.3 and bn["counter"] is not None
-    assert classify(problem_from_source(EXTRA["batch_norm_untracked"][0], name="p")).attrs["running"] is None
+    assert classify(problem_from_source(FAMILY_PROBLEMS["batch_norm_untracked"][0], name="p")).attrs["running"] is None
 
 
 def _judge(judge, params: dict | None, variant: str = "split") -> None:
     jobs = []
     for n in NORMS:
-        problem = problem_from_source(EXTRA[n][0], name=n)
+        problem = problem_from_source(FAMILY_PROBLEMS[n][0], name=n)
         fm = classify(problem)
         fm.target = "cpu"
         t = template_named("group_norm")
@@ -69,7 +70,7 @@ def test_batch_norm_updates_running_statistics_as_torch_does(tmp_path) -> None:
     from ks_inductor.source_module import load_source_module
 
     for n, variant in (("batch_norm_2d", "split"), ("batch_norm_1d_plain", "split"), ("batch_norm_2d", "finalize")):
-        src = EXTRA[n][0]
+        src = FAMILY_PROBLEMS[n][0]
         fm = classify(problem_from_source(src, name=n))
         fm.target = "cpu"
         t = template_named("group_norm")
@@ -110,5 +111,5 @@ def test_gpu_seeds_add_a_shorter_chunk_for_long_groups() -> None:
     assert (extra[0].params["BLOCK"], extra[0].params["ITERS"]) == (1024, 2)
     space = t.space(big, "split")
     assert all(extra[0].params[k] in space[k] for k in space) and t.feasible(big, extra[0].params, "split")
-    small = classify(problem_from_source(EXTRA["batch_norm_2d"][0], name="bn"))
+    small = classify(problem_from_source(FAMILY_PROBLEMS["batch_norm_2d"][0], name="bn"))
     assert t.alternates(small, "split", "cuda") == [] and t.alternates(big, "finalize", "cuda") == []

@@ -3,9 +3,9 @@ refuses a reference that is not a function of its inputs."""
 
 from __future__ import annotations
 
+from ks_inductor.catalogue.sources import module
 from ks_inductor.problem_tracing import problem_from_source
 from ks_inductor.seeds.families import classify, templates_for
-from tests.test_evolve_families import module
 
 # The traced graph holds the training branch (x * 2); an eval-mode reference would return x * 3.
 MODE_BRANCH = module("        return xs[0] * (2.0 if self.training else 3.0)", "[torch.randn(4, 40)]")

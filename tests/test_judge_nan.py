@@ -171,8 +171,8 @@ def test_online_per_lane_maxima_keep_a_lane_that_saw_only_nan(tmp_path, name, te
     import torch
 
     from ks_core.problem_record import exec_problem_source
+    from ks_inductor.catalogue.sources import small_problem
     from ks_inductor.seeds.families import classify, template_named
-    from tests.test_evolve_families import small_problem
 
     problem = small_problem(name)
     fm = classify(problem)

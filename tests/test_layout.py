@@ -148,3 +148,47 @@ def test_an_arrow_up_is_found(tmp_path: Path) -> None:
     assert arrows_up(package_graph(tmp_path)) == []
     (tmp_path / "ks_core" / "b.py").write_text("def f():\n    from kernel_cache.store import KernelStore\n")
     assert arrows_up(package_graph(tmp_path)) == ["ks_core -> kernel_cache in ks_core/b.py"]
+
+
+def imports_of_tests(source: str) -> set[str]:
+    """The modules of the test suite (``tests.*``) that ``source`` imports, or has ``importlib`` import."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            fn = node.func
+            called = fn.attr if isinstance(fn, ast.Attribute) else fn.id if isinstance(fn, ast.Name) else ""
+            if called in ("import_module", "__import__") and isinstance(node.args[0].value, str):
+                names = [node.args[0].value]
+        found.update(n for n in names if n == "tests" or n.startswith("tests."))
+    return found
+
+
+def test_nothing_outside_the_tests_imports_them() -> None:
+    """The library and the benchmarks take shared problems from ks_inductor.catalogue, not from the test suite."""
+    found = {str(f.relative_to(ROOT)): sorted(imports_of_tests(f.read_text()))
+             for pkg in ("ks_core", "kernel_cache", "ks_inductor", "integrations", "benchmarks")
+             for f in sorted((ROOT / pkg).rglob("*.py"))}
+    assert not {f: m for f, m in found.items() if m}
+
+
+def test_no_test_module_imports_another() -> None:
+    """A test module imports the catalogue for problems and the suite's helper modules (fixtures, fakes), never
+    another test module: each one runs, and reads, on its own."""
+    found = {}
+    for f in sorted((ROOT / "tests").glob("*.py")):
+        tests = sorted(m for m in imports_of_tests(f.read_text()) if re.match(r"tests\.test_", m))
+        if tests:
+            found[f.name] = tests
+    assert not found
+
+
+def test_an_import_of_the_tests_is_found() -> None:
+    src = ("from tests.test_a import X\nimport tests.speed\nfrom tests import conftest\n"
+           "importlib.import_module('tests.test_b')\nfrom testsuite import y\n")
+    assert imports_of_tests(src) == {"tests.test_a", "tests.test_a.X", "tests.speed", "tests", "tests.conftest",
+                                     "tests.test_b"}

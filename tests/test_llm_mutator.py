@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from kernel_cache.store import KernelStore
+from ks_inductor.catalogue.sources import small_problem
 from ks_inductor.evolve import EvolveConfig, LLMConfig, evolve_problem
 from ks_inductor.evolve.archive import Archive, Program
 from ks_inductor.evolve.evolver import MutationContext
@@ -24,7 +25,6 @@ from ks_inductor.evolve.mutators.llm import LLMClient, LLMMutator, LLMUnavailabl
 from ks_inductor.evolve.operators import OPERATORS
 from ks_inductor.judge import Judge, JudgeConfig
 from ks_inductor.seeds.families import classify
-from tests.test_evolve_families import small_problem
 
 
 class ScriptedLLM:

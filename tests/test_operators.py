@@ -13,6 +13,9 @@ import pytest
 
 from kernel_cache.store import KernelStore
 from ks_inductor.candidate import Candidate
+from ks_inductor.catalogue.attention import DECODE
+from ks_inductor.catalogue.families import FAMILY_PROBLEMS, ROWS11
+from ks_inductor.catalogue.sources import module, norm_module, small_problem
 from ks_inductor.evolve.archive import Archive, Program
 from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
 from ks_inductor.evolve.operators import (
@@ -27,9 +30,6 @@ from ks_inductor.evolve.operators import (
 from ks_inductor.evolve.prompts import build_messages
 from ks_inductor.problem_tracing import problem_from_source
 from ks_inductor.seeds.families import classify, seed_templates, template_named, templates_for
-from tests.test_attention_family import DECODE
-from tests.test_evolve_families import EXTRA, module, norm_module, small_problem
-from tests.test_templates_judge import ROWS11
 
 LINEAR_GELU = module("        return F.gelu(self.lin(xs[0]), approximate='tanh')", "[torch.randn(40, 24)]",
                      "        self.lin = nn.Linear(24, 56)")
@@ -39,7 +39,7 @@ DECODE101 = DECODE.format(B=2, T=1, P=100, NH=4, KV=2, D=16, dtype="float32", ex
 POOL = module("        return F.max_pool2d(xs[0], 3, stride=1, padding=1)", "[torch.randn(1, 2, 7, 9)]")
 
 SOURCES = {"rows11": ROWS11, "linear_gelu": LINEAR_GELU, "decode101": DECODE101, "pool": POOL,
-           **{n: EXTRA[n][0] for n in ("group_norm_affine", "linear3d_residual", "bias_gelu", "mse_loss")}}
+           **{n: FAMILY_PROBLEMS[n][0] for n in ("group_norm_affine", "linear3d_residual", "bias_gelu", "mse_loss")}}
 
 # Per operator: the problem, the parent (template, variant, parameters over the variant's CPU defaults) and the
 # child's (template, variant); None for a variant the operator may pick among several.

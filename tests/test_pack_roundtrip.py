@@ -243,7 +243,7 @@ def _damage_entry(src: Path, dst: Path, name: str) -> None:
 def test_key_files_and_damaged_signatures_through_the_command(tmp_path, source_db, capsys):
     from kernel_cache.signing import generate_keypair
     from ks_inductor.cli import main
-    from tests.test_cli_consistency import _one_line_error
+    from tests.cli_parsing import one_line_error
 
     priv, pub = generate_keypair(tmp_path / "team")
     signed = tmp_path / "s.kspack"
@@ -252,12 +252,12 @@ def test_key_files_and_damaged_signatures_through_the_command(tmp_path, source_d
 
     # A private key given where a public one is trusted, and a key file that is not there: usage errors.
     assert main([*verify, "--trust-key", str(priv)]) == 2
-    assert f"trusted key {priv} is a private key" in _one_line_error(capsys)
+    assert f"trusted key {priv} is a private key" in one_line_error(capsys)
     assert main([*verify, "--trust-key", str(tmp_path / "nokey.pub")]) == 2
-    assert f"trusted key file not found: {tmp_path / 'nokey.pub'}" in _one_line_error(capsys)
+    assert f"trusted key file not found: {tmp_path / 'nokey.pub'}" in one_line_error(capsys)
     assert main(["pack", "export", "--db", source_db.where, "-o", str(tmp_path / "o.kspack"),
                  "--sign-key", str(tmp_path / "nokey.pem")]) == 2
-    assert f"signing key not found: {tmp_path / 'nokey.pem'}" in _one_line_error(capsys)
+    assert f"signing key not found: {tmp_path / 'nokey.pem'}" in one_line_error(capsys)
     assert main([*verify, "--trust-key", str(pub)]) == 0
     capsys.readouterr()
 

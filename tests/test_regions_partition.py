@@ -8,6 +8,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ks_inductor.catalogue.models import CachedAttention
 from ks_inductor.compiler import regions as rg
 from ks_inductor.problem_tracing import load_problem
 
@@ -234,32 +235,6 @@ def test_symbolic_regions_build_problems_at_their_hints(batch):
     assert norm.symbolic
     problem = rg.region_problem(graphs[-1], norm)
     assert problem.input_specs[0].shape == [batch, H]
-
-
-class CachedAttention(nn.Module):
-    """Decode attention over a key/value cache, RoPE on q and k, as in a Llama-style layer."""
-
-    def __init__(self, dim=H, NH=4, KV=2, D=8):
-        super().__init__()
-        self.NH, self.KV, self.D = NH, KV, D
-        self.q = nn.Linear(dim, NH * D, bias=False)
-        self.k = nn.Linear(dim, KV * D, bias=False)
-        self.v = nn.Linear(dim, KV * D, bias=False)
-
-    def forward(self, x, cos, sin, kc, vc):
-        B, T, _ = x.shape
-        NH, KV, D = self.NH, self.KV, self.D
-
-        def rot(t):
-            return torch.cat((-t[..., D // 2:], t[..., : D // 2]), -1)
-
-        q = self.q(x).view(B, T, NH, D).transpose(1, 2)
-        k = self.k(x).view(B, T, KV, D).transpose(1, 2)
-        v = self.v(x).view(B, T, KV, D).transpose(1, 2)
-        q = q * cos + rot(q) * sin
-        k = torch.cat([kc, k * cos + rot(k) * sin], 2)
-        v = torch.cat([vc, v], 2)
-        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
 
 
 def test_attention_takes_rope_and_the_cache_concatenation_as_its_prologue():

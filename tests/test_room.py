@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from kernel_cache.store import KernelStore
+from ks_inductor.catalogue.sources import small_problem
 from ks_inductor.evolve import EvolveConfig, evolve_problem
 from ks_inductor.judge import Judge, JudgeConfig
 from ks_inductor.judge.room import Room, floor_ms, time_share
 from ks_inductor.problem_tracing import problem_from_source
-from tests.test_evolve_families import small_problem
 
 ADD = '''
 import torch

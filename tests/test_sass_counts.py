@@ -19,7 +19,7 @@ _SCRIPT = """
 import json
 from dataclasses import asdict
 from benchmarks.sass_counts import counts_for_config
-out = {rows: [asdict(c) for c in counts_for_config("benchmarks/problems/layernorm_bf16.py", "rowwise/block",
+out = {rows: [asdict(c) for c in counts_for_config("ks_inductor/catalogue/problems/layernorm_bf16.py", "rowwise/block",
                                                     {"ROWS": rows, "num_warps": 8})] for rows in (1, 2)}
 print(json.dumps(out))
 """
@@ -61,7 +61,7 @@ def test_compiling_under_the_interpreter_is_refused_with_a_reason() -> None:
 _STAGED = """
 import json
 from benchmarks.sass_counts import counts_for_config
-out = {s: counts_for_config("benchmarks/problems/softmax_bf16.py", "rowwise/persistent",
+out = {s: counts_for_config("ks_inductor/catalogue/problems/softmax_bf16.py", "rowwise/persistent",
                             {"num_stages": s})[0].shared_bytes for s in (1, 3)}
 print(json.dumps(out))
 """
@@ -78,7 +78,7 @@ def test_persistent_row_loop_stages_long_rows_through_shared_memory() -> None:
 _PINNED = """
 import json
 from benchmarks.sass_counts import counts_for_config
-out = {f: counts_for_config("benchmarks/problems/layernorm_bf16.py", "rowwise/block",
+out = {f: counts_for_config("ks_inductor/catalogue/problems/layernorm_bf16.py", "rowwise/block",
                             {"ROWS": 2, "num_warps": 8, "EVICT": 1, "VEVICT": 1, "VFIRST": f})[0].loads
        for f in (0, 1)}
 print(json.dumps(out))

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from ks_inductor.catalogue import PROBLEM_DIR
+
 ROOT = Path(__file__).resolve().parent.parent
-PROBLEMS = sorted((ROOT / "benchmarks" / "problems").glob("*.py"))
+PROBLEMS = sorted(PROBLEM_DIR.glob("*.py"))
 
 def _compile_all(problem_path: str, which: str) -> list[dict]:
     """Runs in a child process without TRITON_INTERPRET."""
@@ -117,12 +119,12 @@ def _compile_all(problem_path: str, which: str) -> list[dict]:
 
 
 def _extra_problems(tmp_path: Path, names: list[str] | tuple[str, ...]) -> list[Path]:
-    """The test problems ``names`` of ``test_evolve_families.EXTRA``, written as problem files."""
-    from tests.test_evolve_families import EXTRA
+    """The catalogue's problems ``names`` (``FAMILY_PROBLEMS``), written as problem files."""
+    from ks_inductor.catalogue.families import FAMILY_PROBLEMS
 
     paths = [tmp_path / f"{name}.py" for name in names]
     for name, path in zip(names, paths):
-        path.write_text(EXTRA[name][0])
+        path.write_text(FAMILY_PROBLEMS[name][0])
     return paths
 
 
@@ -155,6 +157,8 @@ def test_template_kernels_compile_for_sm90() -> None:
 
 HAZARD = """import torch
 import torch.nn as nn
+
+from ks_inductor.catalogue import PROBLEM_DIR
 
 
 class Model(nn.Module):
@@ -203,7 +207,7 @@ def test_decode_attention_variants_compile_for_sm90(tmp_path) -> None:
     """The decoder layer's decode attention (bf16, 32 heads over 8 KV heads, 2048 cached, RoPE and cache
     concatenation fused) in every variant, without register spills at the default launch parameters."""
     pytest.importorskip("triton.backends.nvidia")
-    from tests.test_attention_family import DECODE
+    from ks_inductor.catalogue.attention import DECODE
 
     path = tmp_path / "decode_attention.py"
     path.write_text(DECODE.format(B=16, T=1, P=2048, NH=32, KV=8, D=128, dtype="bfloat16", extra=""))
@@ -215,14 +219,14 @@ def test_decode_attention_variants_compile_for_sm90(tmp_path) -> None:
 
 
 def test_family_test_problems_compile_for_sm90(tmp_path) -> None:
-    """Every variant for the problems the family test files declare (``tests/test_family_contract.py``)."""
+    """Every variant for the family contract's problems (``CONTRACT_PROBLEMS``, ``tests/test_family_contract.py``)."""
     pytest.importorskip("triton.backends.nvidia")
-    from tests.test_family_contract import CASES
+    from ks_inductor.catalogue.families import CONTRACT_PROBLEMS
 
-    names = sorted(n for n, (_, family) in CASES.items() if family is not None)
+    names = sorted(n for n, (_, family) in CONTRACT_PROBLEMS.items() if family is not None)
     paths = [tmp_path / f"{n}.py" for n in names]
     for n, path in zip(names, paths):
-        path.write_text(CASES[n][0])
+        path.write_text(CONTRACT_PROBLEMS[n][0])
     report = _run(paths, "all")
     assert set(report) == set(names)
     for name, kernels in report.items():

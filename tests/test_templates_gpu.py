@@ -11,11 +11,11 @@ import sys
 import pytest
 import torch
 
-from tests.conftest import ROOT
+from ks_inductor.catalogue import PROBLEM_DIR
 
 pytestmark = pytest.mark.gpu
 
-ROPE = (ROOT / "benchmarks" / "problems" / "rope_bf16.py").read_text()
+ROPE = (PROBLEM_DIR / "rope_bf16.py").read_text()
 
 
 def _rope_source(dtype: str, heads: tuple[int, int], seq: int) -> str:

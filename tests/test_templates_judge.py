@@ -4,13 +4,13 @@ every variant: test_templates_judge_serving.py (a file of its own, so that paral
 
 from __future__ import annotations
 
-from ks_inductor.judge.static_checks import static_check
+from ks_inductor.catalogue import PROBLEM_DIR
+from ks_inductor.catalogue.families import FAMILY_PROBLEMS, ROWS11
+from ks_inductor.catalogue.sources import SERVING, module, shrink, small_problem
 from ks_inductor.problem_tracing import problem_from_source
 from ks_inductor.seeds.families import classify, configured, template_named, templates_for
-from tests.test_evolve_families import EXTRA, module, small_problem
+from tests.template_judging import judge_all
 
-SERVING = ["rmsnorm_bf16", "layernorm_bf16", "softmax_bf16", "silu_mul_bf16", "rope_bf16", "cross_entropy_fp32",
-           "gemm_gelu_bf16"]
 OTHERS = ["log_softmax", "layernorm_by_hand", "row_sum", "col_mean", "matmul_mish_mish", "bmm_relu", "bias_gelu",
           "gelu_and_mul", "rmsnorm_channels", "instancenorm_by_hand", "l2norm_rows", "linf_norm_channels",
           "softmax_middle_dim", "row_sum_keepdim", "max_over_dim", "min_over_dim_keep", "argmax_middle_dim",
@@ -19,54 +19,18 @@ OTHERS = ["log_softmax", "layernorm_by_hand", "row_sum", "col_mean", "matmul_mis
           "masked_cumsum_middle_dim", "cumsum_bf16_minus_input"]
 
 
-def _renders(problem, all_variants: bool, overrides: dict | None = None):
-    fm = classify(problem)
-    assert fm is not None
-    fm.target = "cpu"
-    out = []
-    for t in templates_for(fm):
-        variants = t.variants(fm) if all_variants else t.variants(fm)[:1]
-        for v in variants:
-            params = t.default(fm, v, "cpu")
-            space = t.space(fm, v)
-            params.update({k: val for k, val in (overrides or {}).items() if k in space})
-            src = t.render(fm, params, v)
-            assert static_check(src) == [], (t.name, v, static_check(src))
-            out.append((f"{t.name}/{v}", src))
-    return out
-
-
-def _judge_all(judge, jobs_spec) -> None:
-    # Render (and statically check) everything before submitting: CPython 3.11 can fail when ast.parse runs in
-    # two threads at once, and the judge parses in its own threads.
-    rendered = [(name, problem, label, src) for name, problem, all_variants, *over in jobs_spec
-                for label, src in _renders(problem, all_variants, over[0] if over else None)]
-    jobs = [(name, label, judge.submit(problem, src)) for name, problem, label, src in rendered]
-    failures = []
-    for (name, problem, label, src), (_, _, fut) in zip(rendered, jobs):
-        r = fut.result()
-        if r.verdict == "error" and (r.error or "").startswith("judge failure"):
-            # The judge's own failure (CPython 3.11 can fail ast.parse in concurrent threads), not the kernel's:
-            # judged again, as the evolver does.
-            r = judge.evaluate(problem, src)
-        if not r.accepted:
-            failures.append(f"{name} {label}: {r.verdict} {r.reasons[:2]} {r.error}")
-    assert not failures, "\n".join(failures)
-    assert jobs
-
-
 FEWEST_LANES = {"min_over_dim_keep": {"BLOCK_R": 128}, "max_over_dim": {"BLOCK_I": 32}}
 
 
 def test_other_family_templates_are_accepted(judge) -> None:
-    _judge_all(judge, [(n, problem_from_source(EXTRA[n][0], name=n), False, FEWEST_LANES.get(n, {}))
+    judge_all(judge, [(n, problem_from_source(FAMILY_PROBLEMS[n][0], name=n), False, FEWEST_LANES.get(n, {}))
                        for n in OTHERS])
 
 
 def test_strided_rows_walk_several_ragged_inner_blocks_per_outer_index(judge) -> None:
     """The strided variant with 8 positions per program: 35 inner positions per outer index make 5 blocks, the last
     ragged, over 2 outer indices, so programs map to (outer, block) both ways round."""
-    _judge_all(judge, [(n, problem_from_source(EXTRA[n][0], name=n), True, {"ROWS": 8, "num_warps": 2})
+    judge_all(judge, [(n, problem_from_source(FAMILY_PROBLEMS[n][0], name=n), True, {"ROWS": 8, "num_warps": 2})
                        for n in ("rmsnorm_channels", "softmax_middle_dim")])
 
 
@@ -75,7 +39,7 @@ DECODE_MATMULS = ["linear3d_residual", "linear3d_silu_gate", "bmm_shared_weight"
 
 def test_decode_matmul_regions_are_accepted_in_every_variant(judge) -> None:
     # BLOCK_K 16 over K 40 with two slices: split-K with one full and one ragged slice.
-    _judge_all(judge, [(n, problem_from_source(EXTRA[n][0], name=n), True, {"BLOCK_K": 16, "SPLIT_K": 2})
+    judge_all(judge, [(n, problem_from_source(FAMILY_PROBLEMS[n][0], name=n), True, {"BLOCK_K": 16, "SPLIT_K": 2})
                        for n in DECODE_MATMULS])
 
 
@@ -98,7 +62,7 @@ def test_flattened_tma_gemm_walks_several_tiles_per_program(judge) -> None:
 
 
 def test_split_k_is_offered_for_skinny_products_only() -> None:
-    skinny = classify(problem_from_source(EXTRA["linear3d_residual"][0], name="r"))
+    skinny = classify(problem_from_source(FAMILY_PROBLEMS["linear3d_residual"][0], name="r"))
     tall = classify(problem_from_source(module("        return xs[0] @ xs[1]", "[torch.randn(600, 8), torch.randn(8, 8)]"),
                                         name="tall"))
     (t,) = templates_for(skinny)
@@ -113,7 +77,7 @@ STRUCTURAL = {"HTILE": 1, "num_stages": 2, "EVICT": 1, "LOWP": 1}
 
 def test_structural_knobs_are_accepted(judge) -> None:
     # softmax covers the row-wise template (norms share it), and exercises the logsumexp form of LOWP.
-    _judge_all(judge, [(n, small_problem(n), True, {**STRUCTURAL, **extra})
+    judge_all(judge, [(n, small_problem(n), True, {**STRUCTURAL, **extra})
                        for n, extra in (("rope_bf16", {}), ("softmax_bf16", {"EVICT": 2}), ("cross_entropy_fp32", {}),
                                         ("layernorm_bf16", {"STATS": 1, "EVICT": 2, "LATEVEC": 1, "VEVICT": 1}))])
 
@@ -148,7 +112,7 @@ def test_pinned_vector_loads_stand_before_the_rows_behind_a_barrier(judge) -> No
         assert bar < min(i for i, ln in enumerate(body) if "r64 * " in ln and "tl.load(" in ln)
         assert "tl.debug_barrier()" not in t.render(fm, d, "block")
         assert not t.feasible(fm, {**d, "VFIRST": 1, "LATEVEC": 1}, "block")
-    _judge_all(judge, [(n, small_problem(n), False, {"VFIRST": 1, "VEVICT": 1})
+    judge_all(judge, [(n, small_problem(n), False, {"VFIRST": 1, "VEVICT": 1})
                        for n in ("rmsnorm_bf16", "layernorm_bf16")])
 
 
@@ -178,10 +142,8 @@ def test_one_pass_layernorm_statistics_survive_a_large_common_offset(tmp_path) -
     import torch
 
     from ks_core.problem_record import exec_problem_source
-    from tests.test_evolve_families import PROBLEMS, shrink
-
     # Rows of 4096: long enough that the sums of squares round (bf16 squares summed over short rows are exact).
-    problem = problem_from_source(shrink((PROBLEMS / "layernorm_bf16.py").read_text(), batch_size=4, dim=4096))
+    problem = problem_from_source(shrink((PROBLEM_DIR / "layernorm_bf16.py").read_text(), batch_size=4, dim=4096))
     fm = classify(problem)
     fm.target = "cpu"
     t = template_named("rowwise")
@@ -217,7 +179,8 @@ def test_fast_exp_softmax_is_accepted(judge) -> None:
 
     t = template_named("rowwise")
     jobs = []
-    for problem in (small_problem("softmax_bf16"), problem_from_source(EXTRA["log_softmax"][0], name="log_softmax")):
+    log_softmax = problem_from_source(FAMILY_PROBLEMS["log_softmax"][0], name="log_softmax")
+    for problem in (small_problem("softmax_bf16"), log_softmax):
         fm = classify(problem)
         fm.target = "cuda"
         assert t.default(fm, "prefetch", "cuda")["FASTEXP"] == 1 and t.space(fm, "block")["FASTEXP"] == [0, 1]
@@ -263,7 +226,6 @@ def test_a_named_configuration_lays_its_params_over_the_variants_defaults() -> N
 
 def test_embedded_mutator_only_proposes_feasible_children() -> None:
     import random
-    from pathlib import Path
 
     from ks_inductor.evolve.archive import Program
     from ks_inductor.evolve.mutators.embedded import EmbeddedMutator
@@ -271,7 +233,7 @@ def test_embedded_mutator_only_proposes_feasible_children() -> None:
     from ks_inductor.problem_tracing import load_problem
 
     # Full size (4096 x 32000): most rows-per-program and warp choices would spill there.
-    fm = classify(load_problem(Path(__file__).parents[1] / "benchmarks" / "problems" / "softmax_bf16.py"))
+    fm = classify(load_problem(PROBLEM_DIR / "softmax_bf16.py"))
     fm.target = "cuda"
     mut = EmbeddedMutator(fm)
     rng = random.Random(0)
@@ -288,10 +250,6 @@ def test_embedded_mutator_only_proposes_feasible_children() -> None:
         parent = Program(c.id, c.source_hash, c.to_json(), {}, 0, True, True)
     assert "param" in kinds and kinds - {"param"} and kinds - {"param"} <= set(OPERATORS), kinds
 
-
-ROWS11 = module("        x = xs[0]\n        return torch.softmax(x.float() * 2.0, dim=-1).to(x.dtype) * self.w",
-                "[torch.randn(11, 40, dtype=torch.bfloat16)]",
-                init="        self.w = nn.Parameter(torch.randn(40, dtype=torch.bfloat16))")
 
 
 def test_prefetching_row_grid_walks_several_ragged_blocks(judge) -> None:
@@ -367,10 +325,8 @@ def test_both_sweep_orders_walk_several_ragged_chunks(judge) -> None:
 def test_unmasked_tiles_are_accepted_where_the_shape_has_no_ragged_edge(judge) -> None:
     """At power-of-two rows and whole row blocks the row-wise and RoPE launches pass EVEN and the kernels drop
     their masks (the small shapes above are all ragged, so they test the masked path)."""
-    from tests.test_evolve_families import PROBLEMS, shrink
-
     def problem(name: str, **sizes: int):
-        return problem_from_source(shrink((PROBLEMS / f"{name}.py").read_text(), **sizes), name=name)
+        return problem_from_source(shrink((PROBLEM_DIR / f"{name}.py").read_text(), **sizes), name=name)
 
     over = {"ROWS": 2, "HB": 4, "BLOCK_T": 16}
     ln = problem("layernorm_bf16", batch_size=8, dim=64)
@@ -379,7 +335,7 @@ def test_unmasked_tiles_are_accepted_where_the_shape_has_no_ragged_edge(judge) -
     # half of a 16-wide head a power of two.
     assert [s.shape for s in ln.input_specs][0] == [8, 64]
     assert [s.shape for s in rope.input_specs][:2] == [[1, 4, 32, 16], [1, 4, 32, 16]]
-    _judge_all(judge, [("layernorm_bf16", ln, True, over), ("rope_bf16", rope, True, over)])
+    judge_all(judge, [("layernorm_bf16", ln, True, over), ("rope_bf16", rope, True, over)])
 
 
 def test_argmax_and_argmin_resolve_ties_infinities_and_nan_as_torch_does(tmp_path) -> None:
@@ -395,7 +351,7 @@ def test_argmax_and_argmin_resolve_ties_infinities_and_nan_as_torch_does(tmp_pat
              "argmin_last_keepdim": (lambda x: torch.argmin(x, dim=-1, keepdim=True),
                                      torch.randint(0, 5, (5, 1100)).float(), -1)}
     for name, (ref, x, dim) in cases.items():
-        fm = classify(problem_from_source(EXTRA[name][0], name=name))
+        fm = classify(problem_from_source(FAMILY_PROBLEMS[name][0], name=name))
         fm.target = "cpu"
         t = template_named("reduction")
         (variant,) = t.variants(fm)
@@ -415,8 +371,8 @@ def test_argmax_and_argmin_resolve_ties_infinities_and_nan_as_torch_does(tmp_pat
 def test_whole_tensor_reductions_walk_several_ragged_blocks_per_program(judge) -> None:
     """Each of 4 programs walks about 11 blocks of 256, the last one ragged: a hinge loss whose masked lanes would
     add 1 each (1 - 0 * 0), and x / ||x|| through all three kernels, in both block orders."""
-    _judge_all(judge, [(n, problem_from_source(EXTRA[n][0], name=n), True, {"BLOCK": 256, "WAVES": 1, "num_warps": 2})
-                       for n in ("hinge_broadcast", "frobenius_normalize")])
+    judge_all(judge, [(n, problem_from_source(FAMILY_PROBLEMS[n][0], name=n), True,
+                       {"BLOCK": 256, "WAVES": 1, "num_warps": 2}) for n in ("hinge_broadcast", "frobenius_normalize")])
 
 
 def test_scans_carry_their_running_total_across_blocks(judge) -> None:
@@ -424,8 +380,9 @@ def test_scans_carry_their_running_total_across_blocks(judge) -> None:
     is scanned in several blocks, the last one ragged, so a lost carry, a wrong reverse walk or an unshifted
     exclusive read is a wrong output."""
     rows = {"BLOCK_R": 128, "ROWS": 2}
-    _judge_all(judge, [(n, problem_from_source(EXTRA[n][0], name=n), True, rows)
+    judge_all(judge, [(n, problem_from_source(FAMILY_PROBLEMS[n][0], name=n), True, rows)
                        for n in ("cumsum_rows", "cumprod_rows", "cumsum_reverse", "cumsum_exclusive",
                                  "cumsum_bf16_minus_input")]
-               + [("masked_cumsum_middle_dim", problem_from_source(EXTRA["masked_cumsum_middle_dim"][0], name="m"),
-                   True, {"BLOCK_R": 8, "BLOCK_I": 16})])
+               + [("masked_cumsum_middle_dim",
+                   problem_from_source(FAMILY_PROBLEMS["masked_cumsum_middle_dim"][0], name="m"), True,
+                   {"BLOCK_R": 8, "BLOCK_I": 16})])

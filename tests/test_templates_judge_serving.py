@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tests.test_evolve_families import small_problem
-from tests.test_templates_judge import SERVING, _judge_all
+from ks_inductor.catalogue.sources import SERVING, small_problem
+from tests.template_judging import judge_all
 
 
 def test_serving_op_templates_are_accepted_in_every_variant(judge) -> None:
-    _judge_all(judge, [(n, small_problem(n), True) for n in SERVING])
+    judge_all(judge, [(n, small_problem(n), True) for n in SERVING])

@@ -11,10 +11,10 @@ import pytest
 
 from kernel_cache.store import KernelStore
 from kernel_cache.testing import h200
+from ks_inductor.catalogue.sources import small_problem
 from ks_inductor.evolve import EvolveConfig, evolve_problem
 from ks_inductor.judge import Judge, JudgeConfig
 from ks_inductor.judge.verdict import DEADLINE_ERROR, EvalResult, Timing
-from tests.test_evolve_families import small_problem
 
 LIMIT_S = 20.0
 

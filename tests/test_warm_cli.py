@@ -8,28 +8,9 @@ import pytest
 import torch
 
 from kernel_cache.store import KernelStore
+from ks_inductor.catalogue.models import NORM_FACTORY
 from ks_inductor.cli import main
 from ks_inductor.compiler import backend as B
-
-FACTORY = textwrap.dedent("""
-    import torch
-    import torch.nn as nn
-
-
-    class Norm(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.w = nn.Parameter(1.0 + 0.1 * torch.randn(32))
-
-        def forward(self, x):
-            xf = x.float()
-            return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * self.w
-
-
-    def make():
-        torch.manual_seed(0)
-        return Norm(), (torch.randn(8, 32),)
-""")
 
 REGION_PROBLEM = textwrap.dedent("""
     import torch
@@ -66,7 +47,7 @@ def _fresh():
 
 
 def test_misses_warm_then_hit_and_resume(tmp_path, capsys):
-    (tmp_path / "factory.py").write_text(FACTORY)
+    (tmp_path / "factory.py").write_text(NORM_FACTORY)
     spec = f"{tmp_path / 'factory.py'}:make"
     db = str(tmp_path / "k.db")
     KernelStore(db).close()  # explain reads a cache: the one --db names must be there
@@ -158,7 +139,7 @@ def test_warm_opens_its_database_once(tmp_path, capsys):
     engine (one connection pool) for the one database, and no second store beside it."""
     from sqlalchemy import Engine, event
 
-    (tmp_path / "factory.py").write_text(FACTORY)
+    (tmp_path / "factory.py").write_text(NORM_FACTORY)
     db = str(tmp_path / "k.db")
     pools: set[int] = set()
 

@@ -7,27 +7,13 @@ import threading
 
 import pytest
 import torch
-import torch.nn as nn
 
 from kernel_cache.store import KernelStore
+from ks_inductor.catalogue.models import ThreeRegions
 from ks_inductor.compiler import backend as B
 from ks_inductor.evolve import EvolveConfig
 from ks_inductor.judge import Judge, JudgeConfig
 from ks_inductor.warm import problems_from_model, warm
-
-
-class ThreeRegions(nn.Module):
-    """An RMSNorm, a projection and a softmax: three regions for the backend."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.w = nn.Parameter(1.0 + 0.1 * torch.randn(32))
-        self.lin = nn.Linear(32, 32, bias=False)
-
-    def forward(self, x):
-        xf = x.float()
-        h = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * self.w
-        return torch.softmax(self.lin(h) * 0.5, dim=-1)
 
 
 @pytest.fixture(autouse=True)

@@ -12,13 +12,13 @@ import pytest
 import torch
 
 from kernel_cache.store import KernelStore
+from ks_inductor.catalogue.models import ThreeRegions
 from ks_inductor.compiler import backend as B
 from ks_inductor.evolve import EvolveConfig
 from ks_inductor.judge.backends import current_fingerprint
 from ks_inductor.seeds.inductor import generate
 from ks_inductor.warm import problems_from_model, run
 from ks_inductor.warm.prefetch import CodegenPrefetch, prefetch_workers
-from tests.test_warm_parallel import ThreeRegions
 
 GEN_S = 0.6
 SEARCH_S = 0.8

@@ -1,7 +1,7 @@
 """Evolve the LLM-serving ops on a GPU with the embedded mutator only, and measure the winners against peers.
 
-For each problem under benchmarks/problems/ (RMSNorm, LayerNorm, softmax, SiLU-and-mul, RoPE, cross-entropy,
-a GEMM with a GELU epilogue; shapes of shared/anchors/measure_peers.py): run ``evolve_problem`` under a judgment
+For each of the catalogue's serving problems (ks_inductor/catalogue/problems/: RMSNorm, LayerNorm, softmax,
+SiLU-and-mul, RoPE, cross-entropy, a GEMM with a GELU epilogue; shapes of shared/anchors/measure_peers.py): run ``evolve_problem`` under a judgment
 budget and a wall-time cap, then time the winner, eager, Inductor, Inductor max-autotune and Liger (where it has
 the op) two ways: per call, interleaved, with the L2 flushed before every call (the judge's protocol); and in
 the steady state of CUDA-graph replays over input sets too large for the L2 (``timing.benchmark_graphed``). The
@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-PROBLEM_DIR = ROOT / "benchmarks" / "problems"
+from ks_inductor.catalogue import PROBLEM_DIR  # noqa: E402 - importable once the checkout is on the path
+
 OPS = {
     "rmsnorm": "rmsnorm_bf16.py",
     "layernorm": "layernorm_bf16.py",

@@ -4,7 +4,7 @@ Judges the problem's seeds (the embedded mutator's, Inductor's kernel first) one
 again four at a time, through a search's judge (``JudgeConfig.for_search``), and prints each judgment's stages
 (``EvalResult.stage_s``) and the judgments a minute of each pass.
 
-    python -m benchmarks.gpu.judge_stages benchmarks/problems/softmax_bf16.py --out $OUT/judge-stages.json
+    python -m benchmarks.gpu.judge_stages ks_inductor/catalogue/problems/softmax_bf16.py --out $OUT/judge-stages.json
 """
 
 from __future__ import annotations

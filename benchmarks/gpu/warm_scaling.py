@@ -44,14 +44,16 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from ks_inductor.catalogue import PROBLEM_DIR  # noqa: E402 - importable once the checkout is on the path
+
 PARTS = ("eval", "throughput", "warm1", "warmall")
 EVAL_PROBLEM = ROOT / "tests" / "problems" / "rmsnorm.py"
 EVAL_CANDIDATE = ROOT / "tests" / "candidates" / "rmsnorm_ok.py"
 # Small serving ops: (name, problem file, candidate file or "seeds" for the embedded mutator's seeds).
 OPS = {
     "rmsnorm": (ROOT / "tests" / "problems" / "rmsnorm.py", str(EVAL_CANDIDATE)),
-    "rmsnorm_bf16_small": (ROOT / "benchmarks" / "problems" / "cpu" / "rmsnorm_small.py", "seeds"),
-    "softmax_bf16_small": (ROOT / "benchmarks" / "problems" / "cpu" / "softmax_small.py", "seeds"),
+    "rmsnorm_bf16_small": (PROBLEM_DIR / "cpu" / "rmsnorm_small.py", "seeds"),
+    "softmax_bf16_small": (PROBLEM_DIR / "cpu" / "softmax_small.py", "seeds"),
 }
 # The goals.
 TARGETS = {"per_gpu_minute": 120.0, "warm1_wall_s": 120.0, "warmall_wall_s": 45.0, "gpu_util_pct": 60.0,
