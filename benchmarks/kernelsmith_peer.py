@@ -10,7 +10,10 @@ import logging
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ks_core.problem_record import Problem
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +55,7 @@ class KernelSource:
             self.error = f"kernel cache unavailable: {type(e).__name__}: {e}"
             log.warning("%s", self.error)
 
-    def lookup(self, problem: Any) -> KernelLookup:
+    def lookup(self, problem: Problem) -> KernelLookup:
         if self._store is None:
             return KernelLookup(None, self.error or "kernel cache unavailable")
         rec = self._store.lookup(problem.key, self._fingerprint)
@@ -74,7 +77,7 @@ class KernelSource:
             self._judge = Judge(JudgeConfig.for_search(backend=self.backend))
         return self._judge
 
-    def _evolve(self, problem: Any) -> dict[str, Any]:
+    def _evolve(self, problem: Problem) -> dict[str, Any]:
         try:
             from ks_inductor.evolve import EvolveConfig, evolve_problem
 

@@ -16,7 +16,10 @@ import logging
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ks_core.problem_record import Problem
 
 from benchmarks.peers import PeerUnavailable
 from benchmarks.results import (
@@ -257,7 +260,7 @@ def setup_problem(source: str, device: str, protocol: Protocol, filename: str = 
     return ProblemSetup(mod, model, sets, active, ref, expect, ref32)
 
 
-def measure_problem(problem: Any, setup: ProblemSetup, *, name: str, op: str, dtype: str, phase: str, shape: str,
+def measure_problem(problem: Problem, setup: ProblemSetup, *, name: str, op: str, dtype: str, phase: str, shape: str,
                     peer_builders: dict[str, Any], lookup: Any, device: str, protocol: Protocol,
                     ceilings: Ceilings, tolerance: tuple[float, float], notes: dict[str, str] | None = None,
                     kernel_rejected: str | None = None) -> WorkloadResult:

@@ -22,7 +22,10 @@ import json
 import logging
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ks_core.problem_record import Problem
 
 log = logging.getLogger("nan_probe")
 
@@ -52,7 +55,7 @@ def _compare(want: Any, got: Any) -> dict[str, int]:
             "out_nan": int(on.sum()), "n": w.numel()}
 
 
-def _run_one(problem: Any, fm: Any, t: Any, variant: str, device: str, target: str, tmp: Path) -> list[dict]:
+def _run_one(problem: Problem, fm: Any, t: Any, variant: str, device: str, target: str, tmp: Path) -> list[dict]:
     import torch
 
     from ks_core.problem_record import exec_problem_source

@@ -32,7 +32,10 @@ import threading
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ks_core.problem_record import Problem
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -77,7 +80,7 @@ def _wrap_submit(judge_cls: Any) -> None:
     fn = judge_cls.submit
 
     @functools.wraps(fn)
-    def submit(self: Any, problem: Any, source: str, *args: Any, **kwargs: Any) -> Any:
+    def submit(self: Any, problem: Problem, source: str, *args: Any, **kwargs: Any) -> Any:
         region, start, final = _region(), time.monotonic(), bool(kwargs.get("final"))
         fut = fn(self, problem, source, *args, **kwargs)
 

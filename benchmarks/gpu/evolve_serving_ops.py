@@ -24,7 +24,10 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ks_core.problem_record import Problem
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -141,7 +144,7 @@ def _search_spend(store: Any, run_id: str) -> dict[str, Any]:
     return {"variants": per, "programs_until_within_2pct": first, "programs": len(programs)}
 
 
-def _measure(op: str, problem: Any, source: str | None, args: argparse.Namespace, bandwidth: float,
+def _measure(op: str, problem: Problem, source: str | None, args: argparse.Namespace, bandwidth: float,
              mm_peak: float | None) -> dict[str, Any]:
     import torch
 

@@ -25,7 +25,10 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ks_core.problem_record import Problem
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -132,7 +135,7 @@ def _op(op: str, source: str | None, bandwidth: float, args: argparse.Namespace,
     return row
 
 
-def _configured(problem: Any, pm: Any, ref: Any, spec: dict[str, Any], workdir: Path) -> Any:
+def _configured(problem: Problem, pm: Any, ref: Any, spec: dict[str, Any], workdir: Path) -> Any:
     """A template configuration rendered for the GPU, with the reference's parameters."""
     import torch
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ks_core.problem_record import Problem
 
 from benchmarks.config import BenchUsageError
 from benchmarks.fastp import geomean, summarize_speedups
@@ -55,12 +58,12 @@ def discover(path: Path, levels: list[int] | None = None, ids: list[int] | None 
     return out[:limit] if limit else out
 
 
-def _dtype_of(problem: Any) -> str:
+def _dtype_of(problem: Problem) -> str:
     floats = [s.dtype for s in problem.input_specs if s.kind == "tensor" and s.dtype and "float" in s.dtype]
     return floats[0] if floats else "float32"
 
 
-def _judge_kernel(ctx: SuiteContext, problem: Any, source: str) -> tuple[str | None, dict[str, Any]]:
+def _judge_kernel(ctx: SuiteContext, problem: Problem, source: str) -> tuple[str | None, dict[str, Any]]:
     """(reason it is rejected or None, what the judge said)."""
     res = ctx.kernels.judge().evaluate(problem, source, timing=False)
     info = {"verdict": res.verdict, "stage": res.stage, "trials": res.trials, "flags": res.flags,
