@@ -161,13 +161,11 @@ READ_WHERE_USED: dict[str, tuple[str, ...]] = {
     "serve_race": ("integrations/race.py",),
     "serve_margin": ("integrations/race.py",),
     "benchmarks": ("ks_inductor/cli/bench.py",),
+    "lock_dir": ("ks_inductor/judge/device_lock.py",),
 }
 
 # Variables read outside Settings, and why.
-OUTSIDE_SETTINGS: dict[str, str] = {
-    "KERNELSMITH_LOCK_DIR": "the device locks' folder, read by ks_inductor/judge/device_lock.py in every process "
-                            "that takes a lock",
-}
+OUTSIDE_SETTINGS: dict[str, str] = {}
 
 
 def _value(source: Source, raw: Any) -> Any:

@@ -103,6 +103,8 @@ VARIABLES: dict[str, Var] = {
     "triton_interpret": Var("TRITON_INTERPRET", _on_if_true, "Triton's own: 1 runs kernels on the CPU through "
                                                              "the interpreter"),
     "xdg_cache_home": Var("XDG_CACHE_HOME", _text, "where the default home folder goes"),
+    "lock_dir": Var("KERNELSMITH_LOCK_DIR", str, "the device locks' folder, shared by every kernelsmith process "
+                                                 "on the host that times on a device"),
 }
 
 
@@ -133,6 +135,7 @@ class Settings:
     benchmarks: str | None = None
     triton_interpret: bool = False
     xdg_cache_home: str | None = None
+    lock_dir: str = "/tmp/kernelsmith-locks"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -25,10 +25,11 @@ import threading
 import weakref
 from collections.abc import Iterator
 
+from ks_core.settings import VARIABLES, Settings
+
 log = logging.getLogger(__name__)
 
-ENV_LOCK_DIR = "KERNELSMITH_LOCK_DIR"
-DEFAULT_LOCK_DIR = "/tmp/kernelsmith-locks"
+ENV_LOCK_DIR = VARIABLES["lock_dir"].env
 CPU = "cpu"
 
 _SHARED = "shared"
@@ -37,7 +38,7 @@ _EXCLUSIVE = "exclusive"
 
 def lock_dir() -> str:
     """Where the lock files are: ``$KERNELSMITH_LOCK_DIR``, else ``/tmp/kernelsmith-locks``."""
-    return os.environ.get(ENV_LOCK_DIR) or DEFAULT_LOCK_DIR
+    return str(Settings.read("lock_dir"))
 
 
 def lock_path(name: str, directory: str | None = None) -> str:
