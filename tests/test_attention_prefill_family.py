@@ -17,6 +17,17 @@ from ks_inductor.seeds.families import classify, family_of, templates_for
 from tests.template_judging import judge_all
 
 
+@pytest.fixture(scope="module")
+def judge():
+    """The interpreter judge, on inputs from a fixed seed. On fresh draws, the fp32 grouped-query attention's re-check
+    on the large-magnitude set left one element of 1,184 past the fp32 bound in one of 11 runs
+    (docs/findings.md): what these tests check is that each form is accepted, on the same inputs every run."""
+    from ks_inductor.judge import Judge, JudgeConfig
+
+    with Judge(JudgeConfig(backend="triton-interpret", trials=3, seed=20261129)) as j:
+        yield j
+
+
 def problem(name: str):
     return problem_from_source(PREFILL_PROBLEMS[name][0], name=name)
 
