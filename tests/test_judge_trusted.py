@@ -29,6 +29,8 @@ REJECTED = {
     "device_cache.py": {"plan", "mismatch"},
     # a plan's tensors larger than the model's own need: refused before the judge copies them
     "oversized_state.py": {"plan"},
+    # a claim of running out of device memory: judged once more alone, and rejected on that judgment
+    "oom_claim.py": {"out_of_memory"},
 }
 # exploits whose forgery or trick buys nothing: judged exactly as their honest kernel is
 NO_GAIN = ("forged_timing.py", "call_stack_partial.py", "lying_process.py")
@@ -62,6 +64,14 @@ def test_exploits_against_the_plan_are_rejected(verdicts, name):
     assert r.reasons
     if not static:
         assert REJECTED[name] & set(r.flags), (r.flags, r.reasons)
+
+
+def test_a_claim_of_running_out_of_memory_is_judged_again_once_and_stands(verdicts):
+    """The retry alone is one judgment more, never a loop, and its verdict is the candidate's own."""
+    _, got = verdicts
+    r = got["oom_claim.py"]
+    assert r.verdict == "rejected" and "out_of_memory" in r.flags, r.feedback_text()
+    assert sum("judged alone" in n for n in r.notes) == 1, r.notes
 
 
 @pytest.mark.parametrize("name", NO_GAIN)

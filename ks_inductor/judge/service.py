@@ -461,11 +461,10 @@ class Judge:
         finally:
             gate.release(taken)
 
-    def _need(self, problem: Problem, kind: str, out_bytes: int | None, sets: int | None = None) -> int:
-        """Device bytes a job of ``kind`` for ``problem`` holds (``admission.job_bytes``)."""
+    def _need(self, problem: Problem, kind: str, out_bytes: int | None, sets: int) -> int:
+        """Device bytes a job of ``kind`` for ``problem`` with ``sets`` timing sets holds (``admission.job_bytes``)."""
         in_b = input_bytes(problem.input_specs)
-        n_sets = len(self._timing_sets(problem)) if sets is None else sets
-        need = job_bytes(kind, in_b, out_bytes, n_sets)
+        need = job_bytes(kind, in_b, out_bytes, sets)
         if need > GATE_SHARE * self._device_bytes / 2 and problem.key not in self._alone_said:
             self._alone_said.add(problem.key)
             log.info("%s: inputs of %.1f GiB; a %s job holds about %.1f GiB, so few share the device", problem.name,
