@@ -174,6 +174,8 @@ def _timing(job: dict[str, Any], problem: types.ModuleType, runner: Any, flags: 
         held["outs"] = runner(*active)
 
     fns = {"candidate": call}
+    leads: dict[str, Any] = {}
+    graph_leads: dict[str, Any] = {}
     mode = "exclusive" if job["timed"] else "shared"
     P.acquire(mode)
     P.stage("timing")
@@ -183,7 +185,8 @@ def _timing(job: dict[str, Any], problem: types.ModuleType, runner: Any, flags: 
                 samples = T.benchmark_interleaved(
                     fns, rounds=cfg["rounds"], warmup_ms=cfg["warmup_ms"], rep_ms=cfg["rep_ms"],
                     min_reps=cfg["min_reps"], max_reps=cfg["max_reps"], before_each=before_each,
-                    seed=job["order_seed"], device=device, flush=T.make_l2_flush(device, job.get("l2_bytes", 0)))
+                    seed=job["order_seed"], device=device, flush=T.make_l2_flush(device, job.get("l2_bytes", 0)),
+                    leads=leads)
             else:
                 samples = T.benchmark_interleaved(
                     fns, rounds=2, warmup_ms=0.0, rep_ms=0.0, min_reps=2, max_reps=2, before_each=before_each,
@@ -210,16 +213,17 @@ def _timing(job: dict[str, Any], problem: types.ModuleType, runner: Any, flags: 
             steady: dict[str, Any] = {}
             if job["timed"] and cfg.get("steady") and device != "cpu":
                 P.mark("steady_state")
-                steady = _steady_state(job, runner, sets, flags, device, later)
+                steady = _steady_state(job, runner, sets, flags, device, later, graph_leads)
                 P.mark("timing")
     finally:
         P.release(mode)
     later.flush()
-    return {"samples": samples, "wall": wall, "timed_checks": held["checked"], **steady}
+    return {"samples": samples, "wall": wall, "timed_checks": held["checked"],
+            "leads": T.lead_report(leads, graph_leads), **steady}
 
 
 def _steady_state(job: dict[str, Any], model: Any, sets: list[list[Any]], flags: list[tuple[str, str]],
-                  device: str, later: P.Deliveries) -> dict[str, Any]:
+                  device: str, later: P.Deliveries, leads: dict[str, Any] | None = None) -> dict[str, Any]:
     """The candidate timed inside a CUDA graph (``timing.steady_state_samples``). A graph replays whatever
     was captured, so a candidate that computes only while it is being watched, or that learns its inputs once, would
     look fast here: after every timed replay a few sets' outputs go to the judge, compared with the reference's
@@ -237,7 +241,7 @@ def _steady_state(job: dict[str, Any], model: Any, sets: list[list[Any]], flags:
             later.hand(job["workdir"], "graph", handed["n"], held[k], set=(k + shift) % len(sets))
             handed["n"] += 1
 
-    got = steady_state_samples(job, {"candidate": model}, sets, device, after_replay)
+    got = steady_state_samples(job, {"candidate": model}, sets, device, after_replay, leads)
     errors = got.get("steady_errors") or {}
     if "out of memory" in errors.get("candidate", "").lower():
         return {"steady_skipped": f"the CUDA-graph timing ran out of device memory: {errors['candidate'][:200]}"}

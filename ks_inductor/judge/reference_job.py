@@ -104,6 +104,38 @@ def save_state(model: Any, path: str) -> str | None:
     return path + ".safetensors"
 
 
+def peer_baseline(name: str, spec: str | None, model: Any, inputs: list[Any], device: str) -> tuple[Any, str]:
+    """The baseline ``name`` made by its factory (``JudgeConfig.peers``: ``"module:function"``, called with the
+    reference model and one set of inputs), checked to compute what the reference computes on them; or None and
+    why it is left out."""
+    import importlib
+
+    import torch
+
+    if not spec or ":" not in spec:
+        return None, f"no factory makes the {name} baseline (JudgeConfig.peers names none)"
+    module, _, attr = spec.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module), attr)
+        with torch.no_grad():
+            tool = factory(model, inputs)
+            if tool is None:
+                return None, f"{spec} has no kernel for this problem"
+            got, want = tool(*inputs), model(*inputs)
+        P.sync(device)
+    except Exception as e:  # noqa: BLE001 - a stack's kernel that cannot run here is left out and said
+        return None, f"{spec}: {type(e).__name__}: {str(e)[:300]}"
+    got = list(got) if isinstance(got, (tuple, list)) else [got]
+    want = list(want) if isinstance(want, (tuple, list)) else [want]
+    for g, w in zip(got, want):
+        if not isinstance(g, torch.Tensor) or g.shape != w.shape or not torch.allclose(
+                g.float(), w.float(), atol=2e-2, rtol=2e-2, equal_nan=True):
+            return None, f"{spec} computes something other than the reference; not timed"
+    if len(got) != len(want):
+        return None, f"{spec} returns {len(got)} outputs where the reference returns {len(want)}; not timed"
+    return tool, ""
+
+
 def run_baselines(job: dict[str, Any]) -> dict[str, Any]:
     """Time the baselines (eager, Inductor) on the search's timing sets with the protocol in ``job["timing"]``: per
     call with a flushed L2 and refreshed inputs, then inside a CUDA graph over cold sets where asked. The same loops
@@ -137,8 +169,18 @@ def run_baselines(job: dict[str, Any]) -> dict[str, Any]:
             tools["inductor"] = compiled
         except Exception as e:  # noqa: BLE001 - a baseline Inductor cannot build is left out and said
             errors["inductor"] = f"{type(e).__name__}: {str(e)[:300]}"
+    for name in cfg["baselines"]:
+        if name not in ("eager", "inductor"):
+            P.stage("compile")
+            tool, why = peer_baseline(name, (cfg.get("peers") or {}).get(name), model, active, device)
+            if tool is not None:
+                tools[name] = tool
+            else:
+                errors[name] = why
     before_each = T.refresher(active, sets, job["output_specs"], device)
     fns = {name: (lambda f=f: f(*active)) for name, f in tools.items()}
+    leads: dict[str, Any] = {}
+    graph_leads: dict[str, Any] = {}
     P.acquire("exclusive")
     P.stage("timing")
     try:
@@ -147,10 +189,10 @@ def run_baselines(job: dict[str, Any]) -> dict[str, Any]:
             samples = T.benchmark_interleaved(
                 fns, rounds=cfg["rounds"], warmup_ms=cfg["warmup_ms"], rep_ms=cfg["rep_ms"],
                 min_reps=cfg["min_reps"], max_reps=cfg["max_reps"], before_each=before_each,
-                seed=job["order_seed"], device=device, flush=flush)
+                seed=job["order_seed"], device=device, flush=flush, leads=leads)
             steady: dict[str, Any] = {}
             if cfg.get("steady") and device != "cpu":
-                steady = T.steady_state_samples(job, tools, sets, device)
+                steady = T.steady_state_samples(job, tools, sets, device, leads=graph_leads)
             # The floor's rates, measured beside the baselines (under the same lock, clocks and neighbours).
             bandwidth = T.measure_copy_bandwidth(device, (512 if device != "cpu" else 64) * 2**20)
             flops_rate = None
@@ -161,7 +203,7 @@ def run_baselines(job: dict[str, Any]) -> dict[str, Any]:
     finally:
         P.release("exclusive")
     return {"samples": samples, "errors": errors, "bandwidth": bandwidth, "flops_rate": flops_rate,
-            "launch_ms": launch_ms, **steady}
+            "launch_ms": launch_ms, "leads": T.lead_report(leads, graph_leads), **steady}
 
 
 # Low-precision outputs get a float64 rerun of the reference (``_truth``) up to this many bytes of outputs a run.

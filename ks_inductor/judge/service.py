@@ -96,6 +96,7 @@ class _Baselines:
         self.bandwidth: float | None = result.get("bandwidth")
         self.flops_rate: float | None = result.get("flops_rate")
         self.launch_ms: float | None = result.get("launch_ms")
+        self.leads: dict[str, dict[str, float]] = result.get("leads") or {}
         self.at = at
 
 
@@ -820,6 +821,12 @@ class Judge:
             res.notes.append(f"the {name} baseline was not timed: {why[:200]}")
         res.timing_meaningful = True
         res.timings = {name: T.summarize(rounds) for name, rounds in samples.items()}
+        res.timing_leads = {**base.leads, **(msg.get("leads") or {})}
+        behind = {name: int(v.get("behind", 0)) for name, v in res.timing_leads.items() if v.get("behind")}
+        if behind:
+            res.notes.append("the host was still behind the GPU at the longest spin for "
+                             + ", ".join(f"{n} ({k} calls)" for n, k in sorted(behind.items()))
+                             + ": those calls' times include the host's")
         lcbs = []
         if "eager" in samples:
             res.speedup_eager, res.speedup_eager_lcb = T.ratio_with_lcb(samples["eager"], cand)
@@ -827,6 +834,9 @@ class Judge:
         if "inductor" in samples:
             res.speedup_inductor, res.speedup_inductor_lcb = T.ratio_with_lcb(samples["inductor"], cand)
             lcbs.append(res.speedup_inductor_lcb)
+        for name in sorted(set(samples) - {"candidate", "eager", "inductor"}):
+            res.speedup_peers[name], res.speedup_peer_lcbs[name] = T.ratio_with_lcb(samples[name], cand)
+            lcbs.append(res.speedup_peer_lcbs[name])
         skipped = msg.get("steady_skipped") or base.steady_skipped
         if skipped:
             res.notes.append(f"steady state not timed: {skipped}; served on the per-call timing alone")
@@ -897,6 +907,8 @@ class Judge:
         for name, rounds in base.samples.items():
             if name in ("eager", "inductor") and rounds:
                 setattr(room, f"{name}_ms", T.summarize(rounds).median_ms)
+            elif rounds:
+                room.peer_ms[name] = T.summarize(rounds).median_ms
         room.bandwidth, room.flops_rate, room.launch_ms = base.bandwidth, base.flops_rate, base.launch_ms
         room.floor_ms, room.bound = floor_ms(problem, base.bandwidth, base.flops_rate, base.launch_ms)
         room.note = "; ".join(f"{k} not timed: {v[:150]}" for k, v in base.errors.items())

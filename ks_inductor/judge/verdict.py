@@ -64,6 +64,10 @@ class EvalResult:
     speedup_inductor: float | None = None
     speedup_eager_lcb: float | None = None
     speedup_inductor_lcb: float | None = None
+    # Against each further baseline (``JudgeConfig.peers``: a serving stack's own kernel), its time over the
+    # candidate's per call, and that ratio's lower confidence bound.
+    speedup_peers: dict[str, float] = field(default_factory=dict)
+    speedup_peer_lcbs: dict[str, float] = field(default_factory=dict)
     # The same tools timed inside a CUDA graph over cold inputs (GPU judgments): per baseline, its time over the
     # candidate's, and that ratio's lower confidence bound.
     steady_timings: dict[str, Timing] = field(default_factory=dict)
@@ -75,6 +79,10 @@ class EvalResult:
     # The candidate's device time per call is within a few kernel launches (``service.LAUNCH_BOUND_LAUNCHES``): what
     # such a call costs where it is served is mostly host time, which device timing does not see.
     launch_bound: bool = False
+    # Per tool timed (the candidate and each baseline; "<tool> (graph)" for the CUDA-graph timing): the spin before
+    # each timed call it ended at (us), the calls timed again because the host had fallen behind the GPU, and the
+    # samples kept although it still was (``timing.Lead``).
+    timing_leads: dict[str, dict[str, float]] = field(default_factory=dict)
     final: bool = False  # timed with the final protocol (what serving requires), not a search's short one
     roofline_floor_ms: float | None = None
     roofline_fraction: float | None = None
@@ -107,7 +115,7 @@ class EvalResult:
     @property
     def speedup_best(self) -> float | None:
         """Speedup against the fastest baseline measured in the same run."""
-        vals = [v for v in (self.speedup_eager, self.speedup_inductor) if v is not None]
+        vals = [v for v in (self.speedup_eager, self.speedup_inductor, *self.speedup_peers.values()) if v is not None]
         return min(vals) if vals else None
 
     @property
@@ -117,12 +125,14 @@ class EvalResult:
         it, decides whether it serves (``kernel_cache.record.RACE``)."""
         if not (self.correct and self.timing_meaningful and self.launch_bound) or self.faster:
             return False
-        per_call = [v for v in (self.speedup_eager, self.speedup_inductor) if v is not None]
+        per_call = [v for v in (self.speedup_eager, self.speedup_inductor, *self.speedup_peers.values())
+                    if v is not None]
         return bool(per_call) and min(per_call) >= 1.0 and min(self.steady_speedups.values(), default=1.0) >= 1.0
 
     @property
     def speedup_best_lcb(self) -> float | None:
-        vals = [v for v in (self.speedup_eager_lcb, self.speedup_inductor_lcb) if v is not None]
+        vals = [v for v in (self.speedup_eager_lcb, self.speedup_inductor_lcb, *self.speedup_peer_lcbs.values())
+                if v is not None]
         return min(vals) if vals else None
 
     @property
@@ -195,7 +205,7 @@ class EvalResult:
         if self.correct and self.timing_meaningful and "candidate" in self.timings:
             c = self.timings["candidate"]
             parts = [f"candidate {c.median_ms:.4f} ms (IQR {c.iqr_ms:.4f})"]
-            for name in ("eager", "inductor"):
+            for name in ("eager", "inductor", *sorted(self.speedup_peers)):
                 if name in self.timings:
                     parts.append(f"{name} {self.timings[name].median_ms:.4f} ms")
             lines.append("Timing: " + ", ".join(parts) + ".")
@@ -206,6 +216,9 @@ class EvalResult:
                     f"Speedup vs torch.compile {self.speedup_inductor:.3f}x "
                     f"(lower bound {self.speedup_inductor_lcb:.3f}x)."
                 )
+            for name, ratio in sorted(self.speedup_peers.items()):
+                lines.append(f"Speedup vs {name}'s own kernel {ratio:.3f}x "
+                             f"(lower bound {self.speedup_peer_lcbs[name]:.3f}x).")
             if "candidate" in self.steady_timings:
                 parts = [f"{name} {t.median_ms:.4f} ms" for name, t in self.steady_timings.items()]
                 lines.append("Inside a CUDA graph, calls back to back on cold inputs (how serving runs it): "
