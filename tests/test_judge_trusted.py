@@ -33,7 +33,7 @@ REJECTED = {
     "oom_claim.py": {"out_of_memory"},
 }
 # exploits whose forgery or trick buys nothing: judged exactly as their honest kernel is
-NO_GAIN = ("forged_timing.py", "call_stack_partial.py", "lying_process.py")
+NO_GAIN = ("forged_timing.py", "call_stack_partial.py", "lying_process.py", "host_hog.py")
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +90,32 @@ def test_forgeries_buy_nothing(verdicts, name):
     # Counted where the plan ran, not where the candidate said: every kernel once per call, as the honest one.
     assert set(r.launches.values()) == set(honest.launches.values())
     assert r.timings == honest.timings and r.speedup_eager == honest.speedup_eager
+
+
+def _hogs() -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/comm", "rb") as f:
+                if f.read().strip() == b"ks-host-hog":
+                    found.append(int(pid))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def test_a_process_a_candidate_starts_ends_with_its_job(verdicts):
+    """``host_hog.py`` forks children that try to leave the job's process group and spin for a minute: they stay in
+    the group (the judge's seccomp filter), so the kill that ends the job ends them, long before their minute."""
+    import time
+
+    static, got = verdicts
+    if got["host_hog.py"].stage == "static":
+        pytest.skip("the static rules refuse the builtins door before the process runs")
+    until = time.monotonic() + 10
+    while _hogs() and time.monotonic() < until:
+        time.sleep(0.2)
+    assert not _hogs(), "a process started by a candidate outlived its job"
 
 
 def test_a_lying_process_is_judged_by_its_plan(verdicts):

@@ -33,7 +33,7 @@ ISOLATION = ROOT / "tests" / "candidates" / "isolation"
 # them.
 TRUSTED = ROOT / "tests" / "candidates" / "trusted"
 # Trusted-set candidates whose trick buys nothing: accepted, and timed no faster than the honest kernel after them.
-TRUSTED_NO_GAIN = {"forged_timing.py", "call_stack_partial.py", "lying_process.py", "device_cache.py"}
+TRUSTED_NO_GAIN = {"forged_timing.py", "call_stack_partial.py", "lying_process.py", "device_cache.py", "host_hog.py"}
 # Rejected where the sandbox keeps /dev/shm read-only (Landlock), accepted elsewhere: its stash is what is tested.
 TRUSTED_EITHER = {"shm_stash_writer.py"}
 # How much faster than the honest kernel a no-gain candidate may time (launch-bound noise on a loaded host).

@@ -145,6 +145,7 @@ def run_record(job: dict[str, Any]) -> dict[str, Any]:
     from ks_core.problem_record import exec_problem_source
     from ks_inductor.judge import guards
     from ks_inductor.judge import plan as PL
+    from ks_inductor.judge.containment import contain
     from ks_inductor.judge.inputs import make_inputs
     from ks_inductor.judge.sandbox import confine_job
 
@@ -154,6 +155,7 @@ def run_record(job: dict[str, Any]) -> dict[str, Any]:
     problem = exec_problem_source(job["problem_source"], "<problem>")
     init_inputs = list(problem.get_init_inputs())
     sandbox = confine_job(job["workdir"], shared_memory=False).summary()
+    sandbox += "; " + contain()  # after confine_job: with the capabilities dropped, the priority cannot come back
     counter = guards.LaunchCounter(device)
     counter.install()
     watch = _Watch(device)
@@ -225,11 +227,13 @@ def run_vectors(job: dict[str, Any]) -> dict[str, Any]:
     from safetensors.torch import load_file
 
     from ks_inductor.judge import guards
+    from ks_inductor.judge.containment import contain
     from ks_inductor.judge.sandbox import confine_job
 
     device = job["device"]
     P.stage("load")
     confine_job(job["workdir"])
+    contain()
     counter = guards.LaunchCounter(device)
     counter.install()
     cand_mod = load_candidate(job["candidate_source"], job["workdir"])
