@@ -115,10 +115,13 @@ def match(graph: Graph) -> dict[str, Any] | None:
     if graph.outputs[0].name != down:
         return None
     return {"q": qsrc, "k": kv[0], "v": kv[1], "B": B, "H": H, "HK": HK, "TQ": TQ, "D": D, "scale": scale,
-            "perm": perm, "out": down}
+            "perm": perm, "out": down, "N": tk.shape[2]}
 
 
 MAX_QUERY_ROWS = 128  # group heads x query positions held by one program; beyond that this is not decode
+# Programs a split launch aims at: two waves of a 132-SM GPU. A short cache over few sequences x heads (a decode step
+# early in generation: 16 x 8 programs over 129 positions) otherwise leaves half the SMs idle at the default slice.
+SPLIT_PROGRAMS = 264
 LOG2E = 1.4426950408889634
 
 
@@ -148,6 +151,23 @@ class AttentionTemplate(Template):
         if variant == "split":
             p.update(SPLIT=256, COMBINE_WARPS=4)
         return p
+
+    def alternates(self, fm: FamilyMatch, variant: str, device: str) -> list[dict[str, Any]]:
+        """Where the default slice leaves the GPU short of programs, a slice cut for ``SPLIT_PROGRAMS`` (split), and
+        a narrower key tile for one program per sequence x head (direct)."""
+        a = fm.attrs
+        n = int(a.get("N") or 0)
+        if not n:
+            return []
+        base = self.default(fm, variant, device)
+        if variant == "direct":
+            return [{**base, "BLOCK_N": 32}] if n <= 1024 else []
+        per = max(1, -(-SPLIT_PROGRAMS // (a["B"] * a["HK"])))
+        split = max(64, next_pow2(-(-n // per)))
+        if split >= base["SPLIT"]:
+            return []
+        alt = {**base, "SPLIT": split, "BLOCK_N": min(base["BLOCK_N"], split)}
+        return [alt] if self.feasible(fm, alt, variant) else []
 
     def feasible(self, fm: FamilyMatch, params: dict[str, Any], variant: str) -> bool:
         a = fm.attrs
