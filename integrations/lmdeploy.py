@@ -236,3 +236,66 @@ def layer_problems(norms: list[tuple[tuple[int, ...], Any, float]] = (),
         out.append(layer_problem(Binding(OP_SILU_AND_MUL, ref, ()), [meta(*shape, dtype=dtype)],
                                  name=OP_SILU_AND_MUL))
     return out
+
+
+# ============================================================================================ the search's peer
+
+# The eps values an RMSNorm problem is tried at to find which one it computes (LMDeploy's and common models').
+_EPS_TRIED = (1e-6, 1e-5, 1e-8)
+
+
+def _own_backend(device_type: str) -> Any:
+    """LMDeploy's op backend for a device type (CUDA's, else its default one), with its own ``build_op`` even where
+    ``install`` wrapped it."""
+    mod_name, cls_name = BACKENDS[1] if device_type == "cuda" else BACKENDS[0]
+    cls = getattr(importlib.import_module(mod_name), cls_name)
+    build = vars(cls).get(_ORIGINAL) or vars(cls)["build_op"]
+    return lambda spec: build.__func__(cls, spec)
+
+
+def _close(got: Any, want: Any) -> float:
+    """The largest difference between two outputs (tuples elementwise), inf where their shapes differ."""
+    import torch
+
+    got = list(got) if isinstance(got, (tuple, list)) else [got]
+    want = list(want) if isinstance(want, (tuple, list)) else [want]
+    if len(got) != len(want):
+        return float("inf")
+    worst = 0.0
+    for g, w in zip(got, want):
+        if not isinstance(g, torch.Tensor) or g.shape != w.shape:
+            return float("inf")
+        worst = max(worst, float((g.float() - w.float()).abs().max()) if g.numel() else 0.0)
+    return worst
+
+
+def own_kernel(model: Any, inputs: list[Any]) -> Any:
+    """LMDeploy's own implementation of what ``model`` computes on ``inputs``, as a callable of those inputs: the
+    judge's factory for timing LMDeploy's kernels as a search's baseline (``JudgeConfig.peers``). It is what
+    LMDeploy's backend for the inputs' device builds (its Triton kernels on CUDA, its default torch code elsewhere),
+    for an RMSNorm (inputs: x, weight), an RMSNorm with the fused residual add (x, weight, residual) or SiLU·mul
+    (the concatenated gate and up). Found by computing, as ``ops`` matches layers: each op that takes such inputs
+    runs on them, and the one whose outputs come closest to the model's is it (an RMSNorm's eps is found the same
+    way, among ``_EPS_TRIED``). None where no op takes such inputs."""
+    import torch
+    from lmdeploy.pytorch.backends.activation import SiluAndMulBuildSpec
+    from lmdeploy.pytorch.backends.norm import RMSNormBuildSpec
+
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+    if not tensors or len(tensors) != len(inputs):
+        return None
+    build = _own_backend(tensors[0].device.type)
+    options: list[Any] = []
+    if len(inputs) == 1 and inputs[0].shape[-1] % 2 == 0:
+        impl = build(SiluAndMulBuildSpec(inplace=False))
+        options.append(lambda x, impl=impl: impl.forward(x))
+    elif len(inputs) in (2, 3) and inputs[1].dim() == 1 and inputs[1].shape[0] == inputs[0].shape[-1]:
+        for eps in _EPS_TRIED:
+            impl = build(RMSNormBuildSpec(hidden_size=int(inputs[0].shape[-1]), eps=eps))
+            options.append(_own_norm(impl, residual=len(inputs) == 3))
+    if not options:
+        return None
+    with torch.no_grad():
+        want = model(*[x.clone() for x in inputs])
+        best = min(options, key=lambda fn: _close(fn(*[x.clone() for x in inputs]), want))
+    return best

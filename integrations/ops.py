@@ -144,13 +144,21 @@ def key_function(binding: Binding) -> Callable[[tuple], str | None]:
 # ============================================================================================ the pack a deployment needs
 
 # What each stack runs for a layer where no pack kernel serves, and so what a pack's kernels must beat: transformers
-# runs the model's own layers eagerly; the others run their own kernels, often inside compiled or graphed code,
-# for which eager and Inductor both stand.
-STACK_BASELINES: dict[str, tuple[str, ...]] = {"transformers": ("eager",)}
+# runs the model's own layers eagerly; LMDeploy its own kernels, which the search times beside eager and Inductor
+# (``STACK_PEERS``); the others run their own kernels, often inside compiled or graphed code, for which eager and
+# Inductor both stand.
+STACK_BASELINES: dict[str, tuple[str, ...]] = {"transformers": ("eager",),
+                                               "lmdeploy": ("eager", "inductor", "lmdeploy")}
+# The factories of a stack's own kernels, by baseline name (``JudgeConfig.peers``).
+STACK_PEERS: dict[str, dict[str, str]] = {"lmdeploy": {"lmdeploy": "kernelsmith_integrations.lmdeploy:own_kernel"}}
 
 
 def stack_baselines(stack: str) -> tuple[str, ...]:
     return STACK_BASELINES.get(stack, ("eager", "inductor"))
+
+
+def stack_peers(stack: str) -> dict[str, str]:
+    return dict(STACK_PEERS.get(stack, {}))
 
 
 @dataclass
@@ -164,12 +172,13 @@ class PackBuild:
 def pack_for_problems(problems: list[Problem], path: str | os.PathLike[str], *, db: str | None = None,
                       config: Any = None, judge: Any = None, sign_key: str | os.PathLike[str] | None = None,
                       console: Any = None, vector_cap_bytes: int = 64 * 2**20, vectors: bool = True,
-                      min_speedup: float | None = None, baselines: tuple[str, ...] | None = None) -> PackBuild:
+                      min_speedup: float | None = None, baselines: tuple[str, ...] | None = None,
+                      peers: dict[str, str] | None = None) -> PackBuild:
     """Warm the kernel cache (``db``) for the layer problems a deployment meets, then export exactly their
     verified kernels for this machine, with golden vectors, to the pack at ``path`` (nothing is written when
     none has a kernel). ``min_speedup`` leaves out kernels whose recorded speedup is lower. ``baselines``: what
     the stack runs where no kernel serves (``stack_baselines``), which the search aims at; it replaces the
-    config's."""
+    config's, as ``peers`` (``stack_peers``: the factories of the stack's own kernels among them) does."""
     from dataclasses import replace
 
     from kernel_cache.access import open_store
@@ -182,6 +191,8 @@ def pack_for_problems(problems: list[Problem], path: str | os.PathLike[str], *, 
     config = config if config is not None else EvolveConfig()
     if baselines is not None:
         config = replace(config, baselines=tuple(baselines))
+    if peers is not None:
+        config = replace(config, peers=dict(peers))
     fp = judge.fingerprint if judge is not None else current_fingerprint(getattr(config, "backend", None))
     if config.settle_at is None and fp.timed:
         # A room is device time against the floor; a served call in a stack costs mostly the host's (what launch

@@ -151,3 +151,34 @@ def test_racing_keeps_lmdeploy_where_its_own_is_faster(pack, monkeypatch):
     assert stats["fallbacks"] == {op: {G.R_SLOWER: 1} for op in ("add_rmsnorm", "rmsnorm", "silu_and_mul")}
     assert sorted(s for states in stats["kernels"].values() for s in states) == ["slower"] * 3
     assert all(ours > theirs for [(ours, theirs)] in stats["race_us"].values()) and len(stats["race_us"]) == 3
+
+
+def test_own_kernel_is_lmdeploys_implementation_of_each_problem():
+    """The factory a pack's search times LMDeploy's own kernels with (``ops.STACK_PEERS``): for each layer problem,
+    the implementation LMDeploy's backend builds (its default one on this CPU), found by computing, eps included."""
+    from ks_core.problem_record import exec_problem_source
+    from kernelsmith_integrations.ops import stack_baselines, stack_peers
+
+    assert "lmdeploy" in stack_baselines("lmdeploy")
+    module, _, name = stack_peers("lmdeploy")["lmdeploy"].partition(":")
+    assert module == "kernelsmith_integrations.lmdeploy" and name == "own_kernel"
+    problems = L.layer_problems(norms=[((1, TOKENS, HIDDEN), torch.float32, 1e-5)],
+                                silu_and_mul=[((1, TOKENS, 2 * INTER), torch.float32)],
+                                residual_norms=[((1, TOKENS, HIDDEN), torch.float32, 1e-6)])
+    assert len(problems) == 3
+    for p in problems:
+        mod = exec_problem_source(p.source, p.name)
+        model = mod.Model(*mod.get_init_inputs())
+        torch.manual_seed(1)
+        xs = [x.float() if x.is_floating_point() else x for x in mod.get_inputs()]
+        if len(xs) > 1:
+            xs[1] = 1 + 0.1 * torch.randn_like(xs[1])  # a weight that is not all ones
+        own = L.own_kernel(model, xs)
+        assert own is not None, p.name
+        got, want = own(*[x.clone() for x in xs]), model(*[x.clone() for x in xs])
+        got = got if isinstance(got, (tuple, list)) else [got]
+        want = want if isinstance(want, (tuple, list)) else [want]
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
+    # Inputs no LMDeploy op takes: no kernel.
+    assert L.own_kernel(model, [torch.randn(3, 5), torch.randn(4, 4)]) is None

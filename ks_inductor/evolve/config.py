@@ -62,6 +62,9 @@ class EvolveConfig:
     judge_trials: int | None = None
     # Leading elites judged again at the end with the judge's final protocol; the winner is chosen by that.
     final_candidates: int = 3
+    # Seconds the final judgment of the search's best may run past ``time_limit_s`` (None: ``FINAL_GRACE_SHARE`` of
+    # it). ``warm`` sets 0 where a region's limit is what is left of the whole run's.
+    final_grace_s: float | None = None
     # Seed from Inductor's own kernels too (every problem Inductor compiles to Triton gets a seed).
     inductor_seeds: bool = True
     # Regions ``warm`` searches at once, sharing one judge; None: one per local device, at least 2 on the CPU.
@@ -73,6 +76,9 @@ class EvolveConfig:
     # ``backend="kernelsmith"`` chooses among); ("eager",) for a stack that runs the model's own layers, such as a
     # transformers pack, whose kernels are then stored without a speedup over Inductor and never serve a compile.
     baselines: tuple[str, ...] | None = None
+    # Baselines beyond eager and Inductor that ``baselines`` may name: name -> ``"module:function"``, the factory
+    # of a serving stack's own kernel for a problem (``JudgeConfig.peers``).
+    peers: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:

@@ -46,6 +46,11 @@ class JudgeConfig:
     final_max_reps: int = FINAL.max_reps
     final_warmup_ms: float = FINAL.warmup_ms
     final_baselines: tuple[str, ...] = ("eager", "inductor")
+    # Baselines beyond eager and Inductor: a name in ``baselines`` mapped to ``"module:function"``, a factory the
+    # trusted baselines job calls with the reference model and one set of inputs. It returns what a serving stack
+    # runs for the problem (its own kernel), or None where the stack has none; it is timed like eager and must
+    # compute what the reference computes (``reference_job.peer_baseline``).
+    peers: dict[str, str] = field(default_factory=dict)
     # Also time candidate and baselines inside a CUDA graph over cold inputs (GPU only): how serving runs them.
     # Final judgments always do when this is on; a search's children only with ``search_steady_state`` (the graphs'
     # capture and replays cost a search child more device time than its per-call timing, and the winner is judged
@@ -74,9 +79,10 @@ class JudgeConfig:
         if final:
             return {"rounds": self.final_rounds, "rep_ms": self.final_rep_ms, "max_reps": self.final_max_reps,
                     "warmup_ms": self.final_warmup_ms, "baselines": list(self.final_baselines),
-                    "steady": self.steady_state}
+                    "steady": self.steady_state, "peers": dict(self.peers)}
         return {"rounds": self.rounds, "rep_ms": self.rep_ms, "max_reps": self.max_reps, "warmup_ms": self.warmup_ms,
-                "baselines": list(self.baselines), "steady": self.steady_state and self.search_steady_state}
+                "baselines": list(self.baselines), "steady": self.steady_state and self.search_steady_state,
+                "peers": dict(self.peers)}
 
     def tolerance(self, dtype: str) -> tuple[float, float]:
         return self.tolerances.get(dtype, (1e-2, 1e-2))

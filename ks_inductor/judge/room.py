@@ -14,7 +14,7 @@ warm, explain and the backend read the same dataclass (stored beside the kernels
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -82,20 +82,26 @@ class Room:
     dtype: str = ""
     eager_ms: float | None = None
     inductor_ms: float | None = None
+    # A serving stack's own kernels timed beside them (``JudgeConfig.peers``), by name.
+    peer_ms: dict[str, float] = field(default_factory=dict)
     device: str = ""
     # Why a figure is missing (a baseline that did not build, no floor on this device, ...), in one line.
     note: str = ""
 
+    def _timed(self) -> dict[str, float]:
+        return {k: v for k, v in (("eager", self.eager_ms), ("inductor", self.inductor_ms),
+                                  *sorted(self.peer_ms.items())) if v}
+
     @property
     def best(self) -> str | None:
-        """The faster baseline ("eager" or "inductor"), or None when neither was timed."""
-        ms = {k: v for k, v in (("eager", self.eager_ms), ("inductor", self.inductor_ms)) if v}
+        """The fastest baseline ("eager", "inductor" or a stack's own kernel), or None when none was timed."""
+        ms = self._timed()
         return min(ms, key=ms.get) if ms else None
 
     @property
     def best_ms(self) -> float | None:
         b = self.best
-        return None if b is None else getattr(self, f"{b}_ms")
+        return None if b is None else self._timed()[b]
 
     @property
     def fraction(self) -> float | None:
@@ -132,7 +138,8 @@ class Room:
         if self.best_ms is None:
             return f"room not measured: {self.note}" if self.note else "room not measured"
         parts = [f"eager {self.eager_ms:.4g} ms" if self.eager_ms else "eager -",
-                 f"Inductor {self.inductor_ms:.4g} ms" if self.inductor_ms else "Inductor -"]
+                 f"Inductor {self.inductor_ms:.4g} ms" if self.inductor_ms else "Inductor -",
+                 *(f"{k} {v:.4g} ms" for k, v in sorted(self.peer_ms.items()))]
         if self.fraction is None:
             return ", ".join(parts) + " (no floor on this device)"
         state = "settled" if self.settled() else "room"

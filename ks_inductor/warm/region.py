@@ -17,14 +17,20 @@ log = logging.getLogger(__name__)
 
 def region_config(config: EvolveConfig, left: float | None, share_s: float | None = None) -> EvolveConfig:
     """``config`` with its per-region time limit cut to the region's share of it (``share_s``, from its room) and
-    to ``left`` seconds (what remains of the whole run)."""
+    to ``left`` seconds (what remains of the whole run). The grace a search's best gets for its final judgment
+    (``EvolveConfig.final_grace_s``) stays within ``left``, so that the whole run keeps its bound."""
     from dataclasses import replace
+
+    from ks_inductor.evolve.evolver import FINAL_GRACE_SHARE
 
     limit = config.time_limit_s
     for cap in (share_s, left):
         if cap is not None and (limit is None or limit > cap):
             limit = cap
-    return config if limit == config.time_limit_s else replace(config, time_limit_s=limit)
+    if left is None or limit is None:
+        return config if limit == config.time_limit_s else replace(config, time_limit_s=limit)
+    grace = FINAL_GRACE_SHARE * limit if config.final_grace_s is None else config.final_grace_s
+    return replace(config, time_limit_s=limit, final_grace_s=max(0.0, min(grace, left - limit)))
 
 
 def evolve_region(problem: Problem, config: EvolveConfig, store: SearchStore, judge: SearchJudge,
