@@ -380,9 +380,9 @@ def test_search_and_final_protocols():
     # A search's children are timed against both baselines (timed once per problem): it aims at the faster, and
     # the two give the region's room.
     assert search.protocol(False) == {"rounds": 5, "rep_ms": 60.0, "max_reps": 100, "warmup_ms": 10.0,
-                                      "baselines": ["eager", "inductor"], "steady": False}
+                                      "baselines": ["eager", "inductor"], "steady": False, "peers": {}}
     assert search.protocol(True) == {"rounds": 7, "rep_ms": 200.0, "max_reps": 2000, "warmup_ms": 25.0,
-                                     "baselines": ["eager", "inductor"], "steady": True}
+                                     "baselines": ["eager", "inductor"], "steady": True, "peers": {}}
     assert JudgeConfig(steady_state=False).protocol(True)["steady"] is False
     assert JudgeConfig().protocol(False)["baselines"] == ["eager", "inductor"]
 

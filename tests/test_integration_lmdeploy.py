@@ -156,8 +156,9 @@ def test_racing_keeps_lmdeploy_where_its_own_is_faster(pack, monkeypatch):
 def test_own_kernel_is_lmdeploys_implementation_of_each_problem():
     """The factory a pack's search times LMDeploy's own kernels with (``ops.STACK_PEERS``): for each layer problem,
     the implementation LMDeploy's backend builds (its default one on this CPU), found by computing, eps included."""
-    from ks_core.problem_record import exec_problem_source
     from kernelsmith_integrations.ops import stack_baselines, stack_peers
+
+    from ks_core.problem_record import exec_problem_source
 
     assert "lmdeploy" in stack_baselines("lmdeploy")
     module, _, name = stack_peers("lmdeploy")["lmdeploy"].partition(":")
