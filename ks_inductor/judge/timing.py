@@ -92,7 +92,8 @@ def make_l2_flush(device: str, l2_bytes: int = 0, clean: bool = True) -> Callabl
     return flush
 
 
-LEAD_CYCLES = 200_000  # about 100 us at H200 clocks; untimed
+CYCLES_PER_US = 2000  # an H200's SM clock, near enough to state a spin in microseconds
+LEAD_CYCLES = 200_000  # about 100 us; untimed
 # The longest spin a call is given (about 13 ms): a call whose launching takes longer is host-bound whatever the
 # lead, and its time, host included, is what it costs.
 MAX_LEAD_CYCLES = 128 * LEAD_CYCLES
@@ -113,7 +114,7 @@ class Lead:
     behind: int = 0
 
     def report(self) -> dict[str, float]:
-        return {"lead_us": round(self.cycles / 2000.0, 1), "retimed": self.retimed, "behind": self.behind}
+        return {"lead_us": round(self.cycles / CYCLES_PER_US, 1), "retimed": self.retimed, "behind": self.behind}
 
 
 def _lead(cycles: int = LEAD_CYCLES) -> None:
