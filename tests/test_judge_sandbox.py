@@ -274,3 +274,37 @@ def test_triton_compiles_and_runs_on_the_gpu_after_confinement(tmp_path, cuda_fi
     assert res["kernel_max_err"] < 1e-4
     assert _denied(res, "sibling_read")
     assert any(Path(tmp_path, "triton-cache").rglob("*.cubin"))
+
+
+CONTAINED = r'''
+import os, subprocess, sys
+from ks_inductor.judge.containment import contain
+
+summary = contain()
+out = {"summary": summary, "nice": os.getpriority(os.PRIO_PROCESS, 0)}
+try:
+    os.setsid()
+    out["setsid"] = "allowed"
+except OSError as e:
+    out["setsid"] = e.errno
+child = subprocess.run([sys.executable, "-c", "import os\ntry:\n    os.setpgid(0, 0)\n    print('allowed')\nexcept OSError as e:\n    print(e.errno)"], capture_output=True, text=True)
+out["child_setpgid"] = child.stdout.strip()
+print(__import__("json").dumps(out))
+'''
+
+
+def test_a_contained_process_and_its_children_keep_their_group_at_a_lower_priority():
+    """``containment.contain`` (what a candidate's process runs after the sandbox): ``setsid`` and ``setpgid`` fail
+    with EPERM in the process and in a program it starts, and its priority is lowered to ``CANDIDATE_NICE``."""
+    import errno
+
+    from ks_inductor.judge.containment import CANDIDATE_NICE
+
+    # Started in this process's group, not as a group leader: there setsid and setpgid succeed unless refused.
+    proc = subprocess.run([sys.executable, "-c", CONTAINED], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "process group not kept" in got["summary"]:
+        pytest.skip(got["summary"])
+    assert got["setsid"] == errno.EPERM and got["child_setpgid"] == str(errno.EPERM), got
+    assert got["nice"] >= CANDIDATE_NICE, got
