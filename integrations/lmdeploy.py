@@ -257,8 +257,9 @@ def _close(got: Any, want: Any) -> float:
     """The largest difference between two outputs (tuples elementwise), inf where their shapes differ."""
     import torch
 
-    got = list(got) if isinstance(got, (tuple, list)) else [got]
-    want = list(want) if isinstance(want, (tuple, list)) else [want]
+    from .checks import _as_list
+
+    got, want = _as_list(got), _as_list(want)
     if len(got) != len(want):
         return float("inf")
     worst = 0.0

@@ -125,8 +125,7 @@ def peer_baseline(name: str, spec: str | None, model: Any, inputs: list[Any], de
         P.sync(device)
     except Exception as e:  # noqa: BLE001 - a stack's kernel that cannot run here is left out and said
         return None, f"{spec}: {type(e).__name__}: {str(e)[:300]}"
-    got = list(got) if isinstance(got, (tuple, list)) else [got]
-    want = list(want) if isinstance(want, (tuple, list)) else [want]
+    got, want = P.as_outputs(got), P.as_outputs(want)
     for g, w in zip(got, want):
         if not isinstance(g, torch.Tensor) or g.shape != w.shape or not torch.allclose(
                 g.float(), w.float(), atol=2e-2, rtol=2e-2, equal_nan=True):

@@ -11,8 +11,8 @@ judge's other workers compiling) inflated 20-30 us kernels two- to three-fold on
 the host takes to launch a call is not known ahead (a plan of several Triton launches, a loaded host, a descheduled
 timing process), so every timed call is checked: if the GPU had already reached the start event when the host
 finished launching the call, the GPU may have waited on the host inside the events, and the call is timed again
-behind a spin twice as long. A launch-bound op's ratio otherwise measures the host (a decode-step RMSNorm against
-eager's seven ops read 1.02x on a loaded host and 8x on a quiet one).
+behind a spin twice as long. A launch-bound op's ratio (a decode-step RMSNorm against eager's seven ops) would
+otherwise measure the host wherever the host falls behind.
 Candidates and baselines run in interleaved rounds whose order is shuffled each
 round, so clock and thermal drift hit all of them alike; the speedup's lower confidence bound comes from a
 bootstrap over rounds. On CPU the same loop runs with a host clock; those numbers are only used to exercise the
