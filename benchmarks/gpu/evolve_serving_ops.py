@@ -51,6 +51,7 @@ OPS = {
     "decode_gemm": "decode_gemm_bf16.py",
     "qk_norm": "qk_norm_bf16.py",
     "decode_attention_long": "decode_attention_long_bf16.py",
+    "decode_attention_short": "decode_attention_short_bf16.py",
 }
 
 

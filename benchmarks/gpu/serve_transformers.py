@@ -14,6 +14,10 @@ own rule (against the model's own logits, with the float64 model's as the judge'
 the guard's counters and races, and one layer of each swapped kind timed per call at the decode step each way.
 
     python benchmarks/gpu/serve_transformers.py --out $OUT/serve_transformers.json
+    python benchmarks/gpu/serve_transformers.py --merge run1.json run2.json run3.json --out serve.json
+
+``--merge`` folds runs (each a pack build and its measurement) into one file: the spread of pack vs own and vs
+Liger across them, and each op's verdicts run by run.
 """
 
 from __future__ import annotations
@@ -93,7 +97,45 @@ def _tolerance_share(got, want) -> float:
     return float(((got - want).abs() <= atol + rtol * want.abs()).float().mean())
 
 
+def _spread(values: list[float]) -> dict[str, float] | None:
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)} if values else None
+
+
+def merge_runs(runs: list[dict]) -> dict:
+    """Runs of this benchmark as one result: the versions and device they share, the spread of the pack's ratios,
+    and per op and input signature, each run's verdict on its best kernel, whether it was packed, and its
+    speedup over eager."""
+    first = runs[0]
+    ops: dict[str, dict] = {}
+    for run in runs:
+        for prob in run.get("problems", []):
+            row = ops.setdefault(f"{prob['name']} {prob['inputs']}", {"statuses": [], "packed": [], "speedups": []})
+            best = (prob.get("kernels") or [{}])[0]
+            row["statuses"].append(best.get("status"))
+            row["packed"].append(prob.get("packed"))
+            if best.get("speedup_eager") is not None:
+                row["speedups"].append(best["speedup_eager"])
+    for row in ops.values():
+        row["speedup_eager"] = _spread(row.pop("speedups"))
+    return {**{k: first.get(k) for k in ("device", "torch", "triton", "transformers")},
+            "pack_vs_own": _spread([r["pack_vs_own"] for r in runs if r.get("pack_vs_own") is not None]),
+            "pack_vs_liger": _spread([r["pack_vs_liger"] for r in runs if r.get("pack_vs_liger") is not None]),
+            "per_op_verdicts": ops, "runs": runs}
+
+
 def main() -> int:
+    if "--merge" in sys.argv:
+        m = argparse.ArgumentParser()
+        m.add_argument("--merge", nargs="+", required=True)
+        m.add_argument("--out", required=True)
+        m.add_argument("--about", default="")
+        a = m.parse_args()
+        merged = merge_runs([json.loads(Path(f).read_text()) for f in a.merge])
+        if a.about:
+            merged = {**{k: merged[k] for k in ("device", "torch", "triton", "transformers")}, "about": a.about,
+                      **merged}
+        Path(a.out).write_text(json.dumps(merged, indent=1, default=str))
+        return 0
     p = argparse.ArgumentParser()
     p.add_argument("--hidden", type=int, default=2048)
     p.add_argument("--intermediate", type=int, default=5632)

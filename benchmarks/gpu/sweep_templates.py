@@ -14,6 +14,10 @@ the interleaved timing of ``evolve_serving_ops.py`` or ``timing_context.py``, no
     python benchmarks/gpu/sweep_templates.py $OUT/sweep.json --ops rmsnorm,softmax --per-variant 48
     python benchmarks/gpu/sweep_templates.py $OUT/sweep.json --ops gemm_gelu --per-variant 0 \
         --configs benchmarks/gpu/configs/gemm-hopper.json --peers inductor,max-autotune
+    python benchmarks/gpu/sweep_templates.py $OUT/sweep.json --problem my_problem.py --kernel-times
+
+``--kernel-times`` adds, for eager and the leaders, each kernel's device time per call from torch's profiler:
+what a launch-bound region spends in kernels against what a call costs between the judge's events.
 """
 
 from __future__ import annotations
@@ -141,6 +145,26 @@ def _time(fn: Any, flush: Any, reps: int) -> float:
     return T.summarize(rounds).median_ms
 
 
+def _kernel_us(fn: Any, calls: int = 50) -> dict[str, float]:
+    """Device µs per call of each kernel ``fn`` launches (torch's profiler, ``calls`` calls): where a launch-bound
+    call's time goes between kernels and the gaps around them."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    out: dict[str, float] = {}
+    for e in prof.key_averages():
+        us = getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0)
+        if us:
+            out[e.key[:80]] = round(us / calls, 3)
+    return out
+
+
 def _ok(ref_out: Any, out: Any) -> str | None:
     """Why ``out`` is wrong against the reference, by the judge's own comparison and tolerances."""
     from ks_inductor.judge import JudgeConfig
@@ -184,7 +208,7 @@ def sweep_op(op: str, args: argparse.Namespace, pool: ProcessPoolExecutor, bandw
     from ks_inductor.problem_tracing import load_problem
     from ks_inductor.seeds.families import classify
 
-    path = str(PROBLEM_DIR / OPS[op])
+    path = str(PROBLEM_DIR / OPS[op]) if op in OPS else op
     problem = load_problem(path)
     fm = classify(problem)
     fm.target = "cuda"
@@ -198,7 +222,7 @@ def sweep_op(op: str, args: argparse.Namespace, pool: ProcessPoolExecutor, bandw
         src = _render(fm, tname, variant, params)
         if src is not None:
             rows.append({"template": tname, "variant": variant, "params": params, "source": src})
-    workdir = os.path.join(args.workdir, op)
+    workdir = os.path.join(args.workdir, Path(op).stem)
     futs = {pool.submit(_warm, path, r["source"], workdir): r for r in rows}
     try:
         # One compile that hangs (the warp-specialization pass has) must not hold every timing past the deadline.
@@ -247,11 +271,15 @@ def sweep_op(op: str, args: argparse.Namespace, pool: ProcessPoolExecutor, bandw
         for r in timed[:5]:
             # A second opinion on the leaders from Triton's own harness (it clears L2 its own way).
             r["do_bench_ms"] = triton.testing.do_bench(lambda m=r["_model"]: m(*inputs), return_mode="median")
+        if args.kernel_times:
+            eager_kernels = _kernel_us(lambda: ref(*inputs))
+            for r in timed[:8]:
+                r["kernel_us"] = _kernel_us(lambda m=r["_model"]: m(*inputs))
     for r in rows:
         r.pop("_model", None)
     for r in timed:
         r["frac_floor"] = floor_ms / r["ms"] if floor_ms else None
-    return {"floor_ms": floor_ms, "eager_ms": eager_ms, "copy_main_input_ms": copy_ms, "peers_ms": peers_ms,
+    return {"floor_ms": floor_ms, "eager_ms": eager_ms, "eager_kernel_us": eager_kernels if args.kernel_times else None, "copy_main_input_ms": copy_ms, "peers_ms": peers_ms,
             "copy_bytes": 2 * main.numel() * main.element_size(), "configs": len(rows), "timed": len(timed),
             "best": timed[:15], "failed": [r for r in rows if "ms" not in r][:40],
             "all": [[r["template"], r["variant"], r["params"], round(r["ms"] * 1e3, 2)] for r in timed]}
@@ -261,6 +289,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
     ap.add_argument("--ops", default=",".join(OPS))
+    ap.add_argument("--problem", action="append", default=[],
+                    help="a problem file to sweep as well (or only, with --ops ''); may repeat")
+    ap.add_argument("--kernel-times", action="store_true", help="each kernel's device time per call (profiler)")
     ap.add_argument("--per-variant", type=int, default=40)
     ap.add_argument("--reps", type=int, default=25)
     ap.add_argument("--jobs", type=int, default=12)
@@ -289,7 +320,7 @@ def main() -> int:
     bw = measure_copy_bandwidth("cuda")
     res["copy_GBps"] = bw / 1e9
     with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as pool:
-        for op in args.ops.split(","):
+        for op in [o for o in args.ops.split(",") if o] + args.problem:
             if time.time() > deadline:
                 res["ops"][op] = {"skipped": "deadline"}
                 continue

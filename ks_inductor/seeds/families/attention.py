@@ -147,7 +147,10 @@ class AttentionTemplate(Template):
         return sp
 
     def default(self, fm: FamilyMatch, variant: str, device: str) -> dict[str, Any]:
-        p: dict[str, Any] = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
+        # Three stages: a program's walk over its keys waits on memory, not arithmetic, and the second tile in
+        # flight pays (a decode step over 129 rows on an H100: faster than two stages in every direct configuration
+        # timed, 9-12% at this tile; docs/findings.md, "Decode attention at a short cache").
+        p: dict[str, Any] = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
         if variant == "split":
             p.update(SPLIT=256, COMBINE_WARPS=4)
         return p
