@@ -18,8 +18,8 @@ order shuffled per round), and back-to-back batches without flushes, where the h
 
 With ``--warm SECONDS``, each case's regions are first searched into the cache (``kernelsmith warm`` of the layer
 at the case's inputs, ``--budget`` judgments a region, the whole warm within SECONDS), and kernelsmith compiles
-against that warmed cache: the "never slower" half, where the backend serves only what beats Inductor in its own
-race.
+against that warmed cache: the "never slower" half, where the backend keeps its swaps only where its graph guard
+times the swapped graph faster than Inductor's (``ks_inductor.compiler.graph_guard``).
 
 ``ratio`` is Inductor's ms over kernelsmith's (above 1: kernelsmith faster): per round, and their median, min and
 max. ``within_2pct``: the median ratio is at least 0.98. ``ok``: every case within 2%, and every kernelsmith compile
@@ -328,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "inductor_floor", "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
         "torch": torch.__version__, "triton": triton.__version__, "transformers": transformers.__version__,
         "python": platform.python_version(), "dtype": str(dtype).replace("torch.", ""), "db": db,
-        "cache": "warmed" if a.warm else ("given" if a.db else "empty"), "args": {k: str(v) for k, v in vars(a).items()}, "cases": [],
+        "cache": "warmed" if a.warm else ("given" if a.db else "empty"),
+        "args": {k: str(v) for k, v in vars(a).items()}, "cases": [],
     }
     t0 = time.time()
     for model_name in a.models.split(","):
