@@ -40,6 +40,21 @@ def test_decode_attention_is_classified_with_its_prologue():
     assert a["k"]["cache"] is not None and a["perm"] == [0, 2, 1, 3]
 
 
+def test_a_search_seeds_one_launch_where_one_slice_holds_the_sequence():
+    """The template's first variant is what a search seeds: ``direct`` where the default slice holds the whole
+    sequence (``split`` would do the same walk and launch a combining kernel besides), ``split`` beyond it; the
+    other is an operator's step away either way."""
+    from ks_inductor.evolve.operators import seeded_variants
+    from ks_inductor.seeds.families import templates_for
+
+    for cached, first in ((40, "direct"), (255, "direct"), (256, "split"), (2048, "split")):
+        fm = classify(decode_problem("bfloat16", B=16, P=cached, NH=16, KV=8, D=128))
+        (tmpl,) = templates_for(fm)
+        assert tmpl.variants(fm)[0] == first, (cached, tmpl.variants(fm))
+        assert sorted(tmpl.variants(fm)) == ["direct", "split"]
+        assert [v for _, v in seeded_variants(fm, [tmpl])] == [first]
+
+
 @pytest.mark.parametrize("extra", ["is_causal=True, ", "dropout_p=0.1, "])
 def test_causal_or_dropout_attention_has_no_template(extra):
     fm = classify(decode_problem(extra=extra))

@@ -136,7 +136,10 @@ class AttentionTemplate(Template):
         return a["H"] // a["HK"] * a["TQ"] <= MAX_QUERY_ROWS and a["D"] in (16, 32, 64, 128, 256)
 
     def variants(self, fm: FamilyMatch) -> list[str]:
-        return ["split", "direct"]
+        # The first is the template's best guess, which a search seeds. A sequence no longer than the default
+        # slice is one slice: ``split`` would then do ``direct``'s work and launch a combining kernel besides.
+        n = int(fm.attrs.get("N") or 0)
+        return ["direct", "split"] if 0 < n <= self.default(fm, "split", fm.target)["SPLIT"] else ["split", "direct"]
 
     def space(self, fm: FamilyMatch, variant: str) -> dict[str, list[Any]]:
         sp: dict[str, list[Any]] = {"BLOCK_N": [16, 32, 64, 128], "num_warps": [1, 2, 4, 8],
