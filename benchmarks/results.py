@@ -13,6 +13,7 @@ import datetime as _dt
 import json
 import os
 import re
+import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,6 +175,15 @@ def load_result(path: str | os.PathLike[str]) -> RunResult:
         return RunResult.from_json(data)
     except (TypeError, KeyError) as e:
         raise ValueError(f"{p}: malformed benchmark result: {e}") from None
+
+
+def spread(values: list[float | None]) -> dict[str, float] | None:
+    """The min, median and max of a figure measured over several runs, and how many there were (None ones left
+    out); None when there is none."""
+    xs = [x for x in values if x is not None]
+    if not xs:
+        return None
+    return {"min": min(xs), "median": statistics.median(xs), "max": max(xs), "n": len(xs)}
 
 
 def slug(text: str) -> str:

@@ -36,15 +36,15 @@ def test_runs_merge_into_spreads_and_verdicts_run_by_run(tmp_path) -> None:
     runs = [_run(1.29, 1.52, ("rejected", False, 0.99)), _run(1.44, 1.99, ("race", True, 1.02)),
             _run(1.33, 1.55, ("race", True, 1.01))]
     merged = _module().merge_runs(runs)
-    assert merged["pack_vs_own"] == {"min": 1.29, "median": 1.33, "max": 1.44}
-    assert merged["pack_vs_liger"] == {"min": 1.52, "median": 1.55, "max": 1.99}
+    assert merged["pack_vs_own"] == {"min": 1.29, "median": 1.33, "max": 1.44, "n": 3}
+    assert merged["pack_vs_liger"] == {"min": 1.52, "median": 1.55, "max": 1.99, "n": 3}
     att = merged["per_op_verdicts"]["attention bfloat16[16, 16, 1, 128]"]
     assert att["statuses"] == ["rejected", "race", "race"] and att["packed"] == [False, True, True]
-    assert att["speedup_eager"] == {"min": 0.99, "median": 1.01, "max": 1.02}
+    assert att["speedup_eager"] == {"min": 0.99, "median": 1.01, "max": 1.02, "n": 3}
     # an op with no kernel in any run keeps its rows, without a speedup
     rope = merged["per_op_verdicts"]["rope bfloat16[16, 16, 1, 128]"]
     assert rope["statuses"] == [None, None, None] and rope["speedup_eager"] is None
-    assert merged["runs"] == runs and merged["device"] == "GPU"
+    assert merged["runs"] == runs and merged["device"] == "GPU" and "about" not in merged
 
     # the same from the command line, which a results file is written with
     files = []
@@ -56,3 +56,4 @@ def test_runs_merge_into_spreads_and_verdicts_run_by_run(tmp_path) -> None:
                    check=True, cwd=ROOT)
     written = json.loads(out.read_text())
     assert written["about"] == "x" and written["pack_vs_own"]["median"] == 1.33
+    assert list(written)[:5] == ["device", "torch", "triton", "transformers", "about"]

@@ -53,6 +53,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.results import spread  # noqa: E402 - importable once the checkout is on the path
+
 # name -> (transformers config class, its sizes): a real model's layer, nobody's tuning target.
 MODELS = {
     "qwen2": ("Qwen2Config", {"hidden_size": 2048, "intermediate_size": 11008, "num_attention_heads": 16,
@@ -209,10 +211,6 @@ def bench_ms(fn: Any, device: str) -> float:
     return statistics.median(times)
 
 
-def _spread(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
 def time_case(fns: dict[str, Any], device: str, repeats: int, seed: int) -> dict[str, Any]:
     import torch
 
@@ -232,7 +230,7 @@ def time_case(fns: dict[str, Any], device: str, repeats: int, seed: int) -> dict
     yardstick = [i / r for i, r in zip(ms["inductor"], ms["inductor-repeat"])]
     b2b = {v: statistics.median(x for r in rounds for x in r) for v, rounds in batches.items()}
     b2b_ratio, b2b_lcb = ratio_with_lcb(batches["inductor"], batches["kernelsmith"])
-    return {"dobench_ms": ms, "ratio": _spread(ratios), "ratios": ratios, "repeat_ratio": _spread(yardstick),
+    return {"dobench_ms": ms, "ratio": spread(ratios), "ratios": ratios, "repeat_ratio": spread(yardstick),
             "b2b_ms": b2b, "b2b_ratio": b2b_ratio, "b2b_ratio_lcb": b2b_lcb,
             "b2b_repeat_ratio": b2b["inductor"] / b2b["inductor-repeat"]}
 

@@ -97,14 +97,12 @@ def _tolerance_share(got, want) -> float:
     return float(((got - want).abs() <= atol + rtol * want.abs()).float().mean())
 
 
-def _spread(values: list[float]) -> dict[str, float] | None:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)} if values else None
+def merge_runs(runs: list[dict], about: str = "") -> dict:
+    """Runs of this benchmark as one result: the versions and device they share, what they were (``about``), the
+    spread of the pack's ratios, and per op and input signature, each run's verdict on its best kernel, whether it
+    was packed, and its speedup over eager."""
+    from benchmarks.results import spread
 
-
-def merge_runs(runs: list[dict]) -> dict:
-    """Runs of this benchmark as one result: the versions and device they share, the spread of the pack's ratios,
-    and per op and input signature, each run's verdict on its best kernel, whether it was packed, and its
-    speedup over eager."""
     first = runs[0]
     ops: dict[str, dict] = {}
     for run in runs:
@@ -113,13 +111,13 @@ def merge_runs(runs: list[dict]) -> dict:
             best = (prob.get("kernels") or [{}])[0]
             row["statuses"].append(best.get("status"))
             row["packed"].append(prob.get("packed"))
-            if best.get("speedup_eager") is not None:
-                row["speedups"].append(best["speedup_eager"])
+            row["speedups"].append(best.get("speedup_eager"))
     for row in ops.values():
-        row["speedup_eager"] = _spread(row.pop("speedups"))
+        row["speedup_eager"] = spread(row.pop("speedups"))
     return {**{k: first.get(k) for k in ("device", "torch", "triton", "transformers")},
-            "pack_vs_own": _spread([r["pack_vs_own"] for r in runs if r.get("pack_vs_own") is not None]),
-            "pack_vs_liger": _spread([r["pack_vs_liger"] for r in runs if r.get("pack_vs_liger") is not None]),
+            **({"about": about} if about else {}),
+            "pack_vs_own": spread([r.get("pack_vs_own") for r in runs]),
+            "pack_vs_liger": spread([r.get("pack_vs_liger") for r in runs]),
             "per_op_verdicts": ops, "runs": runs}
 
 
@@ -130,10 +128,7 @@ def main() -> int:
         m.add_argument("--out", required=True)
         m.add_argument("--about", default="")
         a = m.parse_args()
-        merged = merge_runs([json.loads(Path(f).read_text()) for f in a.merge])
-        if a.about:
-            merged = {**{k: merged[k] for k in ("device", "torch", "triton", "transformers")}, "about": a.about,
-                      **merged}
+        merged = merge_runs([json.loads(Path(f).read_text()) for f in a.merge], a.about)
         Path(a.out).write_text(json.dumps(merged, indent=1, default=str))
         return 0
     p = argparse.ArgumentParser()

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -32,6 +31,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from benchmarks.results import spread  # noqa: E402 - importable once the checkout is on the path
 
 RMSNORM = '''
 import torch
@@ -79,13 +80,6 @@ def get_init_inputs():
 '''
 
 OPS = {"decode_rmsnorm": RMSNORM, "decode_attention": ATTENTION}
-
-
-def _spread(xs: list[float]) -> dict[str, float]:
-    xs = [x for x in xs if x is not None]
-    if not xs:
-        return {}
-    return {"min": min(xs), "median": statistics.median(xs), "max": max(xs), "n": len(xs)}
 
 
 def _seed(problem: Any) -> Any:
@@ -145,7 +139,7 @@ def _in_process(source: str, problem_source: str, repeats: int) -> dict[str, Any
                     retimed.append({k: v.report() for k, v in leads.items()})
         finally:
             T.CHECK_HOST = True
-        out[label] = {"ratio": _spread(ratios), "ratios": ratios, "eager_us": eager_us, "candidate_us": cand_us,
+        out[label] = {"ratio": spread(ratios), "ratios": ratios, "eager_us": eager_us, "candidate_us": cand_us,
                       "leads": retimed}
     return out
 
@@ -166,8 +160,8 @@ def _judged(problem: Any, source: str, repeats: int) -> dict[str, Any]:
                      "leads": r.timing_leads, "notes": r.notes[:4], "reasons": r.reasons[:2]})
         print(f"  judged: {r.verdict} eager {r.speedup_eager} (lcb {r.speedup_eager_lcb}) inductor "
               f"{r.speedup_inductor} graph {r.steady_speedups} launch_bound {r.launch_bound}", flush=True)
-    return {"rows": rows, "speedup_eager": _spread([r["speedup_eager"] for r in rows]),
-            "speedup_inductor": _spread([r["speedup_inductor"] for r in rows]),
+    return {"rows": rows, "speedup_eager": spread([r["speedup_eager"] for r in rows]),
+            "speedup_inductor": spread([r["speedup_inductor"] for r in rows]),
             "verdicts": sorted({r["verdict"] for r in rows})}
 
 

@@ -271,15 +271,16 @@ def sweep_op(op: str, args: argparse.Namespace, pool: ProcessPoolExecutor, bandw
         for r in timed[:5]:
             # A second opinion on the leaders from Triton's own harness (it clears L2 its own way).
             r["do_bench_ms"] = triton.testing.do_bench(lambda m=r["_model"]: m(*inputs), return_mode="median")
+        eager_kernels = _kernel_us(lambda: ref(*inputs)) if args.kernel_times else None
         if args.kernel_times:
-            eager_kernels = _kernel_us(lambda: ref(*inputs))
             for r in timed[:8]:
                 r["kernel_us"] = _kernel_us(lambda m=r["_model"]: m(*inputs))
     for r in rows:
         r.pop("_model", None)
     for r in timed:
         r["frac_floor"] = floor_ms / r["ms"] if floor_ms else None
-    return {"floor_ms": floor_ms, "eager_ms": eager_ms, "eager_kernel_us": eager_kernels if args.kernel_times else None, "copy_main_input_ms": copy_ms, "peers_ms": peers_ms,
+    return {"floor_ms": floor_ms, "eager_ms": eager_ms, "eager_kernel_us": eager_kernels,
+            "copy_main_input_ms": copy_ms, "peers_ms": peers_ms,
             "copy_bytes": 2 * main.numel() * main.element_size(), "configs": len(rows), "timed": len(timed),
             "best": timed[:15], "failed": [r for r in rows if "ms" not in r][:40],
             "all": [[r["template"], r["variant"], r["params"], round(r["ms"] * 1e3, 2)] for r in timed]}
