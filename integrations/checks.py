@@ -37,14 +37,14 @@ class PackKernel:
     # Signatures other than its problem's, along the op's free dims (``PackGuard.bind``), where it was proven
     # against the stack's own computation once: what a call there runs.
     at: dict[Signature, SignatureProof] = field(default_factory=dict)
-    # Whether it beat the stack's own path, by bucket of its free dims' sizes (powers of two): "" where it did,
-    # else why not. Its problem's own signature fills the bucket it falls in.
-    bucket_races: dict[tuple[int, ...], str] = field(default_factory=dict)
+    # Whether it beat the stack's own path, by bucket (its free dims' sizes as powers of two, its inputs' layouts):
+    # "" where it did, else why not. Its problem's own signature fills the bucket it falls in.
+    bucket_races: dict[tuple[Any, ...], str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def call(self, *args: Any) -> Any:
         """The kernel's outputs for ``args``: through its launch plan where it has one, else its forward."""
-        return _launch(self.plan, self.loaded.model, args)
+        return launch(self.plan, self.loaded.model, args)
 
 
 @dataclass
@@ -58,10 +58,10 @@ class SignatureProof:
     plan: Any = None
 
     def call(self, *args: Any) -> Any:
-        return _launch(self.plan, self.kernel.loaded.model, args)
+        return launch(self.plan, self.kernel.loaded.model, args)
 
 
-def _launch(plan: Any, forward: Callable[..., Any], args: tuple) -> Any:
+def launch(plan: Any, forward: Callable[..., Any], args: tuple) -> Any:
     """A kernel's outputs: replayed from its launch plan, or from its forward where it has none or the plan
     declines this call (a pointer no longer aligned as it was specialized)."""
     if plan is not None:

@@ -19,6 +19,7 @@ the names a stack's integration uses from the others.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import tempfile
@@ -96,7 +97,8 @@ class PackGuard:
             if p is not None:
                 self.kernels.setdefault(rec.problem_key, []).append(
                     PackKernel(rec, p, contents.vectors.get(rec.problem_key)))
-        self.hits: Counter[str] = Counter()
+        # Per op, a counter a served call advances in one atomic step, with no lock (see ``hit_counter``).
+        self._hits: dict[str, itertools.count] = {}
         self.fallbacks: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
         # Read when the pack is loaded; the race itself runs once per kernel, at its first use.
@@ -118,9 +120,10 @@ class PackGuard:
         so); racing times kernels against it, else against ``reference``.
 
         ``free``: dims along which a kernel may also serve signatures its problem does not have (a decode step's
-        cache length). Each such signature is proven once against ``reference`` on random inputs before a call
-        there is served, and raced once per power-of-two bucket of those sizes; a kernel that bakes in its
-        problem's sizes fails that proof, and the stack's own path runs there."""
+        cache length). Such a signature, and one whose inputs are laid out densely in another order
+        (``signature.provable_at``), is proven once against ``reference`` on random inputs before a call there is
+        served, and raced once per power-of-two bucket of those sizes and per layout; a kernel that bakes in its
+        problem's sizes or strides fails that proof, and the stack's own path runs there."""
         table: dict[Signature, str] = {}
         for key, p in self.problems.items():
             if key not in self.kernels or p.init_inputs:
@@ -135,7 +138,7 @@ class PackGuard:
                 mine = None
             if mine == key:
                 table[sig] = key
-        return ServedOp(self, op, table, reference, own, free if reference is not None else ())
+        return ServedOp(self, op, table, reference, own, free)
 
     # ---------------------------------------------------------------------------------------- serving
 
@@ -218,29 +221,43 @@ class PackGuard:
         with self._lock:
             self.epoch += 1
 
-    def count_hit(self, op: str) -> None:
+    def hit_counter(self, op: str) -> Callable[[], object]:
+        """What a served call of ``op`` calls to count a hit: the ``__next__`` of an ``itertools.count``, which
+        advances in one step under the interpreter's lock (a lock and a ``Counter`` would add about a third of a
+        microsecond to every served call)."""
         with self._lock:
-            self.hits[op] += 1
+            return self._hits.setdefault(op, itertools.count()).__next__
+
+    @property
+    def hits(self) -> dict[str, int]:
+        """Served calls so far, by op."""
+        with self._lock:
+            counts = dict(self._hits)
+        # An itertools.count shows its next value, and only in its repr: "count(12)".
+        return {op: int(repr(c)[len("count("):-1]) for op, c in counts.items()}
 
     def count_fallback(self, op: str, reason: str) -> None:
         with self._lock:
             self.fallbacks[(op, reason)] += 1
 
     def stats(self) -> dict[str, Any]:
+        hits = {op: n for op, n in self.hits.items() if n}
         with self._lock:
             fb: dict[str, dict[str, int]] = {}
             for (op, why), n in sorted(self.fallbacks.items()):
                 fb.setdefault(op, {})[why] = n
             races = {k[:12]: [_rounded(pk.race_us) for pk in v] for k, v in self.kernels.items()
                      if any(pk.race_us for pk in v)}
-            return {"hits": dict(sorted(self.hits.items())), "fallbacks": fb,
+            return {"hits": dict(sorted(hits.items())), "fallbacks": fb,
                     "kernels": {k[:12]: [pk.state for pk in v] for k, v in self.kernels.items()},
                     "race_us": races,
-                    # signatures along free dims, by kernel: how many were proven there, how many refused
+                    # signatures other than its problem's (free dims, other layouts), by kernel: how many were
+                    # proven there, how many refused
                     "signatures": {k[:12]: [[sum(not p.why for p in pk.at.values()),
                                              sum(bool(p.why) for p in pk.at.values())] for pk in v]
                                    for k, v in self.kernels.items() if any(pk.at for pk in v)},
-                    "plans": {k[:12]: ["planned" if pk.plan is not None else pk.plan_note for pk in v]
+                    "plans": {k[:12]: [f"planned, {pk.plan.launcher()}" if pk.plan is not None else pk.plan_note
+                                       for pk in v]
                               for k, v in self.kernels.items() if any(pk.plan is not None or pk.plan_note
                                                                       for pk in v)}}
 

@@ -6,7 +6,8 @@ of a few. A kernel's forward, by the judge's rules, only views its inputs, alloc
 kernels, with a control flow that depends on the inputs' signature alone. So at one signature, its launches are
 fixed: the same compiled kernels, grids and scalar arguments, pointers into the inputs at fixed offsets or into
 fresh allocations. A ``LaunchPlan`` records them from two calls of the forward and replays them: the allocations,
-then each compiled kernel's own launcher.
+then each compiled kernel, launched from C++ by torch's static launcher where it takes the kernel
+(:mod:`integrations.static_launch`), else by Triton's own launcher.
 
 A plan is made only where that holds, and checked before it serves:
 
@@ -205,7 +206,7 @@ class LaunchPlan:
     aligned is not)."""
 
     def __init__(self, launches: list[_Launch], buffers: list[_Buffer], outputs: list[tuple[str, int]],
-                 device: torch.device, single: bool) -> None:
+                 device: torch.device, single: bool, static: bool = False) -> None:
         self.launches = launches
         self.buffers = buffers
         self.outputs = outputs
@@ -214,31 +215,61 @@ class LaunchPlan:
         from triton.runtime.driver import driver
 
         self._stream = driver.active.get_current_stream
+        self._index = device.index
+        # What a replay does, resolved once (a decode step pays every attribute lookup here on the host): each
+        # buffer's allocation, and per launch the launcher with its fixed arguments, the scalar values in place
+        # and, for each pointer, (position, from an input, index, byte offset, whether it must be 16-byte aligned).
+        self._allocations = [((b.layout[0], b.layout[2]) if b.layout is not None else ((b.nbytes,), torch.uint8))
+                             for b in buffers]
+        self._replays = []
+        # Why each launch keeps Triton's launcher where torch's static one was asked for ("" where it launches).
+        self.static_notes: list[str] = []
+        aligned: set[tuple[int, int]] = set()
+        for launch in launches:
+            k = launch.kernel
+            loaded, note = _static_kernel(k, self._index) if static else (None, "not asked for")
+            if loaded is not None and loaded.params != len(launch.args):
+                loaded, note = None, "its launch arguments are not its parameters"
+            self.static_notes.append(note)
+            # Triton's launcher takes every parameter (constexprs too, which it skips); the static one only the
+            # runtime arguments.
+            args = [launch.args[i] for i in loaded.keep] if loaded is not None else launch.args
+            values = [a.value if a.kind == "value" else 0 for a in args]
+            pointers = tuple((pos, a.kind == "input", a.index, a.offset)
+                             for pos, a in enumerate(args) if a.kind != "value")
+            self._replays.append((loaded, k.run, launch.grid, k.function, k.packed_metadata, values, pointers))
+            # A buffer is a fresh allocation, aligned far beyond 16 bytes; only pointers into inputs can lose it.
+            aligned.update((a.index, a.offset) for a in launch.args if a.kind == "input" and a.aligned)
+        # Checked before anything launches, so that a declined call has written nothing (a forward may write into
+        # its inputs).
+        self._aligned = tuple(sorted(aligned))
+        self._outputs = tuple((kind == "input", i) for kind, i in outputs)
+
+    def launcher(self) -> str:
+        """How the plan launches, for a guard's statistics: ``static`` where every launch goes through torch's
+        static launcher, else ``triton`` with why the first that does not keeps Triton's."""
+        notes = [n for n in self.static_notes if n]
+        return "static" if not notes else f"triton ({notes[0]})"
 
     def __call__(self, *inputs: torch.Tensor) -> Any:
-        bufs = []
-        for b in self.buffers:
-            if b.layout is not None:
-                bufs.append(torch.empty(b.layout[0], dtype=b.layout[2], device=self.device))
-            else:
-                bufs.append(torch.empty(b.nbytes, dtype=torch.uint8, device=self.device))
         ptrs = [x.data_ptr() for x in inputs]
+        for i, offset in self._aligned:
+            if (ptrs[i] + offset) & 15:
+                return None
+        device = self.device
+        bufs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self._allocations]
         bptrs = [b.data_ptr() for b in bufs]
-        stream = self._stream(self.device.index)
-        for launch in self.launches:
-            vals = []
-            for a in launch.args:
-                if a.kind == "value":
-                    vals.append(a.value)
-                    continue
-                p = (ptrs if a.kind == "input" else bptrs)[a.index] + a.offset
-                if a.aligned and p % 16:
-                    return None
-                vals.append(p)
-            k = launch.kernel
-            g = launch.grid
-            k.run(g[0], g[1], g[2], stream, k.function, k.packed_metadata, None, None, None, *vals)
-        outs = [inputs[i] if kind == "input" else bufs[i] for kind, i in self.outputs]
+        stream = self._stream(self._index)
+        for static, run, g, function, metadata, values, pointers in self._replays:
+            vals = values.copy()
+            for pos, from_input, i, offset in pointers:
+                vals[pos] = (ptrs if from_input else bptrs)[i] + offset
+            if static is not None:
+                static.launch(static.function, g[0], g[1], g[2], static.num_warps, static.shared, static.arg_types,
+                              (*vals, *static.extra), stream)
+            else:
+                run(g[0], g[1], g[2], stream, function, metadata, None, None, None, *vals)
+        outs = [inputs[i] if from_input else bufs[i] for from_input, i in self._outputs]
         return outs[0] if self.single else tuple(outs)
 
 
@@ -256,6 +287,45 @@ def _as_list(out: Any) -> list[Any]:
 
 def _copy(xs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     return [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x) for x in xs]
+
+
+def _replays_forward(plan: LaunchPlan, forward: Any, first: list[torch.Tensor], want: list[Any],
+                     second: list[torch.Tensor]) -> str:
+    """Why ``plan`` is not ``forward`` ("" where it is): its replay against the forward on the recorded values
+    (``want``, the forward's outputs on ``first``) and on others of the same signature (memory the plan does not
+    write would show as a difference on the second)."""
+    try:
+        for values, expected in ((first, want), (second, None)):
+            with torch.no_grad():
+                got = plan(*_copy(values))
+                if expected is None:
+                    expected = _as_list(forward(*_copy(values)))
+            if got is None:
+                return "an input is not aligned as Triton assumed"
+            for g, w in zip(_as_list(got), expected):
+                if g.shape != w.shape or g.dtype != w.dtype or g.stride() != w.stride() or not torch.equal(g, w):
+                    return "the replay's outputs differ from the forward's"
+    except Exception as e:  # noqa: BLE001 - a replay that fails is not a plan
+        return f"the replay failed ({type(e).__name__}: {e})"
+    return ""
+
+
+_STATIC: dict[tuple[int, int], tuple[Any, Any, str]] = {}
+_STATIC_LOCK = threading.Lock()
+
+
+def _static_kernel(kernel: Any, device_index: int) -> tuple[Any, str]:
+    """``kernel`` loaded for torch's static launcher on the device, once per kernel and device."""
+    from .static_launch import static_kernel
+
+    with _STATIC_LOCK:
+        held = _STATIC.get((id(kernel), device_index))
+        if held is not None and held[0] is kernel:
+            return held[1], held[2]
+        loaded, note = static_kernel(kernel, device_index)
+        # The kernel is held with its entry, so its id is not reused while the entry lives.
+        _STATIC[(id(kernel), device_index)] = (kernel, loaded, note)
+        return loaded, note
 
 
 def make_plan(forward: Any, signature_of: Sequence[torch.Tensor]) -> tuple[LaunchPlan | None, str]:
@@ -292,20 +362,17 @@ def make_plan(forward: Any, signature_of: Sequence[torch.Tensor]) -> tuple[Launc
         if not _same(seen[0][:3], seen[1][:3]):
             return None, "two calls launched differently"
         launches, buffers, placed, want = seen[1]
-        plan = LaunchPlan(launches, buffers, placed, torch.device("cuda", index), not isinstance(out, (tuple, list)))
-        # The replay against the forward on the recorded values and on others of the same signature: memory the
-        # plan does not write would show as a difference on the second.
-        for values, expected in ((first, want), (second, None)):
-            with torch.no_grad():
-                got = plan(*_copy(values))
-                if expected is None:
-                    expected = _as_list(forward(*_copy(values)))
-            if got is None:
-                return None, "an input is not aligned as Triton assumed"
-            for g, w in zip(_as_list(got), expected):
-                if g.shape != w.shape or g.dtype != w.dtype or g.stride() != w.stride() or not torch.equal(g, w):
-                    return None, "the replay's outputs differ from the forward's"
-        return plan, ""
+        single = not isinstance(out, (tuple, list))
+        # Through torch's static launcher where it takes the kernels, else (or where that replay is not the
+        # forward's) through Triton's own.
+        for static in (True, False):
+            plan = LaunchPlan(launches, buffers, placed, torch.device("cuda", index), single, static=static)
+            why = _replays_forward(plan, forward, first, want, second)
+            if not why or not static or all(plan.static_notes):
+                break
+            log.info("kernelsmith: a plan through torch's static launcher did not replay its forward (%s); "
+                     "it launches through Triton's", why)
+        return (plan, "") if not why else (None, why)
     except _NotPlannable as e:
         return None, str(e)
     except Exception as e:  # noqa: BLE001 - a plan is an optimisation: anything odd keeps the forward

@@ -2,10 +2,10 @@
 the caller must run its own path (the reason counted).
 
 A kernel serves exactly the input signatures its problem was verified for (shape, dtype and stride of every input,
-on the pack's device type), and, along an op's free dims (a decode step's cache length), each other signature
-once it is proven there against the stack's own computation. Every check that depends only on a call's signature
-is decided once per signature (a route), so what remains per call is the kill switch, one key built and one dict
-lookup.
+on the pack's device type), and, along an op's free dims (a decode step's cache length) or with its inputs laid
+out densely in another order, each other signature once it is proven there against the stack's own computation.
+Every check that depends only on a call's signature is decided once per signature (a route), so what remains per
+call is the kill switch, one key built and one dict lookup.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import torch
 
-from .checks import PackKernel, SignatureProof, check_trials, load_kernel, stack_trials
+from .checks import PackKernel, SignatureProof, check_trials, launch, load_kernel, stack_trials
 from .race import racing
 from .serving import (
     R_CALL,
@@ -37,9 +37,9 @@ from .serving import (
 from .signature import (
     FreeDims,
     Signature,
-    along_free_dims,
     dtype_named,
     free_bucket,
+    provable_at,
     random_inputs,
     spec_signature,
 )
@@ -65,7 +65,7 @@ class KernelSource(Protocol):
 
     def changed(self) -> None: ...
 
-    def count_hit(self, op: str) -> None: ...
+    def hit_counter(self, op: str) -> Callable[[], object]: ...
 
     def count_fallback(self, op: str, reason: str) -> None: ...
 
@@ -75,9 +75,9 @@ class _Route:
     reason counted before the autograd check (another device); ``late``, one counted after it (a signature no
     kernel was verified for); else the kernel for ``key``, settled at guard ``epoch`` and redone when any kernel's
     state changes. ``checked``: the kernel's outputs at this signature were validated once. ``sig``: the call's
-    signature, where it is not ``key``'s problem's but lies along the op's free dims."""
+    signature, where it is not ``key``'s problem's but one the kernel may be proven at (``provable_at``)."""
 
-    __slots__ = ("early", "late", "key", "device", "epoch", "kernel", "why", "checked", "sig", "proof")
+    __slots__ = ("early", "late", "key", "device", "epoch", "kernel", "why", "checked", "sig", "proof", "plan")
 
     def __init__(self, early: str, late: str, key: str | None, device: torch.device,
                  sig: Signature | None = None) -> None:
@@ -86,10 +86,12 @@ class _Route:
         self.kernel: PackKernel | None = None
         self.why = ""
         self.checked = False
-        # Set where the call's signature is not the problem's but lies along the op's free dims: the kernel's
+        # Set where the call's signature is not the problem's but one the kernel may be proven at: the kernel's
         # proof there, which runs it.
         self.sig = sig
         self.proof: SignatureProof | None = None
+        # The settled kernel's launch plan here (None where it has none: its forward runs).
+        self.plan: Any = None
 
 
 # Routes a served op keeps: far more than the signatures a pack holds; a server cycling through more starts over.
@@ -113,6 +115,7 @@ class ServedOp:
         # Most calls a pack does not cover differ in the first input's shape (another token count): rejecting
         # those on one set lookup keeps the stack's own path nearly as fast as without us.
         self._first_shapes = {sig[0][0] for sig in table}
+        self._hit = guard.hit_counter(name)
 
     def __bool__(self) -> bool:
         return bool(self.table)
@@ -143,7 +146,8 @@ class ServedOp:
             if problem is not None:
                 route = _Route("", "", problem, device)
             else:
-                along = next((k for s, k in self.table.items() if along_free_dims(self.free, s, sig)), None)
+                along = (next((k for s, k in self.table.items() if provable_at(self.free, s, sig)), None)
+                         if self.reference is not None else None)
                 route = (_Route("", "", along, device, sig) if along is not None
                          else _Route("", self._reason(sig), None, device))
         if len(self._routes) >= _MAX_ROUTES:
@@ -163,6 +167,7 @@ class ServedOp:
                 kernel = None
         if kernel is not route.kernel or proof is not route.proof:
             route.kernel, route.proof, route.checked = kernel, proof, False
+        route.plan = None if kernel is None else kernel.plan if proof is None else proof.plan
         if kernel is None:
             states = {k.state for k in g.kernels.get(route.key, [])}
             route.why = why or (R_NO_VECTORS if states == {"none"} else R_SLOWER if "slower" in states
@@ -170,7 +175,7 @@ class ServedOp:
         route.epoch = epoch
 
     def _proof_at(self, kernel: PackKernel, sig: Signature, device: torch.device) -> SignatureProof:
-        """The kernel at a signature along the free dims, proven once against the stack's own computation on
+        """The kernel at a signature other than its problem's, proven once against the stack's own computation on
         random inputs there, with a launch plan of its own on a GPU."""
         with kernel.lock:
             proof = kernel.at.get(sig)
@@ -195,8 +200,9 @@ class ServedOp:
 
     def _bucket_race(self, kernel: PackKernel, sig: Signature, device: torch.device,
                      proof: SignatureProof) -> str:
-        """"" where the kernel beats the stack's own path in the power-of-two bucket of ``sig``'s free dims (raced
-        there once; its problem's own bucket is the race it already won), else the reason counted."""
+        """"" where the kernel beats the stack's own path in ``sig``'s bucket (the power-of-two sizes of its free
+        dims and its inputs' layouts; raced there once, and its problem's own bucket is the race it already won),
+        else the reason counted."""
         g = self.guard
         if not g.race or self.own is None:
             return ""
@@ -229,14 +235,15 @@ class ServedOp:
                     kernel.record.sha256[:12], kernel.note, self.guard.stack, self.name)
 
     def __call__(self, *args: Any) -> Any:
-        # The hot path: see the module's docstring.
+        # The hot path (see the module's docstring): in a decode step every served call pays it on the host, so it
+        # reads each tensor attribute once, and an output of the form already checked goes straight back.
         if disabled():
             return self._miss(R_DISABLED)
+        if not args:
+            return self._miss(R_CALL)
         for a in args:
             if not isinstance(a, torch.Tensor):
                 return self._miss(R_CALL)
-        if not args:
-            return self._miss(R_CALL)
         if args[0].shape not in self._first_shapes:
             return self._miss(R_SHAPE)
         key = tuple([(a.shape, a.dtype, a.stride(), a.device) for a in args])
@@ -254,23 +261,25 @@ class ServedOp:
             if racing():
                 return None  # a stack's own path, timed in a race, came back through its layer: its own code runs
             self._settle(route)
-        kernel, proof = route.kernel, route.proof
+        kernel = route.kernel
         if kernel is None:
             return self._miss(route.why)
-        run = kernel.call if proof is None else proof.call
         try:
             if grad:
                 with torch.no_grad():
-                    out = run(*args)
+                    out = launch(route.plan, kernel.loaded.model, args)
             else:
-                out = run(*args)
+                out = launch(route.plan, kernel.loaded.model, args)
         except Exception as e:  # noqa: BLE001 - never a broken model: the stack computes it instead
             self._broken(kernel, e)
             return self._miss(R_ERROR)
+        if route.checked and type(out) is torch.Tensor:
+            self._hit()
+            return out
         outs = out if isinstance(out, (tuple, list)) else (out,)
         if not route.checked:
             if not self._outputs_fit(route, list(outs)):
                 return self._miss(R_OUTPUT)
             route.checked = True
-        self.guard.count_hit(self.name)
+        self._hit()
         return outs[0] if len(outs) == 1 else tuple(outs)

@@ -43,9 +43,18 @@ R_SLOWER = "slower than the stack's own"
 R_SIGNATURE = "failed its check at this signature"
 
 
+# ``os.environ.get`` encodes the name and decodes the value at each read (about half a microsecond, a tenth of a
+# served call's budget on the host); CPython's ``os.environ`` keeps the encoded mapping its writes update, which
+# is read directly where it exists.
+_DISABLE_KEY = os.environ.encodekey(ENV_DISABLE) if hasattr(os.environ, "encodekey") else None
+
+
 def disabled() -> bool:
     """The kill switch, read on every served call so that it works on a running server too: an unset variable
-    costs one environment lookup."""
+    costs one dict lookup."""
+    data = getattr(os.environ, "_data", None)
+    if data is not None and _DISABLE_KEY is not None and _DISABLE_KEY not in data:
+        return False
     raw = os.environ.get(ENV_DISABLE)
     return bool(raw) and bool(VARIABLES["disabled"].parse(raw))
 

@@ -68,32 +68,34 @@ def dense_order(shape: Sequence[int], stride: Sequence[int]) -> tuple[int, ...] 
     return tuple(dims)
 
 
-def along_free_dims(free: FreeDims, problem: Signature, call: Signature) -> bool:
-    """Whether ``call`` is ``problem`` but for the sizes of the free dims: every other input exactly alike, and
-    each input with a free dim of the same dtype, the same sizes elsewhere and the same dense layout."""
-    if not free or len(problem) != len(call):
+def provable_at(free: FreeDims, problem: Signature, call: Signature) -> bool:
+    """Whether a kernel verified at ``problem`` may serve ``call`` once it is proven there against the stack's own
+    computation: the same inputs and dtypes, the same sizes but for the free dims' (a decode step's cache length),
+    and each input laid out as in the problem or densely in any order. A stack's rotary embedding returns the
+    queries in the projection's layout, a kernel's may return them contiguous: the attention after it meets the
+    same values laid out otherwise. An input with gaps or overlaps (a slice of a longer cache, an expanded view)
+    is served only as the problem had it."""
+    if len(problem) != len(call) or problem == call:
         return False
     by_input: dict[int, set[int]] = {}
     for i, d in free:
         by_input.setdefault(i, set()).add(d)
     for i, (p, c) in enumerate(zip(problem, call)):
-        dims = by_input.get(i)
-        if not dims:
-            if p != c:
-                return False
-            continue
         (pshape, pdt, pstride), (cshape, cdt, cstride) = p, c
         if pdt != cdt or len(pshape) != len(cshape):
             return False
+        dims = by_input.get(i, set())
         if any(a != b for d, (a, b) in enumerate(zip(pshape, cshape)) if d not in dims):
             return False
-        order = dense_order(pshape, pstride)
-        if order is None or order != dense_order(cshape, cstride):
+        if pshape == cshape and pstride == cstride:
+            continue
+        if dense_order(pshape, pstride) is None or dense_order(cshape, cstride) is None:
             return False
     return True
 
 
-def free_bucket(free: FreeDims, sig: Signature) -> tuple[int, ...]:
-    """The sizes of a signature's free dims, each rounded up to a power of two: where a kernel's speed against the
-    stack's own path is judged once."""
-    return tuple(1 << max(0, int(sig[i][0][d]) - 1).bit_length() for i, d in free)
+def free_bucket(free: FreeDims, sig: Signature) -> tuple[Any, ...]:
+    """Where a kernel's speed against the stack's own path is judged once: the sizes of a signature's free dims,
+    each rounded up to a power of two, and each input's dense order (a layout can be slower to read)."""
+    sizes = tuple(1 << max(0, int(sig[i][0][d]) - 1).bit_length() for i, d in free)
+    return sizes, tuple(dense_order(shape, stride) for shape, _, stride in sig)

@@ -171,14 +171,20 @@ def test_single_layer_class(built):
     with torch.no_grad():
         got = norm(x)
         torch.testing.assert_close(got, norm.__dict__["_kernelsmith_original_forward"](x))
-        # the same shape, not contiguous: its strides were never verified
+        # the same shape laid out densely in another order: the kernel is proven there first, and this one, which
+        # reads its input as contiguous, is refused there
         xt = torch.randn(SEQ, 2, 64).transpose(0, 1)
         torch.testing.assert_close(norm(xt), LlamaRMSNorm.forward(norm, xt))
+        # the same shape with gaps between its rows: never verified, never proven
+        xs = torch.randn(2, SEQ, 80)[..., :64]
+        torch.testing.assert_close(norm(xs), LlamaRMSNorm.forward(norm, xs))
         # a wrong dtype
         xd = x.double()
         assert norm(xd).dtype == torch.float64
+    [proven] = report.stats()["signatures"].values()
+    assert proven == [[0, 1]]
     assert report.stats()["hits"] == {"rmsnorm": 1}
-    assert report.stats()["fallbacks"] == {"rmsnorm": {"dtype": 1, "stride": 1}}
+    assert report.stats()["fallbacks"] == {"rmsnorm": {"dtype": 1, "stride": 1, G.R_SIGNATURE: 1}}
 
 
 def test_unverified_shape_falls_back(built):
@@ -414,9 +420,17 @@ def test_a_kernel_that_computes_otherwise_at_another_length_is_not_served_there(
     stats = guard.stats()
     assert stats["fallbacks"] == {"attention": {G.R_SIGNATURE: 2}} and stats["hits"] == {"attention": 1}
     assert stats["signatures"] == {decode.key[:12]: [[0, 1]]}
-    # a layout the problem's keys do not have is not along the free dims at all
-    strided = [torch.randn(2, length + 3, 2, 16).transpose(1, 2) for _ in range(2)]
-    assert op(q, *strided) is None and guard.stats()["fallbacks"]["attention"]["shape"] == 1
+    # another length laid out otherwise is proven on its own, and so is refused there too
+    relaid = [torch.randn(2, length + 3, 2, 16).transpose(1, 2) for _ in range(2)]
+    assert op(q, *relaid) is None and guard.stats()["fallbacks"]["attention"][G.R_SIGNATURE] == 3
+    assert guard.stats()["signatures"] == {decode.key[:12]: [[0, 2]]}
+    # the problem's own length laid out otherwise: this kernel reads its inputs' strides, is proven, and serves
+    same = [torch.randn(2, length, 2, 16).transpose(1, 2) for _ in range(2)]
+    torch.testing.assert_close(op(q, *same), own(q, *same), atol=1e-5, rtol=1e-5)
+    assert guard.stats()["signatures"] == {decode.key[:12]: [[1, 2]]} and guard.stats()["hits"] == {"attention": 2}
+    # a slice of a longer cache (gaps between its heads) is not proven at all
+    sliced = [torch.randn(2, 2, length + 8, 16)[:, :, :length + 3] for _ in range(2)]
+    assert op(q, *sliced) is None and guard.stats()["fallbacks"]["attention"][G.R_SHAPE] == 1
 
 
 def test_dispatch_sites_give_back_what_they_held():
@@ -446,24 +460,34 @@ def test_dispatch_sites_give_back_what_they_held():
     assert "sdpa" not in registry._local_mapping and plain == {"sdpa": own}
 
 
-def test_signatures_along_free_dims():
-    from integrations.signature import along_free_dims, call_signature, dense_order, free_bucket
+def test_signatures_a_kernel_may_be_proven_at():
+    from integrations.signature import call_signature, dense_order, free_bucket, provable_at
 
     free = ((1, 2), (2, 2))
     q, k = torch.randn(2, 4, 1, 16), torch.randn(2, 2, 5, 16)
     problem = call_signature([q, k, k])
     longer = torch.randn(2, 2, 9, 16)
-    assert along_free_dims(free, problem, call_signature([q, longer, longer]))
-    assert not along_free_dims((), problem, call_signature([q, longer, longer]))
-    assert not along_free_dims(free, problem, call_signature([torch.randn(2, 4, 2, 16), longer, longer]))
-    assert not along_free_dims(free, problem, call_signature([q, longer.double(), longer]))
-    assert not along_free_dims(free, problem, call_signature([q, torch.randn(2, 3, 9, 16), longer]))
+    assert not provable_at(free, problem, problem)  # the problem's own signature needs no proof
+    assert provable_at(free, problem, call_signature([q, longer, longer]))
+    assert not provable_at((), problem, call_signature([q, longer, longer]))
+    assert not provable_at(free, problem, call_signature([torch.randn(2, 4, 2, 16), longer, longer]))
+    assert not provable_at(free, problem, call_signature([q, longer.double(), longer]))
+    assert not provable_at(free, problem, call_signature([q, torch.randn(2, 3, 9, 16), longer]))
     sliced = torch.randn(2, 2, 12, 16)[:, :, :9]  # a view with gaps between its heads
     assert dense_order(sliced.shape, sliced.stride()) is None
-    assert not along_free_dims(free, problem, call_signature([q, sliced, longer]))
+    assert not provable_at(free, problem, call_signature([q, sliced, longer]))
+    # the same sizes laid out densely in another order (a rotary embedding's contiguous output), with or without
+    # free dims; an expanded view (overlapping) is not
+    relaid = torch.randn(2, 5, 2, 16).transpose(1, 2)
+    assert provable_at((), problem, call_signature([q, relaid, k]))
+    assert provable_at(free, problem, call_signature([q, relaid, longer]))
+    assert not provable_at((), problem, call_signature([q, torch.randn(2, 1, 5, 16).expand(2, 2, 5, 16), k]))
     assert dense_order((2, 4, 1, 16), (64, 16, 64, 1)) == (0, 1, 3)
-    assert free_bucket(free, call_signature([q, longer, longer])) == (16, 16)
-    assert free_bucket(free, problem) == (8, 8)
+    # a bucket: the free dims' sizes to a power of two, and each input's layout
+    assert free_bucket(free, call_signature([q, longer, longer])) == ((16, 16), ((0, 1, 3), (0, 1, 2, 3),
+                                                                                 (0, 1, 2, 3)))
+    assert free_bucket(free, problem)[0] == (8, 8)
+    assert free_bucket((), call_signature([q, relaid, k]))[1][1] == (0, 2, 1, 3)
 
 
 def test_a_transformers_pack_is_searched_against_the_models_own_layers():

@@ -125,3 +125,58 @@ def test_no_plan_while_something_hooks_tritons_launches(tmp_path):
 def test_a_forward_launching_nothing_keeps_its_forward():
     plan, why = make_plan(lambda x: x.view(-1), [torch.randn(4, 4, device="cuda")])
     assert plan is None and "no Triton kernel" in why
+
+
+SCALARS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _axpy(X, Y, n, alpha, flip, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    x = tl.load(X + i, mask=m)
+    tl.store(Y + i, tl.where(flip, -x, x) * alpha, mask=m)
+
+
+def forward(x, flip):
+    y = torch.empty_like(x)
+    _axpy[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), 1.5, flip, BLOCK=256)
+    return y
+'''
+
+
+@gpu
+def test_a_plan_launches_through_torchs_static_launcher_where_it_takes_the_kernel(tmp_path):
+    """The scale kernel (pointers, 32-bit ints, a constexpr) goes to torch's static launcher, which gets its
+    runtime arguments only; the replay is the forward's, bit for bit, on inputs it did not record."""
+    if not hasattr(torch._C, "_StaticCudaLauncher"):
+        pytest.skip("this torch has no static CUDA launcher")
+    model = _model(tmp_path)
+    x, w = torch.randn(16, 2048, device="cuda"), torch.randn(2048, device="cuda")
+    plan, why = make_plan(model, [x, w])
+    assert plan is not None, why
+    assert plan.static_notes == [""]
+    x2, w2 = torch.randn_like(x), torch.randn_like(w)
+    assert torch.equal(plan(x2, w2), model(x2, w2))
+
+
+@gpu
+def test_a_kernel_the_static_launcher_would_pass_differently_keeps_tritons(tmp_path):
+    """A bool scalar (Triton's i1) is not passed by the static launcher as Triton does: that launch keeps Triton's
+    launcher, and the plan still replays the forward."""
+    import importlib.util
+
+    path = tmp_path / "k_scalars.py"
+    path.write_text(SCALARS)
+    spec = importlib.util.spec_from_file_location("k_scalars", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    x = torch.randn(1000, device="cuda")
+    plan, why = make_plan(lambda t: mod.forward(t, True), [x])
+    assert plan is not None, why
+    assert plan.static_notes and plan.static_notes[0] in ("a scalar type the static launcher passes differently",
+                                                          "this torch has no static CUDA launcher")
+    assert torch.equal(plan(x), -x * 1.5)
