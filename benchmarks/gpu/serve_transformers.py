@@ -204,8 +204,10 @@ def main() -> int:
             result["problems"].append({
                 "name": prob.name, "inputs": prob.signature(), "packed": prob.key not in build.missing,
                 "status": getattr(items.get(prob.key), "status", None),
+                "note": getattr(items.get(prob.key), "note", ""),
                 "kernels": [{"status": k.status, "speedup_eager": k.speedup_eager, "median_ms": k.median_ms,
-                             "eager_ms": k.eager_ms} for k in ks[:2]]})
+                             "eager_ms": k.eager_ms, "speedup_inductor": k.speedup_inductor,
+                             "speedup_lcb": k.speedup_lcb} for k in ks[:2]]})
 
     result["pack"] = str(work / "llama.kspack") if build.export is not None else None
     (work / "build.json").write_text(json.dumps(result, indent=1, default=str))
