@@ -433,6 +433,34 @@ def test_a_kernel_that_computes_otherwise_at_another_length_is_not_served_there(
     assert op(q, *sliced) is None and guard.stats()["fallbacks"]["attention"][G.R_SHAPE] == 1
 
 
+def test_another_layout_is_raced_in_a_bucket_of_its_own(generated, monkeypatch):
+    """With racing on, a kernel proven at its problem's inputs laid out otherwise is raced there once more: the
+    layout can be slower to read, so the race its problem won does not speak for it."""
+    from integrations.ops import attention_binding
+
+    monkeypatch.setenv(G.ENV_SERVE_RACE, "1")
+    monkeypatch.setenv(G.ENV_SERVE_MARGIN, "0")  # any time wins: the problem's own race passes
+    decode = generated["decode"]
+    guard, why = G.load_guard("test", generated["pack"])
+    assert why == ""
+    own = attention_binding(tiny_llama().model.layers[0].self_attn, SDPA_OWN).reference
+    sig = G.spec_signature(decode.input_specs)
+    op = guard.bind("attention", lambda s: decode.key if s == sig else None, own, arity=3, free=((1, 2), (2, 2)))
+    q, k, v = (torch.randn(shape, dtype=dt) for shape, dt, _ in sig)
+    with torch.no_grad():
+        assert op(q, k, v) is not None
+        [kernel] = guard.kernels[decode.key]
+        assert kernel.race_us is not None and kernel.state == "passed"
+        guard.margin = 1e12  # from here on every race is lost
+        relaid = [torch.randn(2, sig[1][0][2], 2, 16).transpose(1, 2) for _ in range(2)]
+        assert op(q, *relaid) is None and op(q, *relaid) is None  # raced once, then its route remembers
+    assert guard.stats()["fallbacks"] == {"attention": {G.R_SLOWER: 2}}
+    assert guard.stats()["signatures"] == {decode.key[:12]: [[1, 0]]}  # proven correct there, and slower
+    assert len(kernel.bucket_races) == 2 and sorted(bool(v) for v in kernel.bucket_races.values()) == [False, True]
+    with torch.no_grad():
+        assert op(q, k, v) is not None  # its own layout keeps the race it won
+
+
 def test_dispatch_sites_give_back_what_they_held():
     """A registry with global and per-instance entries gets its instance entry removed again (the global one shows
     through); a plain mapping and a module attribute get their own function back."""
