@@ -218,7 +218,7 @@ class LaunchPlan:
         self._index = device.index
         # What a replay does, resolved once (a decode step pays every attribute lookup here on the host): each
         # buffer's allocation, and per launch the launcher with its fixed arguments, the scalar values in place
-        # and, for each pointer, (position, from an input, index, byte offset, whether it must be 16-byte aligned).
+        # and, for each pointer, (position, from an input, index, byte offset).
         self._allocations = [((b.layout[0], b.layout[2]) if b.layout is not None else ((b.nbytes,), torch.uint8))
                              for b in buffers]
         self._replays = []
