@@ -358,7 +358,8 @@ def generated(tmp_path_factory, judge):
     build = pack_for_problems(problems, root / "attention.kspack", db=str(root / "k.db"), judge=judge,
                               config=EvolveConfig(budget=1, backend="triton-interpret"),
                               console=Console(stderr=True, quiet=True), baselines=("eager",))
-    assert build.missing == [] and build.export is not None, build.warm.to_json()
+    assert build.missing == [] and build.export is not None, [(i.name, i.signature, i.status, i.note)
+                                                              for i in build.warm.items]
     decode = next(p for p in problems if p.input_specs[0].shape[2] == 1)
     return {"pack": root / "attention.kspack", "decode": decode}
 
@@ -543,6 +544,22 @@ TINY = ["--hf-set", "hidden_size=32", "--hf-set", "intermediate_size=64", "--hf-
         "--hf-set", "num_attention_heads=2", "--hf-set", "num_key_value_heads=1", "--hf-set", "vocab_size=64"]
 
 
+def test_pack_export_says_why_a_problem_is_missing(tmp_path, capsys, monkeypatch):
+    """A layer problem the build could not serve is listed with the search's reason, in --json and in the table."""
+    from ks_inductor.cli import main
+
+    monkeypatch.setenv("KERNELSMITH_HOME", str(tmp_path / "home"))
+    argv = ["pack", "export", "--hf-config", "llama", *TINY, "--batch", "1", "--seq", "1", "--db",
+            str(tmp_path / "k.db"), "-o", str(tmp_path / "p.kspack"), "--budget", "1", "--time-limit", "0.001",
+            "--backend", "triton-interpret"]
+    main([*argv, "--json"])
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["problems"] and sorted(out["missing"]) == sorted(p["key"] for p in out["problems"])
+    assert all(p["why"] == "no candidate was judged (time)" for p in out["problems"]), out["problems"]
+    main(argv)
+    assert "missing: no candidate was judged (time)" in " ".join(capsys.readouterr().out.split())
+
+
 def test_pack_export_for_a_model_serves_that_model(tmp_path, capsys, monkeypatch):
     """``kernelsmith pack export --hf-config``: warm, export, and the pack serves the model it was built for."""
     from ks_inductor.cli import main
@@ -556,7 +573,8 @@ def test_pack_export_for_a_model_serves_that_model(tmp_path, capsys, monkeypatch
                "--json"])
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     B.forget_stores()
-    assert rc == 0 and out["missing"] == [] and out["kernels"] == 8 and out["with_vectors"] == 8, out
+    assert rc == 0 and out["missing"] == [] and out["kernels"] == 8 and out["with_vectors"] == 8, [
+        (p["name"], p["inputs"], p.get("why")) for p in out["problems"] if not p["packed"]]
     assert sorted((p["name"], p["inputs"]) for p in out["problems"] if p["name"] not in ("rope", "attention")) == [
         ("rmsnorm", "float32[2, 1, 32], float32[32]"), ("rmsnorm", "float32[2, 3, 32], float32[32]"),
         ("silu_mul", "float32[2, 1, 64], float32[2, 1, 64]"), ("silu_mul", "float32[2, 3, 64], float32[2, 3, 64]")]

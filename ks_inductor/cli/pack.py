@@ -15,6 +15,7 @@ from dataclasses import asdict
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kernel_cache.access import open_store
@@ -185,9 +186,16 @@ def _export_for_model(args: argparse.Namespace) -> int:
     except (BackendUnavailable, CacheError) as e:
         raise UsageError(str(e)) from None
     res = build.export
+    items = {i.key: i for i in build.warm.items}
+
+    def why_missing(key: str) -> str:
+        item = items.get(key)
+        return (item.note or item.status) if item is not None else "not searched"
+
     out = {"pack": res.path if res is not None else None, "stack": stack,
-           "problems": [{"name": p.name, "key": p.key, "inputs": p.signature(),
-                         "packed": p.key not in build.missing} for p in build.problems],
+           "problems": [{"name": p.name, "key": p.key, "inputs": p.signature(), "packed": p.key not in build.missing,
+                         **({"why": why_missing(p.key)} if p.key in build.missing else {})}
+                        for p in build.problems],
            "missing": build.missing, "kernels": res.kernels if res is not None else 0,
            "with_vectors": res.with_vectors if res is not None else 0, "signed": bool(res and res.signed)}
     if args.json:
@@ -195,7 +203,8 @@ def _export_for_model(args: argparse.Namespace) -> int:
     else:
         t = Table("layer problem", "key", "inputs", "in the pack")
         for p in out["problems"]:
-            t.add_row(p["name"], p["key"][:16], p["inputs"], "packed" if p["packed"] else "[yellow]missing[/]")
+            t.add_row(p["name"], p["key"][:16], p["inputs"],
+                      "packed" if p["packed"] else f"[yellow]missing[/]: {escape(p['why'])}")
         c = out_console()
         c.print(t)
         if res is None:
