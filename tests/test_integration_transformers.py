@@ -356,7 +356,9 @@ def generated(tmp_path_factory, judge):
     root = tmp_path_factory.mktemp("serve-generated")
     problems = [p for p in layer_problems(tiny_llama(), [generation(2)]) if p.name == "attention"]
     build = pack_for_problems(problems, root / "attention.kspack", db=str(root / "k.db"), judge=judge,
-                              config=EvolveConfig(budget=1, backend="triton-interpret"),
+                              # two candidates: what these tests check is serving, which one failed candidate
+                              # should not take away
+                              config=EvolveConfig(budget=2, backend="triton-interpret"),
                               console=Console(stderr=True, quiet=True), baselines=("eager",))
     assert build.missing == [] and build.export is not None, [(i.name, i.signature, i.status, i.note)
                                                               for i in build.warm.items]
@@ -569,7 +571,7 @@ def test_pack_export_for_a_model_serves_that_model(tmp_path, capsys, monkeypatch
     monkeypatch.setenv("KERNELSMITH_HOME", str(tmp_path / "home"))
     pack = tmp_path / "llama.kspack"
     rc = main(["pack", "export", "--hf-config", "llama", *TINY, "--batch", "2", "--seq", "3", "--seq", "1",
-               "--db", str(tmp_path / "k.db"), "-o", str(pack), "--budget", "1", "--backend", "triton-interpret",
+               "--db", str(tmp_path / "k.db"), "-o", str(pack), "--budget", "2", "--backend", "triton-interpret",
                "--json"])
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     B.forget_stores()
