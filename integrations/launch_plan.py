@@ -207,9 +207,6 @@ class LaunchPlan:
 
     def __init__(self, launches: list[_Launch], buffers: list[_Buffer], outputs: list[tuple[str, int]],
                  device: torch.device, single: bool, static: bool = False) -> None:
-        self.launches = launches
-        self.buffers = buffers
-        self.outputs = outputs
         self.device = device
         self.single = single
         from triton.runtime.driver import driver
@@ -310,7 +307,7 @@ def _replays_forward(plan: LaunchPlan, forward: Any, first: list[torch.Tensor], 
     return ""
 
 
-_STATIC: dict[tuple[int, int], tuple[Any, Any, str]] = {}
+_STATIC: dict[tuple[Any, int], tuple[Any, str]] = {}
 _STATIC_LOCK = threading.Lock()
 
 
@@ -319,13 +316,9 @@ def _static_kernel(kernel: Any, device_index: int) -> tuple[Any, str]:
     from .static_launch import static_kernel
 
     with _STATIC_LOCK:
-        held = _STATIC.get((id(kernel), device_index))
-        if held is not None and held[0] is kernel:
-            return held[1], held[2]
-        loaded, note = static_kernel(kernel, device_index)
-        # The kernel is held with its entry, so its id is not reused while the entry lives.
-        _STATIC[(id(kernel), device_index)] = (kernel, loaded, note)
-        return loaded, note
+        if (kernel, device_index) not in _STATIC:
+            _STATIC[(kernel, device_index)] = static_kernel(kernel, device_index)
+        return _STATIC[(kernel, device_index)]
 
 
 def make_plan(forward: Any, signature_of: Sequence[torch.Tensor]) -> tuple[LaunchPlan | None, str]:

@@ -168,6 +168,13 @@ class PackBuild:
     export: Any  # kernel_cache.pack.ExportResult | None (None when no problem got a kernel)
     missing: list[str]  # keys with no verified (or race) kernel for this machine
 
+    def why_missing(self, key: str) -> str:
+        """Why the problem ``key`` has no kernel in the pack, as its search said ("" where it has one)."""
+        if key not in self.missing:
+            return ""
+        item = next((i for i in self.warm.items if i.key == key), None)
+        return (item.note or item.status) if item is not None else "not searched"
+
 
 def pack_for_problems(problems: list[Problem], path: str | os.PathLike[str], *, db: str | None = None,
                       config: Any = None, judge: Any = None, sign_key: str | os.PathLike[str] | None = None,

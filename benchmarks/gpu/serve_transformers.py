@@ -204,7 +204,7 @@ def main() -> int:
             result["problems"].append({
                 "name": prob.name, "inputs": prob.signature(), "packed": prob.key not in build.missing,
                 "status": getattr(items.get(prob.key), "status", None),
-                "note": getattr(items.get(prob.key), "note", ""),
+                "why_missing": build.why_missing(prob.key),
                 "kernels": [{"status": k.status, "speedup_eager": k.speedup_eager, "median_ms": k.median_ms,
                              "eager_ms": k.eager_ms, "speedup_inductor": k.speedup_inductor,
                              "speedup_lcb": k.speedup_lcb} for k in ks[:2]]})

@@ -186,15 +186,9 @@ def _export_for_model(args: argparse.Namespace) -> int:
     except (BackendUnavailable, CacheError) as e:
         raise UsageError(str(e)) from None
     res = build.export
-    items = {i.key: i for i in build.warm.items}
-
-    def why_missing(key: str) -> str:
-        item = items.get(key)
-        return (item.note or item.status) if item is not None else "not searched"
-
     out = {"pack": res.path if res is not None else None, "stack": stack,
            "problems": [{"name": p.name, "key": p.key, "inputs": p.signature(), "packed": p.key not in build.missing,
-                         **({"why": why_missing(p.key)} if p.key in build.missing else {})}
+                         **({"why": build.why_missing(p.key)} if p.key in build.missing else {})}
                         for p in build.problems],
            "missing": build.missing, "kernels": res.kernels if res is not None else 0,
            "with_vectors": res.with_vectors if res is not None else 0, "signed": bool(res and res.signed)}
