@@ -28,7 +28,11 @@ class PackKernel:
     vectors: bytes | None
     state: str = "unchecked"  # unchecked | passed | failed | none | slower | broken
     note: str = ""
-    loaded: Any = None  # kernel_ops.LoadedKernel
+    loaded: Any = None  # kernel_ops.LoadedKernel: its module, loaded only where a call needs its forward
+    # At its problem's signature it runs the launch plan its verdict was reached with (``judged_plan``), where its
+    # record carries one that runs here; ``judged_note`` says why not, once it was tried.
+    judged: Any = None
+    judged_note: str = ""
     race_us: tuple[float, float] | None = None  # median µs per call: (ours, the stack's own), where it was raced
     # Its launches replayed without its Python forward (``launch_plan``), made once it passed its check on a GPU;
     # None where it has none (``plan_note`` says why).
@@ -43,8 +47,21 @@ class PackKernel:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def call(self, *args: Any) -> Any:
-        """The kernel's outputs for ``args``: through its launch plan where it has one, else its forward."""
-        return launch(self.plan, self.loaded.model, args)
+        """The kernel's outputs for ``args`` at its problem's signature: through its launch plan where it has one,
+        else as judged."""
+        return launch(self.plan, self.judged_call, args)
+
+    def judged_call(self, *args: Any) -> Any:
+        """The kernel's outputs at its problem's signature as the judge ran it: its judged plan; its forward only
+        where it has none, or the call's inputs do not start their storages."""
+        if self.judged is not None:
+            out = self.judged(*args)
+            if out is not None:
+                return out
+        why = load_kernel(self, forward=True)
+        if why:
+            raise RuntimeError(why)
+        return self.loaded.model(*args)
 
 
 @dataclass
@@ -87,10 +104,19 @@ def _as_list(out: Any) -> list[Any]:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
-def load_kernel(kernel: PackKernel) -> str:
-    """Load the kernel once; why it cannot be loaded, else ""."""
+def load_kernel(kernel: PackKernel, forward: bool = False) -> str:
+    """Make the kernel ready to run at its problem's signature, once: its judged plan where its record carries one
+    that runs here, else (and with ``forward``: for another signature) its module, forward included. Why it cannot
+    be, else ""."""
     from ks_inductor.compiler import kernel_ops as ko
 
+    if not forward:
+        if kernel.judged is None and not kernel.judged_note:
+            from .judged_plan import judged_plan
+
+            kernel.judged, kernel.judged_note = judged_plan(kernel.record, len(kernel.problem.input_specs))
+        if kernel.judged is not None:
+            return ""
     if kernel.loaded is None:
         try:
             kernel.loaded = ko.load_kernel(kernel.record)
@@ -99,14 +125,17 @@ def load_kernel(kernel: PackKernel) -> str:
     return ""
 
 
-def check_trials(kernel: PackKernel, trials: list[tuple[list[torch.Tensor], list[torch.Tensor]]]) -> str:
-    """Why the loaded kernel's outputs differ from the reference's on ``trials``, else ""."""
+def check_trials(kernel: PackKernel, trials: list[tuple[list[torch.Tensor], list[torch.Tensor]]],
+                 run: Callable[..., Any] | None = None) -> str:
+    """Why the kernel's outputs (``run``, by default as judged at its problem's signature) differ from the
+    reference's on ``trials``, else ""."""
     from ks_inductor.judge.compare import compare_outputs
 
+    run = run if run is not None else kernel.judged_call
     for i, (ins, ref) in enumerate(trials):
         try:
             with torch.no_grad():
-                got = [o.detach().to("cpu") for o in _as_list(kernel.loaded.model(*ins)) if isinstance(o, torch.Tensor)]
+                got = [o.detach().to("cpu") for o in _as_list(run(*ins)) if isinstance(o, torch.Tensor)]
         except Exception as e:  # noqa: BLE001 - a kernel that raises on its own check is not served
             return f"trial {i}: {type(e).__name__}: {e}"
         _, why = compare_outputs([r.to("cpu") for r in ref], got, _tolerance, i, "golden")

@@ -174,7 +174,7 @@ class PackGuard:
 
                 sig = spec_signature(k.problem.input_specs)
                 if sig is not None:
-                    k.plan, k.plan_note = make_plan(k.loaded.model, random_inputs(sig, device))
+                    k.plan, k.plan_note = make_plan(k.judged_call, random_inputs(sig, device))
                     log.info("kernelsmith: kernel %s for %s %s", k.record.sha256[:12], key[:12],
                              "launches without its forward" if k.plan is not None
                              else f"keeps its forward: {k.plan_note}")
@@ -256,6 +256,10 @@ class PackGuard:
                     "signatures": {k[:12]: [[sum(not p.why for p in pk.at.values()),
                                              sum(bool(p.why) for p in pk.at.values())] for pk in v]
                                    for k, v in self.kernels.items() if any(pk.at for pk in v)},
+                    # how each kernel runs at its problem's signature: its judged plan, or why its forward
+                    "judged": {k[:12]: ["judged plan" if pk.judged is not None else pk.judged_note for pk in v]
+                               for k, v in self.kernels.items() if any(pk.judged is not None or pk.judged_note
+                                                                       for pk in v)},
                     "plans": {k[:12]: [f"planned, {pk.plan.launcher()}" if pk.plan is not None else pk.plan_note
                                        for pk in v]
                               for k, v in self.kernels.items() if any(pk.plan is not None or pk.plan_note
@@ -268,7 +272,7 @@ def _rounded(race_us: tuple[float, float] | None) -> list[float] | None:
 
 def empty_stats() -> dict[str, Any]:
     """``PackGuard.stats()`` where nothing is served."""
-    return {"hits": {}, "fallbacks": {}, "kernels": {}, "race_us": {}, "signatures": {}, "plans": {}}
+    return {"hits": {}, "fallbacks": {}, "kernels": {}, "race_us": {}, "signatures": {}, "judged": {}, "plans": {}}
 
 
 class StackState:

@@ -77,7 +77,8 @@ class _Route:
     state changes. ``checked``: the kernel's outputs at this signature were validated once. ``sig``: the call's
     signature, where it is not ``key``'s problem's but one the kernel may be proven at (``provable_at``)."""
 
-    __slots__ = ("early", "late", "key", "device", "epoch", "kernel", "why", "checked", "sig", "proof", "plan")
+    __slots__ = ("early", "late", "key", "device", "epoch", "kernel", "why", "checked", "sig", "proof", "plan",
+                 "forward")
 
     def __init__(self, early: str, late: str, key: str | None, device: torch.device,
                  sig: Signature | None = None) -> None:
@@ -90,8 +91,9 @@ class _Route:
         # proof there, which runs it.
         self.sig = sig
         self.proof: SignatureProof | None = None
-        # The settled kernel's launch plan here (None where it has none: its forward runs).
+        # The settled kernel's launch plan here (None where it has none), and what runs where the plan does not.
         self.plan: Any = None
+        self.forward: Any = None
 
 
 # Routes a served op keeps: far more than the signatures a pack holds; a server cycling through more starts over.
@@ -168,6 +170,8 @@ class ServedOp:
         if kernel is not route.kernel or proof is not route.proof:
             route.kernel, route.proof, route.checked = kernel, proof, False
         route.plan = None if kernel is None else kernel.plan if proof is None else proof.plan
+        # At the problem's signature the kernel runs as judged; elsewhere its forward, proven there.
+        route.forward = None if kernel is None else kernel.judged_call if proof is None else kernel.loaded.model
         if kernel is None:
             states = {k.state for k in g.kernels.get(route.key, [])}
             route.why = why or (R_NO_VECTORS if states == {"none"} else R_SLOWER if "slower" in states
@@ -182,7 +186,8 @@ class ServedOp:
             if proof is not None:
                 return proof
             trials = stack_trials(device, self.reference, sig) if self.reference is not None else "no reference"
-            why = trials if isinstance(trials, str) else load_kernel(kernel) or check_trials(kernel, trials)
+            why = trials if isinstance(trials, str) else (load_kernel(kernel, forward=True)
+                                                          or check_trials(kernel, trials, kernel.loaded.model))
             proof = SignatureProof(kernel, why)
             if not why:
                 proof.outputs = [(tuple(o.shape), o.dtype) for o in trials[0][1]]
@@ -267,9 +272,9 @@ class ServedOp:
         try:
             if grad:
                 with torch.no_grad():
-                    out = launch(route.plan, kernel.loaded.model, args)
+                    out = launch(route.plan, route.forward, args)
             else:
-                out = launch(route.plan, kernel.loaded.model, args)
+                out = launch(route.plan, route.forward, args)
         except Exception as e:  # noqa: BLE001 - never a broken model: the stack computes it instead
             self._broken(kernel, e)
             return self._miss(R_ERROR)

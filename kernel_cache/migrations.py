@@ -97,8 +97,14 @@ def _v1_to_v2(conn: Connection) -> None:
             last_seen FLOAT NOT NULL)"""))
 
 
+def _v2_to_v3(conn: Connection) -> None:
+    """v3: each kernel's judged launch plan, which serving launches at the judged signature (empty for kernels
+    stored before: they keep recording their own)."""
+    conn.execute(text("ALTER TABLE kernels ADD COLUMN plan TEXT"))
+
+
 # MIGRATIONS[v] brings a database from version v to v + 1.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def rank_of(lcb: float | None, inductor: float | None, eager: float | None) -> float | None:

@@ -69,6 +69,7 @@ class KernelRow(Base):
     run_id: Mapped[str | None] = mapped_column(String(64))
     parent_id: Mapped[str | None] = mapped_column(String(64))
     candidate_id: Mapped[str | None] = mapped_column(String(64))
+    plan: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float, nullable=False)
     updated_at: Mapped[float] = mapped_column(Float, nullable=False)
 

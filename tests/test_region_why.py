@@ -79,3 +79,31 @@ def test_explain_gives_a_missed_region_the_why_its_last_search_stored(tmp_path):
     whys = {row["key"]: row["why"] for g in after["graphs"] for row in g["regions"]}
     assert whys[key] == f"last search: {NAN_TRIAL}"
     assert all(w != f"last search: {NAN_TRIAL}" for k, w in whys.items() if k != key)
+
+
+def _timed(eager: float, lcb: float, graph: float | None, launch_bound: bool = False) -> EvalResult:
+    r = EvalResult(correct=True, verdict="accepted", timing_meaningful=True, launch_bound=launch_bound)
+    r.speedup_eager, r.speedup_eager_lcb = eager, lcb
+    r.speedup_inductor, r.speedup_inductor_lcb = eager + 0.5, lcb + 0.5
+    if graph is not None:
+        r.steady_speedups = {"eager": graph, "inductor": graph + 0.5}
+    return r
+
+
+def test_a_correct_kernel_that_is_not_faster_says_which_ratio_kept_it_out():
+    """The search's why for a correct best that is not faster names the ratio that failed (a per-call lower bound
+    under the margin, or a CUDA-graph time above a baseline's) and whether a serving race is left to decide, rather
+    than another candidate's reason."""
+    bound = _timed(1.08, 1.01, 1.02)
+    why = bound.speed_why(0.03)
+    assert "per call" in why and "eager 1.010 (1.080x)" in why and "inductor" not in why and "graph" not in why
+    graph = _timed(1.10, 1.06, 0.98, launch_bound=True)
+    why = graph.speed_why(0.03)
+    assert "CUDA graph" in why and "eager 0.980x" in why and "per call" not in why and "no race" in why
+    tie = _timed(1.02, 0.99, 1.01, launch_bound=True)
+    assert tie.served_by_race and "race decides" in tie.speed_why(0.03)
+    fast = _timed(1.2, 1.1, 1.1)
+    fast.faster = True
+    assert fast.speed_why(0.03) == ""
+    graph.not_faster = graph.speed_why(0.03)
+    assert why_no_kernel(_record(REJECTED), graph, "", [_rejected(NAN_TRIAL)], "budget") == graph.not_faster

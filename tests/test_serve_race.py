@@ -104,7 +104,7 @@ def test_kernel_faster_than_a_slow_stack_path_serves(pack, monkeypatch):
     guard, why = G.load_guard("probe", pack)
     [kernel] = [k for ks in guard.kernels.values() for k in ks]
     assert load_kernel(kernel) == ""
-    ours_us, _ = G.race(kernel.loaded.model, kernel.loaded.model, [x, norm.weight.detach()], x.device, rounds=1)
+    ours_us, _ = G.race(kernel.judged_call, kernel.judged_call, [x, norm.weight.detach()], x.device, rounds=1)
     delay = max(0.002, 4 * ours_us / 1e6)
     calls = []
 
@@ -242,10 +242,10 @@ def test_a_kernel_that_raises_later_is_decided_again(pack, monkeypatch):
     with torch.no_grad():
         assert op(x, w) is not None
         [kernel] = [k for ks in guard.kernels.values() for k in ks]
-        model = kernel.loaded.model
-        monkeypatch.setattr(kernel.loaded, "model", _raise)  # the loaded kernel is shared: restored after
+        judged = kernel.judged
+        monkeypatch.setattr(kernel, "judged", _raise)
         assert op(x, w) is None and kernel.state == "broken"
-        monkeypatch.setattr(kernel.loaded, "model", model)
+        monkeypatch.setattr(kernel, "judged", judged)
         assert op(x, w) is None  # broken stays broken: no kernel passed for this signature
     assert guard.stats()["hits"] == {"rmsnorm": 1}
     assert guard.stats()["fallbacks"] == {"rmsnorm": {G.R_ERROR: 1, G.R_VECTORS: 1}}
@@ -257,11 +257,11 @@ def test_outputs_are_checked_until_they_fit(pack, monkeypatch):
     [key] = guard.kernels
     kernel = guard.ready_kernel(key, x.device)
     assert kernel is not None
-    model = kernel.loaded.model
+    judged = kernel.judged
     with torch.no_grad():
-        monkeypatch.setattr(kernel.loaded, "model", lambda *a: torch.zeros(3))  # not the problem's outputs
+        monkeypatch.setattr(kernel, "judged", lambda *a: torch.zeros(3))  # not the problem's outputs
         assert op(x, w) is None and op(x, w) is None
-        monkeypatch.setattr(kernel.loaded, "model", model)
+        monkeypatch.setattr(kernel, "judged", judged)
         assert op(x, w) is not None and op(x, w) is not None
         # checked once per kernel and signature: a kernel's output shapes are fixed by its code
         assert all(r.checked for r in op._routes.values())

@@ -154,7 +154,8 @@ def _judged(problem: Any, source: str, repeats: int) -> dict[str, Any]:
         rows.append({"verdict": r.verdict, "correct": r.correct, "faster": r.faster, "launch_bound": r.launch_bound,
                      "served_by_race": r.served_by_race, "speedup_eager": r.speedup_eager,
                      "speedup_eager_lcb": r.speedup_eager_lcb, "speedup_inductor": r.speedup_inductor,
-                     "steady_speedups": r.steady_speedups,
+                     "steady_speedups": r.steady_speedups, "steady_speedup_lcbs": r.steady_speedup_lcbs,
+                     "speedup_inductor_lcb": r.speedup_inductor_lcb, "not_faster": r.not_faster,
                      "candidate_us": (r.candidate_ms or 0) * 1e3,
                      "eager_us": r.timings["eager"].median_ms * 1e3 if "eager" in r.timings else None,
                      "leads": r.timing_leads, "notes": r.notes[:4], "reasons": r.reasons[:2]})

@@ -600,7 +600,7 @@ class Evolver:
                 speedup_eager=best_res.speedup_eager, speedup_inductor=best_res.speedup_inductor,
                 speedup_lcb=best_res.speedup_best_lcb if self.timed else None,
                 trials=best_res.trials, timed=self.timed,
-                run_id=run_id, parent_id=cand.parent_id, candidate_id=cand.id)
+                run_id=run_id, parent_id=cand.parent_id, candidate_id=cand.id, plan=best_res.plan)
             record.id = self.store.add_kernel(record)
         # Request counters from the LLM client (tokens were already counted step by step).
         self.tokens.update({k: v for k, v in getattr(self.mutator, "usage", {}).items()
@@ -653,21 +653,25 @@ class _Background:
 
 
 # Longest one-line "why" a summary carries; the verdicts keep every reason in full.
-WHY_CHARS = 160
+WHY_CHARS = 240
 
 
 def why_no_kernel(record: KernelRecord | None, best: EvalResult | None, note: str, results: list[EvalResult],
                   stop_reason: str) -> str:
     """Why a search stored nothing that will be served, in one line; "" where it stored a verified kernel.
 
-    The best candidate's verdict speaks first (its first reason: not faster, or wrong on a trial); with no correct
+    The best candidate's verdict speaks first (its first reason, or why it is not faster); with no correct
     candidate, the first judged candidate's (the seeds come first, and their reason is the family's); with no
     verdict at all, why the search stopped."""
     if record is not None and record.status == VERIFIED:
         return ""
     if record is not None and note:
         return _one_line(note)
-    for res in ([best] if best is not None else []) + results:
+    if best is not None and best.reasons:
+        return _one_line(best.reasons[0])
+    if best is not None and best.not_faster:
+        return _one_line(best.not_faster)
+    for res in results:
         if res.reasons:
             return _one_line(res.reasons[0])
     return _one_line(f"no candidate was judged ({stop_reason})" if stop_reason else "no candidate was judged")

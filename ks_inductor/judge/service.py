@@ -699,6 +699,7 @@ class Judge:
             model_bytes = os.path.getsize(ref.state_file) if ref.state_file else 0
             if not self._take_plan(res, work, trusted, model_bytes):
                 return res
+            judged_plan = self._judged_plan(trusted)
             trials = [(ref.trials[k]["seed"], ref.trials[k]["dist"]) for k in picked]
             job = {
                 "kind": "plan", "device": self.backend.device, "workdir": trusted, "problem_source": problem.source,
@@ -744,7 +745,11 @@ class Judge:
                     res.reject("protocol", "the worker's timing stage did not hand over every output it checks")
                     return res
                 res.stage = "timing"
+            if self._judged_plan(trusted) != judged_plan:
+                res.reject("plan", "the launch plan changed while it was being judged")
+                return res
             res.correct, res.verdict = True, ACCEPTED
+            res.plan = judged_plan
             if msg.get("samples") and pending is not None:
                 clock.enter("reference")
                 try:
@@ -799,6 +804,21 @@ class Judge:
             shutil.copyfile(src, os.path.join(trusted, name), follow_symlinks=False)
         return True
 
+    @staticmethod
+    def _judged_plan(trusted: str) -> str:
+        """The plan the trusted side executed for this verdict, where it needs nothing but the call's inputs (no
+        state or constant storage): what serving launches at the judged signature instead of the candidate's forward
+        (``integrations.judged_plan``). "" where it needs more."""
+        from ks_inductor.judge.plan import PLAN_FILE, Plan, PlanError
+
+        try:
+            with open(os.path.join(trusted, PLAN_FILE), encoding="utf-8") as f:
+                text = f.read()
+            plan = Plan.from_json(text)
+        except (OSError, PlanError):
+            return ""
+        return text if all(s["kind"] in ("input", "alloc") for s in plan.storages) else ""
+
     def _note_sandbox(self, summary: str | None) -> None:
         """Say once per judge what the candidates' sandbox holds where it could not be put in place."""
         if summary and not summary.startswith("sandbox enforced") and not self._sandbox_said:
@@ -851,6 +871,7 @@ class Judge:
                       and min(res.steady_speedups.values(), default=1.0) >= 1.0)
         cand_ms = res.timings["candidate"].median_ms
         res.launch_bound = bool(base.launch_ms) and cand_ms <= LAUNCH_BOUND_LAUNCHES * float(base.launch_ms or 0.0)
+        res.not_faster = res.speed_why(cfg.margin)
         wall = msg.get("wall")
         if wall:
             hidden = wall["hidden_ms"] - wall["overhead_ms"]

@@ -79,6 +79,8 @@ class EvalResult:
     # The candidate's device time per call is within a few kernel launches (``service.LAUNCH_BOUND_LAUNCHES``): what
     # such a call costs where it is served is mostly host time, which device timing does not see.
     launch_bound: bool = False
+    # Why a correct, timed candidate is not served as faster (``speed_why``), in one line; "" where it is.
+    not_faster: str = ""
     # Per tool timed (the candidate and each baseline; "<tool> (graph)" for the CUDA-graph timing): the spin before
     # each timed call it ended at (us), the calls timed again because the host had fallen behind the GPU, and the
     # samples kept although it still was (``timing.Lead``).
@@ -91,6 +93,9 @@ class EvalResult:
     # candidate, but a reader of the verdict should know.
     notes: list[str] = field(default_factory=list)
     log_tail: str = ""
+    # The launch plan the trusted side executed, as JSON, where it reads nothing but the call's inputs (else ""): the
+    # stored kernel carries it (``KernelRecord.plan``); a verdict's JSON does not.
+    plan: str = field(default="", repr=False)
     duration_s: float = 0.0
     # Where ``duration_s`` went, per stage (``ks_inductor.judge.clock.STAGE_NAMES``); the stages sum to it.
     stage_s: dict[str, float] = field(default_factory=dict)
@@ -129,6 +134,29 @@ class EvalResult:
                     if v is not None]
         return bool(per_call) and min(per_call) >= 1.0 and min(self.steady_speedups.values(), default=1.0) >= 1.0
 
+    def speed_why(self, margin: float) -> str:
+        """Why a correct, timed candidate is not ``faster``: each per-call ratio whose lower bound misses 1 +
+        ``margin``, each CUDA-graph ratio below 1, and whether a serving stack's race is left to decide; "" where it
+        is faster."""
+        if self.faster or not (self.correct and self.timing_meaningful):
+            return ""
+        per_call = {"eager": (self.speedup_eager, self.speedup_eager_lcb),
+                    "inductor": (self.speedup_inductor, self.speedup_inductor_lcb),
+                    **{n: (v, self.speedup_peer_lcbs.get(n)) for n, v in self.speedup_peers.items()}}
+        short = [f"{n} {lb:.3f} ({v:.3f}x)" for n, (v, lb) in per_call.items()
+                 if v is not None and lb is not None and lb < 1 + margin]
+        graph = [f"{n} {v:.3f}x" for n, v in sorted(self.steady_speedups.items()) if v < 1.0]
+        parts = []
+        if short:
+            parts.append(f"per call, lower bound under {1 + margin:g} against " + ", ".join(short))
+        if graph:
+            parts.append("in a CUDA graph, slower than " + ", ".join(graph))
+        why = "not faster: " + "; ".join(parts or ["no baseline was timed"])
+        if self.launch_bound:
+            why += ("; launch-bound and not slower, so a serving stack's race decides" if self.served_by_race
+                    else "; launch-bound and slower somewhere, so no race")
+        return why
+
     @property
     def speedup_best_lcb(self) -> float | None:
         vals = [v for v in (self.speedup_eager_lcb, self.speedup_inductor_lcb, *self.speedup_peer_lcbs.values())
@@ -161,6 +189,7 @@ class EvalResult:
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
+        d.pop("plan")
         d["accepted"] = self.accepted
         return d
 
@@ -223,6 +252,8 @@ class EvalResult:
                 parts = [f"{name} {t.median_ms:.4f} ms" for name, t in self.steady_timings.items()]
                 lines.append("Inside a CUDA graph, calls back to back on cold inputs (how serving runs it): "
                              + ", ".join(parts) + ".")
+            if self.not_faster:
+                lines.append(f"Not served as faster: {self.not_faster.removeprefix('not faster: ')}.")
             if self.roofline_fraction is not None:
                 lines.append(
                     f"Reaches {100 * self.roofline_fraction:.1f}% of the roofline floor "

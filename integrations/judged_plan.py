@@ -1,0 +1,91 @@
+"""A pack kernel launched as the judge ran it: its judged launch plan, with Triton kernels built from its source.
+
+The judge never executes a candidate's Python forward: the candidate's process records a launch plan, and the
+trusted side executes that plan with the candidate's Triton kernels alone (``ks_inductor.judge.plan``). The stored
+kernel carries the plan the verdict was reached with (``KernelRecord.plan``), so at the judged signature serving runs
+exactly that: the same steps, grids and arguments, and of the source only what ``kernel_source.kernels_module`` keeps
+(the ``triton.jit`` functions and literal constants). The kernel's forward, and any other code of its module, never
+runs there: a forward that behaves one way while it is recorded and another way later has nothing to act on.
+
+At another signature (a cache length the problem was not traced at) no judged plan exists, and the kernel's forward
+is proven against the stack's own computation there (:mod:`integrations.served_op`). A call whose inputs start
+inside their storage (a storage offset) takes the forward too: the plan's views are relative to storages that begin
+where the inputs did when it was recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from kernel_cache.record import KernelRecord
+
+log = logging.getLogger("kernelsmith.integrations")
+
+
+class JudgedPlanError(ValueError):
+    """A stored plan that cannot run here: one line that says why."""
+
+
+class JudgedPlan:
+    """``plan(*inputs)``: the kernel's outputs at its judged signature, from its judged launch plan; None where a
+    call's inputs do not start their storages (the caller then runs the kernel's forward)."""
+
+    def __init__(self, record: KernelRecord, n_inputs: int) -> None:
+        from ks_inductor.judge.kernel_source import KernelSourceError, kernels_module
+        from ks_inductor.judge.plan import Plan, PlanError
+        from ks_inductor.source_module import load_source_module
+
+        try:
+            self.plan = Plan.from_json(record.plan)
+            self.plan.validate(n_inputs)
+            # A module of its own making, under a name apart from the full source's (``kernel_ops.load_kernel``).
+            self.kernels = load_source_module(kernels_module(record.source), "ks_judged")
+        except (PlanError, KernelSourceError) as e:
+            raise JudgedPlanError(str(e)) from None
+        except Exception as e:  # noqa: BLE001 - a kernels module that does not import is a plan that cannot run
+            raise JudgedPlanError(f"its kernels do not import: {type(e).__name__}: {e}") from None
+        if any(s["kind"] not in ("input", "alloc") for s in self.plan.storages):
+            raise JudgedPlanError("the plan needs storages other than the call's inputs")
+        self.n_inputs = n_inputs
+        self._runners: dict[torch.device, Any] = {}
+        self._lock = threading.Lock()
+        self.runner(torch.device("cpu"))  # every kernel the plan names is one of the source's
+
+    def runner(self, device: torch.device) -> Any:
+        from ks_inductor.judge.plan import PlanError, PlanRunner
+
+        got = self._runners.get(device)
+        if got is None:
+            with self._lock:
+                got = self._runners.get(device)
+                if got is None:
+                    try:
+                        got = PlanRunner(self.plan, self.kernels, {}, str(device), self.n_inputs)
+                    except PlanError as e:
+                        raise JudgedPlanError(str(e)) from None
+                    self._runners[device] = got
+        return got
+
+    def __call__(self, *args: Any) -> Any:
+        for a in args:
+            if not isinstance(a, torch.Tensor) or a.storage_offset():
+                return None
+        outs = self.runner(args[0].device)(*args)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def judged_plan(record: KernelRecord, n_inputs: int) -> tuple[JudgedPlan | None, str]:
+    """The record's judged plan, ready to run, and ""; or None and why it has none that runs here."""
+    if not record.plan:
+        return None, "its record carries no judged plan"
+    try:
+        return JudgedPlan(record, n_inputs), ""
+    except JudgedPlanError as e:
+        log.warning("kernelsmith: kernel %s keeps its forward: its judged plan cannot run here (%s)",
+                    record.sha256[:12], e)
+        return None, f"its judged plan cannot run here: {e}"

@@ -1,0 +1,155 @@
+"""Serving launches a pack kernel as the judge ran it: at its problem's signature, the launch plan its verdict was
+reached with, with its Triton kernels built from its source, and never its Python forward
+(``integrations.judged_plan``). A forward that is honest while it is recorded and wrong later has nothing to act on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from integrations import guard as G
+from integrations.transformers import apply_kernelsmith
+from kernel_cache.pack import export_pack
+from kernel_cache.record import VERIFIED, KernelRecord
+from kernel_cache.store import KernelStore
+from tests.stacks import require_stack
+from tests.test_serve_race import hidden, norm_layer, own_output
+
+SLEEPER = Path(__file__).parent / "candidates" / "serving" / "sleeper_rmsnorm.py"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _transformers():
+    require_stack("transformers.models.llama.modeling_llama", "pip install -e '.[dev]' installs transformers")
+
+
+@pytest.fixture(autouse=True)
+def _no_env(monkeypatch):
+    for k in G.SERVING_ENV:
+        monkeypatch.delenv(k, raising=False)
+
+
+@pytest.fixture(scope="module")
+def norm_problem(tmp_path_factory, judge):
+    """LlamaRMSNorm's problem at (2, 8, 64) float32, as a pack build traces it (its key is what the layer asks)."""
+    from rich.console import Console
+
+    from integrations.transformers import pack_for_model
+    from ks_inductor.evolve import EvolveConfig
+
+    root = tmp_path_factory.mktemp("judged")
+    build = pack_for_model(norm_layer(), [(hidden(),)], root / "norm.kspack", db=str(root / "k.db"), judge=judge,
+                           config=EvolveConfig(budget=1, backend="triton-interpret"),
+                           console=Console(stderr=True, quiet=True))
+    assert build.missing == [] and build.export is not None, build.warm.to_json()
+    with KernelStore(str(root / "k.db")) as store:
+        [problem] = store.problems()
+        [found] = store.kernels(problem.key)
+    # The search's kernel carries the plan its verdict was reached with.
+    assert found.plan and '"op": "launch"' in found.plan
+    return problem
+
+
+def _pack(tmp_path: Path, problem, judge, source: str, plan: str) -> Path:
+    res = judge.evaluate(problem, source)
+    assert res.accepted, res.feedback_text()
+    assert res.plan and "plan" not in res.to_json()
+    with KernelStore(str(tmp_path / "s.db")) as store:
+        store.upsert_problem(problem)
+        store.add_kernel(KernelRecord(problem_key=problem.key, source=source, backend=judge.fingerprint.backend,
+                                      fingerprint=judge.fingerprint.to_json(), status=VERIFIED, timed=False,
+                                      trials=res.trials, plan=res.plan if plan == "judged" else ""))
+        export_pack(store, tmp_path / "s.kspack")
+    return tmp_path / "s.kspack"
+
+
+def test_a_forward_that_turns_wrong_after_its_judgment_never_runs_where_the_judged_plan_serves(
+        norm_problem, judge, tmp_path):
+    pack = _pack(tmp_path, norm_problem, judge, SLEEPER.read_text(), "judged")
+    norm = norm_layer()
+    report = apply_kernelsmith(norm, pack)
+    x = hidden()
+    want = own_output(norm, x)
+    with torch.no_grad():
+        for _ in range(12):
+            torch.testing.assert_close(norm(x), want, atol=1e-5, rtol=1e-5)
+    stats = report.stats()
+    assert stats["hits"] == {"rmsnorm": 12}, stats
+    assert list(stats["judged"].values()) == [["judged plan"]]
+    [kernel] = [k for ks in report.guard.kernels.values() for k in ks]
+    assert kernel.loaded is None  # its module, forward included, was never imported here
+
+
+def test_without_a_judged_plan_the_forward_runs_and_its_later_calls_are_what_the_plan_keeps_out(
+        norm_problem, judge, tmp_path):
+    """The same kernel stored without its plan (as before plans were kept): its forward serves, and past its count
+    it poisons the layer's output. This is the gap the judged plan closes at the judged signature."""
+    pack = _pack(tmp_path, norm_problem, judge, SLEEPER.read_text(), "none")
+    norm = norm_layer()
+    report = apply_kernelsmith(norm, pack)
+    x = hidden()
+    want = own_output(norm, x)
+    with torch.no_grad():
+        wrong = sum(not torch.allclose(norm(x), want, atol=1e-5, rtol=1e-5) for _ in range(12))
+    assert wrong > 0
+    assert list(report.stats()["judged"].values()) == [["its record carries no judged plan"]]
+
+
+def test_a_judged_plan_that_names_a_kernel_the_source_lacks_keeps_the_forward(norm_problem, judge, tmp_path):
+    """A plan is checked against the source it came with: a plan naming a kernel that is not one of the source's
+    does not run; the kernel keeps its forward, and says why."""
+    from integrations.checks import PackKernel, load_kernel
+    from ks_inductor.judge.plan import Plan
+
+    source = SLEEPER.read_text()
+    res = judge.evaluate(norm_problem, source)
+    plan = Plan.from_json(res.plan)
+    for step in plan.steps:
+        step["kernel"] = "_not_in_the_source"
+    rec = KernelRecord(problem_key=norm_problem.key, source=source, backend="cpu-interpret", fingerprint={},
+                       plan=plan.to_json())
+    kernel = PackKernel(rec, norm_problem, None)
+    assert load_kernel(kernel) == "" and kernel.judged is None and kernel.loaded is not None
+    assert "_not_in_the_source" in kernel.judged_note
+
+
+def test_an_input_offset_into_its_storage_takes_the_forward(norm_problem, judge):
+    """The plan's views start where the recorded inputs' storages did: a call whose input starts further in is
+    declined by the plan and computed by the forward."""
+    from integrations.judged_plan import JudgedPlan
+
+    source = SLEEPER.read_text()
+    res = judge.evaluate(norm_problem, source)
+    rec = KernelRecord(problem_key=norm_problem.key, source=source, backend="cpu-interpret", fingerprint={},
+                       plan=res.plan)
+    plan = JudgedPlan(rec, 2)
+    x, w = hidden(), norm_layer().weight.detach()
+    assert plan(x, w) is not None
+    shifted = torch.cat([torch.zeros(1), x.flatten()])[1:].view_as(x)
+    assert shifted.storage_offset() == 1 and plan(shifted, w) is None
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_judged_plan_is_what_torchs_static_launcher_replays(norm_problem, judge):
+    """A plan names kernels, grids and arguments, not a device: the interpreter's judged plan runs compiled on a
+    GPU, and the served call's launch plan is recorded from it (not from the forward) and launched by torch's static
+    launcher, with the same outputs as the stack's own computation."""
+    from integrations.launch_plan import make_plan
+    from integrations.judged_plan import JudgedPlan
+
+    source = SLEEPER.read_text()
+    res = judge.evaluate(norm_problem, source)
+    rec = KernelRecord(problem_key=norm_problem.key, source=source, backend="cpu-interpret", fingerprint={},
+                       plan=res.plan)
+    judged = JudgedPlan(rec, 2)
+    norm = norm_layer().cuda()
+    x, w = hidden().cuda(), norm.weight.detach()
+    want = own_output(norm, x)
+    torch.testing.assert_close(judged(x, w), want, atol=1e-5, rtol=1e-5)
+    plan, why = make_plan(judged, [x, w])
+    assert plan is not None, why
+    assert plan.launcher() == "static"
+    for _ in range(8):  # past the forward's count: the forward never runs, so nothing changes
+        torch.testing.assert_close(plan(x, w), want, atol=1e-5, rtol=1e-5)
