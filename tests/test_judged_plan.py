@@ -136,8 +136,8 @@ def test_on_a_gpu_the_judged_plan_is_what_torchs_static_launcher_replays(norm_pr
     """A plan names kernels, grids and arguments, not a device: the interpreter's judged plan runs compiled on a
     GPU, and the served call's launch plan is recorded from it (not from the forward) and launched by torch's static
     launcher, with the same outputs as the stack's own computation."""
-    from integrations.launch_plan import make_plan
     from integrations.judged_plan import JudgedPlan
+    from integrations.launch_plan import make_plan
 
     source = SLEEPER.read_text()
     res = judge.evaluate(norm_problem, source)
