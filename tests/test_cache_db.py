@@ -100,11 +100,14 @@ def test_migration_from_the_first_schema(tmp_path):
         assert s.schema_version == CURRENT_VERSION
         best = s.lookup("p", fast)
         assert best.source == kernel_source("a")  # rank backfilled from the lcb; a100 and old-software rows out
+        assert best.plan == ""  # stored before judged plans were kept: it serves from its forward
         assert {r.source for r, _ in s.lookup_candidates("p", fast)} == {kernel_source(t) for t in "abd"}
         assert s.latest_run("p", fast) == "r1"
         assert s.misses() == []  # the misses table exists now
-        assert s.add_kernel(make_record("p", "new", fast, speedup_lcb=2.5)) > 0
+        assert s.add_kernel(make_record("p", "new", fast, speedup_lcb=2.5, plan='{"version": 1}')) > 0
         assert s.lookup("p", fast).source == kernel_source("new")
+        assert s.lookup("p", fast).plan == '{"version": 1}'
+        assert [k.plan for k in s.kernels("p") if k.source == kernel_source("new")] == ['{"version": 1}']
     fresh = tmp_path / "fresh.db"
     KernelStore(str(fresh)).close()
     assert _schema(f"sqlite:///{db}") == _schema(f"sqlite:///{fresh}")
