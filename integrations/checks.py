@@ -114,7 +114,7 @@ def load_kernel(kernel: PackKernel, forward: bool = False) -> str:
         if kernel.judged is None and not kernel.judged_note:
             from .judged_plan import judged_plan
 
-            kernel.judged, kernel.judged_note = judged_plan(kernel.record, len(kernel.problem.input_specs))
+            kernel.judged, kernel.judged_note = judged_plan(kernel.record, spec_signature(kernel.problem.input_specs))
         if kernel.judged is not None:
             return ""
     if kernel.loaded is None:

@@ -8,9 +8,10 @@ exactly that: the same steps, grids and arguments, and of the source only what `
 runs there: a forward that behaves one way while it is recorded and another way later has nothing to act on.
 
 At another signature (a cache length the problem was not traced at) no judged plan exists, and the kernel's forward
-is proven against the stack's own computation there (:mod:`integrations.served_op`). A call whose inputs start
-inside their storage (a storage offset) takes the forward too: the plan's views are relative to storages that begin
-where the inputs did when it was recorded.
+is proven against the stack's own computation there (:mod:`integrations.served_op`). The plan declines any call not
+at the judged signature (shapes, dtypes, strides), and one whose inputs start inside their storage (a storage
+offset): its views are relative to storages that begin where the inputs did when it was recorded. Such a call takes
+the forward.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from .signature import Signature, call_signature
 
 if TYPE_CHECKING:
     from kernel_cache.record import KernelRecord
@@ -35,14 +38,14 @@ class JudgedPlan:
     """``plan(*inputs)``: the kernel's outputs at its judged signature, from its judged launch plan; None where a
     call's inputs do not start their storages (the caller then runs the kernel's forward)."""
 
-    def __init__(self, record: KernelRecord, n_inputs: int) -> None:
+    def __init__(self, record: KernelRecord, signature: Signature) -> None:
         from ks_inductor.judge.kernel_source import KernelSourceError, kernels_module
         from ks_inductor.judge.plan import Plan, PlanError
         from ks_inductor.source_module import load_source_module
 
         try:
             self.plan = Plan.from_json(record.plan)
-            self.plan.validate(n_inputs)
+            self.plan.validate(len(signature))
             # A module of its own making, under a name apart from the full source's (``kernel_ops.load_kernel``).
             self.kernels = load_source_module(kernels_module(record.source), "ks_judged")
         except (PlanError, KernelSourceError) as e:
@@ -51,7 +54,8 @@ class JudgedPlan:
             raise JudgedPlanError(f"its kernels do not import: {type(e).__name__}: {e}") from None
         if any(s["kind"] not in ("input", "alloc") for s in self.plan.storages):
             raise JudgedPlanError("the plan needs storages other than the call's inputs")
-        self.n_inputs = n_inputs
+        self.signature = signature
+        self.n_inputs = len(signature)
         self._runners: dict[torch.device, Any] = {}
         self._lock = threading.Lock()
         self.runner(torch.device("cpu"))  # every kernel the plan names is one of the source's
@@ -72,19 +76,25 @@ class JudgedPlan:
         return got
 
     def __call__(self, *args: Any) -> Any:
+        # The plan's views fit the judged signature's tensors, starting their storages, and nothing else.
         for a in args:
             if not isinstance(a, torch.Tensor) or a.storage_offset():
                 return None
+        if call_signature(args) != self.signature:
+            return None
         outs = self.runner(args[0].device)(*args)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 
-def judged_plan(record: KernelRecord, n_inputs: int) -> tuple[JudgedPlan | None, str]:
-    """The record's judged plan, ready to run, and ""; or None and why it has none that runs here."""
+def judged_plan(record: KernelRecord, signature: Signature | None) -> tuple[JudgedPlan | None, str]:
+    """The record's judged plan at ``signature`` (its problem's), ready to run, and ""; or None and why it has none
+    that runs here."""
     if not record.plan:
         return None, "its record carries no judged plan"
+    if signature is None:
+        return None, "its problem's inputs are not all tensors"
     try:
-        return JudgedPlan(record, n_inputs), ""
+        return JudgedPlan(record, signature), ""
     except JudgedPlanError as e:
         log.warning("kernelsmith: kernel %s keeps its forward: its judged plan cannot run here (%s)",
                     record.sha256[:12], e)

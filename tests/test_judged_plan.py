@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from integrations import guard as G
+from integrations.signature import spec_signature
 from integrations.transformers import apply_kernelsmith
 from kernel_cache.pack import export_pack
 from kernel_cache.record import VERIFIED, KernelRecord
@@ -115,20 +116,23 @@ def test_a_judged_plan_that_names_a_kernel_the_source_lacks_keeps_the_forward(no
     assert "_not_in_the_source" in kernel.judged_note
 
 
-def test_an_input_offset_into_its_storage_takes_the_forward(norm_problem, judge):
-    """The plan's views start where the recorded inputs' storages did: a call whose input starts further in is
-    declined by the plan and computed by the forward."""
+def test_the_plan_declines_a_call_off_its_signature_or_offset_into_its_storage(norm_problem, judge):
+    """The plan's views fit the judged signature's tensors where they start their storages: a call at another
+    signature, or whose input starts further in, is declined (the caller runs the forward)."""
     from integrations.judged_plan import JudgedPlan
 
     source = SLEEPER.read_text()
     res = judge.evaluate(norm_problem, source)
     rec = KernelRecord(problem_key=norm_problem.key, source=source, backend="cpu-interpret", fingerprint={},
                        plan=res.plan)
-    plan = JudgedPlan(rec, 2)
+    plan = JudgedPlan(rec, spec_signature(norm_problem.input_specs))
     x, w = hidden(), norm_layer().weight.detach()
     assert plan(x, w) is not None
     shifted = torch.cat([torch.zeros(1), x.flatten()])[1:].view_as(x)
     assert shifted.storage_offset() == 1 and plan(shifted, w) is None
+    # and any other signature: another length, another layout
+    assert plan(x[:, :4].contiguous(), w) is None
+    assert plan(x.transpose(0, 1).contiguous().transpose(0, 1), w) is None
 
 
 @pytest.mark.gpu
@@ -143,7 +147,7 @@ def test_on_a_gpu_the_judged_plan_is_what_torchs_static_launcher_replays(norm_pr
     res = judge.evaluate(norm_problem, source)
     rec = KernelRecord(problem_key=norm_problem.key, source=source, backend="cpu-interpret", fingerprint={},
                        plan=res.plan)
-    judged = JudgedPlan(rec, 2)
+    judged = JudgedPlan(rec, spec_signature(norm_problem.input_specs))
     norm = norm_layer().cuda()
     x, w = hidden().cuda(), norm.weight.detach()
     want = own_output(norm, x)
