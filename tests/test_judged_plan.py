@@ -15,8 +15,8 @@ from integrations.transformers import apply_kernelsmith
 from kernel_cache.pack import export_pack
 from kernel_cache.record import VERIFIED, KernelRecord
 from kernel_cache.store import KernelStore
+from tests.llama_norm import hidden, norm_layer, own_output
 from tests.stacks import require_stack
-from tests.test_serve_race import hidden, norm_layer, own_output
 
 SLEEPER = Path(__file__).parent / "candidates" / "serving" / "sleeper_rmsnorm.py"
 

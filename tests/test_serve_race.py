@@ -15,10 +15,8 @@ from integrations import guard as G
 from integrations.checks import load_kernel
 from integrations.transformers import apply_kernelsmith, pack_for_model
 from ks_core.settings import Settings
+from tests.llama_norm import HIDDEN, hidden, norm_layer, own_output
 from tests.stacks import require_stack
-
-HIDDEN = 64
-SHAPE = (2, 8, HIDDEN)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -30,20 +28,6 @@ def _transformers():
 def _no_env(monkeypatch):
     for k in G.SERVING_ENV:
         monkeypatch.delenv(k, raising=False)
-
-
-def norm_layer() -> torch.nn.Module:
-    from transformers.models.llama.modeling_llama import LlamaRMSNorm
-
-    torch.manual_seed(0)
-    norm = LlamaRMSNorm(HIDDEN).eval()
-    with torch.no_grad():
-        norm.weight.copy_(1 + 0.1 * torch.randn(HIDDEN))
-    return norm
-
-
-def hidden() -> torch.Tensor:
-    return torch.randn(SHAPE, generator=torch.Generator().manual_seed(1))
 
 
 @pytest.fixture(scope="module")
@@ -59,13 +43,6 @@ def pack(tmp_path_factory, judge):
                            console=Console(stderr=True, quiet=True))
     assert build.missing == [] and build.export is not None, build.warm.to_json()
     return root / "norm.kspack"
-
-
-def own_output(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    from transformers.models.llama.modeling_llama import LlamaRMSNorm
-
-    with torch.no_grad():
-        return LlamaRMSNorm.forward(norm, x)
 
 
 # ============================================================================================ racing in a stack
