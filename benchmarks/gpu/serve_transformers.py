@@ -268,7 +268,7 @@ def _measure(args, model, ids, work: Path, result: dict) -> int:
     with torch.no_grad():
         pack_logits = served_model(ids).logits
     per_call["pack"] = {k: _per_call_us(f) for k, f in _layer_calls(served_model, args).items()}
-    # Where a served norm's time goes: the kernel's module alone, then through the guard, then the layer.
+    # Where a served norm's time goes: the kernel as judged, its launch plan, then the layer.
     norm = served_model.model.layers[0].post_attention_layernorm
     x1 = torch.randn(args.batch, 1, args.hidden, device="cuda", dtype=torch.bfloat16)
     served = next((op for op in report.guard.kernels.values() for op in op if op.state == "passed"
@@ -277,8 +277,8 @@ def _measure(args, model, ids, work: Path, result: dict) -> int:
     if served is not None:
         w = norm.weight
         per_call["norm_breakdown"] = {
-            "kernel_module": _per_call_us(lambda: served.loaded.model(x1, w)),
-            "kernel_forward": _per_call_us(lambda: served.loaded.model.forward(x1, w)),
+            # as judged without a launch plan: its judged plan run step by step (or its forward, where it has none)
+            "kernel_judged": _per_call_us(lambda: served.judged_call(x1, w)),
             "kernel_plan": _per_call_us(lambda: served.plan(x1, w)) if served.plan is not None else None,
             "layer": _per_call_us(lambda: norm(x1)),
             "torch_empty": _per_call_us(lambda: torch.empty_like(x1)),
