@@ -29,7 +29,7 @@ class PackKernel:
     state: str = "unchecked"  # unchecked | passed | failed | none | slower | broken
     note: str = ""
     loaded: Any = None  # kernel_ops.LoadedKernel: its module, loaded only where a call needs its forward
-    # At its problem's signature it runs the launch plan its verdict was reached with (``judged_plan``), where its
+    # At its problem's signature it runs the launch plan its verdict was reached with (``ks_inductor.judged_plan``), where its
     # record carries one that runs here; ``judged_note`` says why not, once it was tried.
     judged: Any = None
     judged_note: str = ""
@@ -112,9 +112,9 @@ def load_kernel(kernel: PackKernel, forward: bool = False) -> str:
 
     if not forward:
         if kernel.judged is None and not kernel.judged_note:
-            from .judged_plan import judged_plan
+            from ks_inductor.judged_plan import judged_plan
 
-            kernel.judged, kernel.judged_note = judged_plan(kernel.record, spec_signature(kernel.problem.input_specs))
+            kernel.judged, kernel.judged_note = judged_plan(kernel.record, kernel.problem)
         if kernel.judged is not None:
             return ""
     if kernel.loaded is None:

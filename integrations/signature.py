@@ -1,8 +1,5 @@
-"""Input signatures: the shape, dtype and stride of every input, which is what a pack kernel was verified for.
-
-The guard matches calls to kernels by signature; ``ops`` traces a layer's own computation at one; both build
-them here.
-"""
+"""Input signatures in serving: what a guard matches calls by, tensors made at one (a layer's own computation is
+traced and a kernel proven there), and the signatures a kernel may be proven at besides its problem's."""
 
 from __future__ import annotations
 
@@ -11,29 +8,10 @@ from typing import Any
 
 import torch
 
-Signature = tuple[tuple[tuple[int, ...], torch.dtype, tuple[int, ...]], ...]
+# The signature itself is defined in ks_inductor, where a kernel's judged plan is checked against it.
+from ks_inductor.signature import Signature, call_signature, dtype_named, spec_signature
 
-
-def dtype_named(name: str) -> torch.dtype | None:
-    """The torch dtype a problem's spec names (``"float32"``); None for anything else."""
-    dt = getattr(torch, name, None)
-    return dt if isinstance(dt, torch.dtype) else None
-
-
-def spec_signature(specs: Sequence[Any]) -> Signature | None:
-    """The signature a problem's input specs describe; None when an input is not a tensor of a known dtype."""
-    out = []
-    for s in specs:
-        dt = dtype_named(s.dtype or "") if s.kind == "tensor" else None
-        if dt is None:
-            return None
-        out.append((tuple(s.shape or ()), dt, tuple(s.stride or ())))
-    return tuple(out)
-
-
-def call_signature(args: Sequence[torch.Tensor]) -> Signature:
-    """The signature of a call's tensors."""
-    return tuple((tuple(a.shape), a.dtype, tuple(a.stride())) for a in args)
+__all__ = ["Signature", "call_signature", "dtype_named", "spec_signature"]
 
 
 def meta_inputs(sig: Signature) -> list[torch.Tensor]:

@@ -42,7 +42,7 @@ class KernelRecord:
     candidate_id: str | None = None
     # The launch plan the judge's trusted side executed for this kernel's verdict (``ks_inductor.judge.plan``), as
     # JSON; "" where it needs more than the call's inputs. Serving launches it at the judged signature rather than
-    # running the kernel's forward (``integrations.judged_plan``).
+    # running the kernel's forward (``ks_inductor.judged_plan``).
     plan: str = ""
     sha256: str = ""
     id: int | None = None

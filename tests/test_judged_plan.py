@@ -1,6 +1,6 @@
 """Serving launches a pack kernel as the judge ran it: at its problem's signature, the launch plan its verdict was
 reached with, with its Triton kernels built from its source, and never its Python forward
-(``integrations.judged_plan``). A forward that is honest while it is recorded and wrong later has nothing to act on."""
+(``ks_inductor.judged_plan``). A forward that is honest while it is recorded and wrong later has nothing to act on."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def test_a_judged_plan_that_names_a_kernel_the_source_lacks_keeps_the_forward(no
 def test_the_plan_declines_a_call_off_its_signature_or_offset_into_its_storage(norm_problem, judge):
     """The plan's views fit the judged signature's tensors where they start their storages: a call at another
     signature, or whose input starts further in, is declined (the caller runs the forward)."""
-    from integrations.judged_plan import JudgedPlan
+    from ks_inductor.judged_plan import JudgedPlan
 
     source = SLEEPER.read_text()
     res = judge.evaluate(norm_problem, source)
@@ -140,8 +140,8 @@ def test_on_a_gpu_the_judged_plan_is_what_torchs_static_launcher_replays(norm_pr
     """A plan names kernels, grids and arguments, not a device: the interpreter's judged plan runs compiled on a
     GPU, and the served call's launch plan is recorded from it (not from the forward) and launched by torch's static
     launcher, with the same outputs as the stack's own computation."""
-    from integrations.judged_plan import JudgedPlan
     from integrations.launch_plan import make_plan
+    from ks_inductor.judged_plan import JudgedPlan
 
     source = SLEEPER.read_text()
     res = judge.evaluate(norm_problem, source)
@@ -157,3 +157,59 @@ def test_on_a_gpu_the_judged_plan_is_what_torchs_static_launcher_replays(norm_pr
     assert plan.launcher() == "static"
     for _ in range(8):  # past the forward's count: the forward never runs, so nothing changes
         torch.testing.assert_close(plan(x, w), want, atol=1e-5, rtol=1e-5)
+
+
+class _NormThenLinear(torch.nn.Module):
+    """A compiled model whose norm region takes (x, w): the region the sleeper is judged and cached for."""
+
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(1.0 + 0.1 * torch.randn(dim))
+        self.lin = torch.nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        h = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * self.w
+        return self.lin(h)
+
+
+def _compiled_calls(tmp_path: Path, judge, plan: str) -> tuple[int, str]:
+    """The sleeper cached for the model's norm region (with its judged plan, or without), the model compiled with
+    kernelsmith and called 12 times: how many outputs were wrong, and how the norm region was served."""
+    from ks_inductor.compiler import backend as B
+    from tests.cached_kernels import norm_key
+
+    torch._dynamo.reset()
+    B.clear_reports()
+    torch.manual_seed(0)
+    model, x = _NormThenLinear().eval(), torch.randn(4, 16)
+    db = f"sqlite:///{tmp_path / plan}.db"
+    key, seen = norm_key(model, x, db)
+    [problem] = [p for p in seen.problems if p.key == key]
+    source = SLEEPER.read_text()
+    res = judge.evaluate(problem, source)
+    assert res.accepted and res.plan, res.feedback_text()
+    with KernelStore(db) as store:
+        store.upsert_problem(problem)
+        store.add_kernel(KernelRecord(problem_key=problem.key, source=source, backend=judge.fingerprint.backend,
+                                      fingerprint=B.current_fingerprint().to_json(), status=VERIFIED, timed=False,
+                                      trials=res.trials, plan=res.plan if plan == "judged" else ""))
+    B.forget_stores()
+    compiled = torch.compile(model, backend="kernelsmith", options={"kernelsmith.db": db, "compile_threads": 1})
+    with torch.no_grad():
+        want = model(x)
+        wrong = sum(not torch.allclose(compiled(x), want, atol=1e-5, rtol=1e-5) for _ in range(12))
+    statuses = {r.status for rep in B.compile_reports() for r in rep.regions if r.key == problem.key}
+    torch._dynamo.reset()
+    B.forget_stores()
+    return wrong, ",".join(sorted(statuses))
+
+
+def test_a_compiled_models_cached_kernel_runs_its_judged_plan_not_its_forward(judge, tmp_path):
+    """The compile backend's op for a cached kernel runs the kernel's judged plan at the region's signature: the
+    sleeper serves the compiled model right on every call. Cached without its plan, its forward runs per call and
+    the model's outputs go wrong once its count is past."""
+    wrong, status = _compiled_calls(tmp_path, judge, "judged")
+    assert status == "hit" and wrong == 0
+    wrong, status = _compiled_calls(tmp_path, judge, "none")
+    assert status == "hit" and wrong > 0

@@ -475,6 +475,7 @@ def rewrite(gm: fx.GraphModule, hits: list[_Hit], use_triton_op: bool) -> tuple[
 
     from ks_inductor.compiler import kernel_ops as ko
     from ks_inductor.compiler import regions as rg
+    from ks_inductor.judged_plan import judged_plan
 
     graph = fx.Graph()
     val_map: dict[fx.Node, fx.Node] = {}
@@ -492,7 +493,14 @@ def rewrite(gm: fx.GraphModule, hits: list[_Hit], use_triton_op: bool) -> tuple[
                 op = ko.register_eager_op(hit.record.problem_key, reference, spec)
             else:
                 kernel = ko.load_kernel(hit.record, wrap_triton=use_triton_op)
-                op = ko.register_region_op(kernel, hit.region.problem.key, reference, spec, triton=use_triton_op)
+                judged = None
+                if not use_triton_op:
+                    # Each call runs the plan the kernel's verdict was reached with, not the kernel's forward.
+                    judged, why = judged_plan(hit.record, hit.region.problem)
+                    if judged is None:
+                        log.debug("kernel %s runs its forward: %s", hit.record.id, why)
+                op = ko.register_region_op(kernel, hit.region.problem.key, reference, spec, triton=use_triton_op,
+                                           judged=judged)
         except Exception as e:  # noqa: BLE001 - this region stays with Inductor
             hit.report.status = ERROR
             hit.report.note = f"{type(e).__name__}: {e}"[:300]

@@ -212,9 +212,14 @@ def register_region_op(
     reference: Callable[..., Any],
     spec: OpSpec,
     triton: bool = False,
+    judged: Callable[..., Any] | None = None,
 ) -> Any:
-    """Register (once per process) the op that runs ``kernel`` for a region; returns its OpOverload."""
+    """Register (once per process) the op that runs ``kernel`` for a region; returns its OpOverload. ``judged``: the
+    kernel's judged plan (``ks_inductor.judged_plan``), which the op runs in place of the kernel's forward wherever it
+    takes the call (a ``triton_op`` traces the forward once, at compile time, instead)."""
     variant = "triton_op" if triton else "custom_op"
+    if judged is not None:  # what the op runs is the plan: a record of the same source with another is another op
+        variant += "|judged:" + hashlib.sha256(kernel.record.plan.encode()).hexdigest()[:16]
     name = op_name(kernel.record, problem_key, spec, variant)
     with _REGISTRY_LOCK:
         if name in _OPS:
@@ -223,7 +228,7 @@ def register_region_op(
         if triton:
             op_def = _make_triton_op(name, schema, kernel, spec)
         else:
-            op_def = _make_custom_op(name, schema, kernel, reference, spec)
+            op_def = _make_custom_op(name, schema, kernel, reference, spec, judged)
         _register_autograd(op_def, reference, spec)
         ns, short = name.split("::")
         overload = getattr(getattr(torch.ops, ns), short).default
@@ -271,11 +276,14 @@ def _fake_outputs(reference: Callable[..., Any], spec: OpSpec) -> Callable[..., 
 
 
 def _make_custom_op(name: str, schema: str, kernel: LoadedKernel, reference: Callable[..., Any],
-                    spec: OpSpec) -> Any:
+                    spec: OpSpec, judged: Callable[..., Any] | None = None) -> Any:
     def impl(*args: Any) -> Any:
         if not kernel.disabled:
             try:
-                return _finish_outputs(_as_tuple(kernel.model(*args)), args, spec, check_alias=True)
+                out = judged(*args) if judged is not None else None
+                if out is None:
+                    out = kernel.model(*args)
+                return _finish_outputs(_as_tuple(out), args, spec, check_alias=True)
             except Exception as e:  # noqa: BLE001 - never a broken model: the reference computes the region
                 with kernel.lock:
                     if not kernel.disabled:

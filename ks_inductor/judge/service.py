@@ -808,7 +808,7 @@ class Judge:
     def _judged_plan(trusted: str) -> str:
         """The plan the trusted side executed for this verdict, where it needs nothing but the call's inputs (no
         state or constant storage): what serving launches at the judged signature instead of the candidate's forward
-        (``integrations.judged_plan``). "" where it needs more."""
+        (``ks_inductor.judged_plan``). "" where it needs more."""
         from ks_inductor.judge.plan import PLAN_FILE, Plan, PlanError
 
         try:

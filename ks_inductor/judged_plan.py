@@ -1,14 +1,14 @@
-"""A pack kernel launched as the judge ran it: its judged launch plan, with Triton kernels built from its source.
+"""A stored kernel launched as the judge ran it: its judged launch plan, with Triton kernels built from its source.
 
 The judge never executes a candidate's Python forward: the candidate's process records a launch plan, and the
 trusted side executes that plan with the candidate's Triton kernels alone (``ks_inductor.judge.plan``). The stored
-kernel carries the plan the verdict was reached with (``KernelRecord.plan``), so at the judged signature serving runs
-exactly that: the same steps, grids and arguments, and of the source only what ``kernel_source.kernels_module`` keeps
+kernel carries the plan the verdict was reached with (``KernelRecord.plan``), so at the judged signature a served call
+(a pack kernel in a serving stack, a cached kernel in a compiled graph's op) runs exactly that: the same steps, grids and arguments, and of the source only what ``kernel_source.kernels_module`` keeps
 (the ``triton.jit`` functions and literal constants). The kernel's forward, and any other code of its module, never
 runs there: a forward that behaves one way while it is recorded and another way later has nothing to act on.
 
-At another signature (a cache length the problem was not traced at) no judged plan exists, and the kernel's forward
-is proven against the stack's own computation there (:mod:`integrations.served_op`). The plan declines any call not
+At another signature (a cache length the problem was not traced at) no judged plan exists, and a serving stack proves
+the kernel's forward against its own computation there (``integrations.served_op``). The plan declines any call not
 at the judged signature (shapes, dtypes, strides), and one whose inputs start inside their storage (a storage
 offset): its views are relative to storages that begin where the inputs did when it was recorded. Such a call takes
 the forward.
@@ -22,12 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .signature import Signature, call_signature
+from ks_inductor.signature import Signature, call_signature, spec_signature
 
 if TYPE_CHECKING:
     from kernel_cache.record import KernelRecord
+    from ks_core.problem_record import Problem
 
-log = logging.getLogger("kernelsmith.integrations")
+log = logging.getLogger(__name__)
 
 
 class JudgedPlanError(ValueError):
@@ -86,11 +87,12 @@ class JudgedPlan:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 
-def judged_plan(record: KernelRecord, signature: Signature | None) -> tuple[JudgedPlan | None, str]:
-    """The record's judged plan at ``signature`` (its problem's), ready to run, and ""; or None and why it has none
-    that runs here."""
+def judged_plan(record: KernelRecord, problem: Problem) -> tuple[JudgedPlan | None, str]:
+    """The record's judged plan at its problem's signature, ready to run, and ""; or None and why it has none that
+    runs here."""
     if not record.plan:
         return None, "its record carries no judged plan"
+    signature = spec_signature(problem.input_specs)
     if signature is None:
         return None, "its problem's inputs are not all tensors"
     try:
