@@ -29,8 +29,8 @@ class PackKernel:
     state: str = "unchecked"  # unchecked | passed | failed | none | slower | broken
     note: str = ""
     loaded: Any = None  # kernel_ops.LoadedKernel: its module, loaded only where a call needs its forward
-    # At its problem's signature it runs the launch plan its verdict was reached with (``ks_inductor.judged_plan``), where its
-    # record carries one that runs here; ``judged_note`` says why not, once it was tried.
+    # At its problem's signature it runs the launch plan its verdict was reached with (``ks_inductor.judged_plan``),
+    # where its record carries one that runs here; ``judged_note`` says why not, once it was tried.
     judged: Any = None
     judged_note: str = ""
     race_us: tuple[float, float] | None = None  # median µs per call: (ours, the stack's own), where it was raced
@@ -53,7 +53,7 @@ class PackKernel:
 
     def judged_call(self, *args: Any) -> Any:
         """The kernel's outputs at its problem's signature as the judge ran it: its judged plan; its forward only
-        where it has none, or the call's inputs do not start their storages."""
+        where it has none or the plan declines the call."""
         if self.judged is not None:
             out = self.judged(*args)
             if out is not None:

@@ -2,16 +2,16 @@
 
 The judge never executes a candidate's Python forward: the candidate's process records a launch plan, and the
 trusted side executes that plan with the candidate's Triton kernels alone (``ks_inductor.judge.plan``). The stored
-kernel carries the plan the verdict was reached with (``KernelRecord.plan``), so at the judged signature a served call
-(a pack kernel in a serving stack, a cached kernel in a compiled graph's op) runs exactly that: the same steps, grids and arguments, and of the source only what ``kernel_source.kernels_module`` keeps
-(the ``triton.jit`` functions and literal constants). The kernel's forward, and any other code of its module, never
-runs there: a forward that behaves one way while it is recorded and another way later has nothing to act on.
+kernel carries the plan the verdict was reached with (``KernelRecord.plan``), so at the judged signature a served
+call (a pack kernel in a serving stack, a cached kernel in a compiled graph's op) runs exactly that: the same steps,
+grids and arguments, and of the source only what ``kernel_source.kernels_module`` keeps (the ``triton.jit``
+functions and literal constants). The kernel's forward, and any other code of its module, never runs there: a
+forward that behaves one way while it is recorded and another way later has nothing to act on.
 
-At another signature (a cache length the problem was not traced at) no judged plan exists, and a serving stack proves
-the kernel's forward against its own computation there (``integrations.served_op``). The plan declines any call not
-at the judged signature (shapes, dtypes, strides), and one whose inputs start inside their storage (a storage
-offset): its views are relative to storages that begin where the inputs did when it was recorded. Such a call takes
-the forward.
+The plan declines any call not at the judged signature (shapes, dtypes, strides), and one whose inputs start inside
+their storage (a storage offset): its views are relative to storages that begin where the inputs did when it was
+recorded. Such a call takes the kernel's forward; a serving stack proves that forward against its own computation at
+each signature other than the problem's first (``integrations.served_op``).
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ class JudgedPlanError(ValueError):
 
 
 class JudgedPlan:
-    """``plan(*inputs)``: the kernel's outputs at its judged signature, from its judged launch plan; None where a
-    call's inputs do not start their storages (the caller then runs the kernel's forward)."""
+    """``plan(*inputs)``: the kernel's outputs at its judged signature, from its judged launch plan; None for a call
+    off that signature or with an input that does not start its storage (the caller then runs the kernel's
+    forward)."""
 
     def __init__(self, record: KernelRecord, signature: Signature) -> None:
         from ks_inductor.judge.kernel_source import KernelSourceError, kernels_module
