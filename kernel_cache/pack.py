@@ -314,6 +314,8 @@ def export_pack(store: KernelStore, path: str | os.PathLike[str], filters: Expor
             "fingerprint_id": fp.id, "status": rec.status, "op_family": rec.op_family,
             "speedup": rank_of(rec.speedup_lcb, rec.speedup_inductor, rec.speedup_eager),
             "median_ms": rec.median_ms, "timed": rec.timed,
+            # whether it serves at its problem's signature from the plan its verdict was reached with
+            "judged_plan": bool(rec.plan),
             "vectors": problem_index[rec.problem_key]["vectors"] or "none"})
     manifest["entries"] = {name: _sha(data) for name, data in sorted(entries.items())}
     manifest_bytes = json.dumps(manifest, sort_keys=True, indent=1).encode()

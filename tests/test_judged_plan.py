@@ -12,7 +12,7 @@ import torch
 from integrations import guard as G
 from integrations.signature import spec_signature
 from integrations.transformers import apply_kernelsmith
-from kernel_cache.pack import export_pack
+from kernel_cache.pack import export_pack, inspect_pack
 from kernel_cache.record import VERIFIED, KernelRecord
 from kernel_cache.store import KernelStore
 from tests.llama_norm import hidden, norm_layer, own_output
@@ -79,6 +79,7 @@ def test_a_forward_that_turns_wrong_after_its_judgment_never_runs_where_the_judg
     stats = report.stats()
     assert stats["hits"] == {"rmsnorm": 12}, stats
     assert list(stats["judged"].values()) == [["judged plan"]]
+    assert [k["judged_plan"] for k in inspect_pack(pack).manifest["kernels"]] == [True]
     [kernel] = [k for ks in report.guard.kernels.values() for k in ks]
     assert kernel.loaded is None  # its module, forward included, was never imported here
 
@@ -96,6 +97,7 @@ def test_without_a_judged_plan_the_forward_runs_and_its_later_calls_are_what_the
         wrong = sum(not torch.allclose(norm(x), want, atol=1e-5, rtol=1e-5) for _ in range(12))
     assert wrong > 0
     assert list(report.stats()["judged"].values()) == [["its record carries no judged plan"]]
+    assert [k["judged_plan"] for k in inspect_pack(pack).manifest["kernels"]] == [False]
 
 
 def test_a_judged_plan_that_names_a_kernel_the_source_lacks_keeps_the_forward(norm_problem, judge, tmp_path):

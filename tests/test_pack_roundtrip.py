@@ -190,6 +190,9 @@ def test_cli(tmp_path, source_db, capsys, monkeypatch):
     code, out = run("pack", "inspect", pack)
     assert code == 0 and "rmsnorm" in out.out and "unsigned" in out.out
     assert inspect_pack(pack).manifest["format"] == "kernelsmith-pack"
+    # stored by hand, without judged plans: they serve from their forwards, and the table says so per kernel
+    assert [k["judged_plan"] for k in inspect_pack(pack).manifest["kernels"]] == [False, False]
+    assert out.out.count(" forward ") >= 2
     code, out = run("pack", "verify", pack, "--backend", "triton-interpret", "--json")
     assert code == 0 and json.loads(out.out)["ok"]
     dest = str(tmp_path / "dest.db")

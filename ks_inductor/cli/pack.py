@@ -346,7 +346,7 @@ def _inspect(args: argparse.Namespace) -> int:
             f"{info.size_bytes / 1024:.0f} KiB, " + (f"signed by key {info.signer}" if info.signed else "unsigned"))
     fps = m.get("fingerprints") or {}
     t = Table("#", "problem", "key", "family", "verified on", "torch/triton", "status", "speedup", "median ms",
-              "vectors", "sha256")
+              "vectors", "launch", "sha256")
     for i, k in enumerate(m.get("kernels") or []):
         fp = fps.get(k.get("fingerprint_id"), {})
         prob = info.problems.get(k.get("problem_key"), {})
@@ -354,12 +354,15 @@ def _inspect(args: argparse.Namespace) -> int:
                   f"{fp.get('device_name', '?')} ({fp.get('backend', '?')})",
                   f"{fp.get('torch_version', '?')}/{fp.get('triton_version', '?')}", str(k.get("status")),
                   fmt_speedup(k.get("speedup")), fmt_number(k.get("median_ms"), ".4f"),
-                  "yes" if k.get("vectors") not in (None, "none") else "none", str(k.get("sha256", ""))[:12])
+                  "yes" if k.get("vectors") not in (None, "none") else "none",
+                  "judged plan" if k.get("judged_plan") else "forward", str(k.get("sha256", ""))[:12])
     c.print(t)
     if any(k.get("status") == "race" for k in m.get("kernels") or []):
         c.print("status race: launch-bound, not slower on the device (the speedup shown) but not faster by the judge's "
                 "margin; a stack serves it only where its load-time race, which times the call host included, finds "
                 "it faster than the stack's own path")
+    c.print("launch: at its problem's signature a kernel runs the launch plan its verdict was reached with (judged "
+            "plan), or, stored without one, its forward")
     err_console().print("run `kernelsmith pack verify` to check hashes, safety rules and fit; inspect only reads the "
                         "manifest")
     return EXIT_OK
