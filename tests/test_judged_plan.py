@@ -9,42 +9,28 @@ from pathlib import Path
 import pytest
 import torch
 
-from integrations import guard as G
 from integrations.signature import spec_signature
 from integrations.transformers import apply_kernelsmith
 from kernel_cache.pack import export_pack, inspect_pack
 from kernel_cache.record import VERIFIED, KernelRecord
 from kernel_cache.store import KernelStore
-from tests.llama_norm import hidden, norm_layer, own_output
-from tests.stacks import require_stack
+from tests.llama_norm import (  # noqa: F401 - the autouse fixtures
+    _no_serving_env,
+    _transformers,
+    build_norm_pack,
+    hidden,
+    norm_layer,
+    own_output,
+)
 
 SLEEPER = Path(__file__).parent / "candidates" / "serving" / "sleeper_rmsnorm.py"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _transformers():
-    require_stack("transformers.models.llama.modeling_llama", "pip install -e '.[dev]' installs transformers")
-
-
-@pytest.fixture(autouse=True)
-def _no_env(monkeypatch):
-    for k in G.SERVING_ENV:
-        monkeypatch.delenv(k, raising=False)
 
 
 @pytest.fixture(scope="module")
 def norm_problem(tmp_path_factory, judge):
     """LlamaRMSNorm's problem at (2, 8, 64) float32, as a pack build traces it (its key is what the layer asks)."""
-    from rich.console import Console
-
-    from integrations.transformers import pack_for_model
-    from ks_inductor.evolve import EvolveConfig
-
     root = tmp_path_factory.mktemp("judged")
-    build = pack_for_model(norm_layer(), [(hidden(),)], root / "norm.kspack", db=str(root / "k.db"), judge=judge,
-                           config=EvolveConfig(budget=1, backend="triton-interpret"),
-                           console=Console(stderr=True, quiet=True))
-    assert build.missing == [] and build.export is not None, build.warm.to_json()
+    build_norm_pack(root, judge)
     with KernelStore(str(root / "k.db")) as store:
         [problem] = store.problems()
         [found] = store.kernels(problem.key)

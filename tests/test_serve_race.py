@@ -13,36 +13,23 @@ import torch
 
 from integrations import guard as G
 from integrations.checks import load_kernel
-from integrations.transformers import apply_kernelsmith, pack_for_model
+from integrations.transformers import apply_kernelsmith
 from ks_core.settings import Settings
-from tests.llama_norm import HIDDEN, hidden, norm_layer, own_output
-from tests.stacks import require_stack
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _transformers():
-    require_stack("transformers.models.llama.modeling_llama", "pip install -e '.[dev]' installs transformers")
-
-
-@pytest.fixture(autouse=True)
-def _no_env(monkeypatch):
-    for k in G.SERVING_ENV:
-        monkeypatch.delenv(k, raising=False)
+from tests.llama_norm import (  # noqa: F401 - the autouse fixtures
+    HIDDEN,
+    _no_serving_env,
+    _transformers,
+    build_norm_pack,
+    hidden,
+    norm_layer,
+    own_output,
+)
 
 
 @pytest.fixture(scope="module")
 def pack(tmp_path_factory, judge):
     """A pack holding one kernel: LlamaRMSNorm at (2, 8, 64) float32, built by the real pipeline."""
-    from rich.console import Console
-
-    from ks_inductor.evolve import EvolveConfig
-
-    root = tmp_path_factory.mktemp("race")
-    build = pack_for_model(norm_layer(), [(hidden(),)], root / "norm.kspack", db=str(root / "k.db"), judge=judge,
-                           config=EvolveConfig(budget=1, backend="triton-interpret"),
-                           console=Console(stderr=True, quiet=True))
-    assert build.missing == [] and build.export is not None, build.warm.to_json()
-    return root / "norm.kspack"
+    return build_norm_pack(tmp_path_factory.mktemp("race"), judge)
 
 
 # ============================================================================================ racing in a stack
