@@ -45,17 +45,17 @@ class JudgedPlan:
         from ks_inductor.judge.plan import Plan, PlanError
         from ks_inductor.source_module import load_source_module
 
+        fault = plan_fault(record.plan, record.source, len(signature))
+        if fault:
+            raise JudgedPlanError(fault)
         try:
             self.plan = Plan.from_json(record.plan)
-            self.plan.validate(len(signature))
             # A module of its own making, under a name apart from the full source's (``kernel_ops.load_kernel``).
             self.kernels = load_source_module(kernels_module(record.source), "ks_judged")
         except (PlanError, KernelSourceError) as e:
             raise JudgedPlanError(str(e)) from None
         except Exception as e:  # noqa: BLE001 - a kernels module that does not import is a plan that cannot run
             raise JudgedPlanError(f"its kernels do not import: {type(e).__name__}: {e}") from None
-        if any(s["kind"] not in ("input", "alloc") for s in self.plan.storages):
-            raise JudgedPlanError("the plan needs storages other than the call's inputs")
         self.signature = signature
         self.n_inputs = len(signature)
         self._runners: dict[torch.device, Any] = {}
@@ -86,6 +86,29 @@ class JudgedPlan:
             return None
         outs = self.runner(args[0].device)(*args)
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def plan_fault(plan_json: str, source: str, n_inputs: int) -> str:
+    """Why ``plan_json`` cannot be the judged plan of a kernel with this source and ``n_inputs`` inputs, without
+    running anything: a plan that is malformed, reads more than the call's inputs, or launches a kernel the source
+    does not define as a Triton kernel. "" where it can (or there is no plan)."""
+    from ks_inductor.judge.kernel_source import KernelSourceError, kernel_names
+    from ks_inductor.judge.plan import Plan, PlanError
+
+    if not plan_json:
+        return ""
+    try:
+        plan = Plan.from_json(plan_json)
+        plan.validate(n_inputs)
+        defined = set(kernel_names(source))
+    except (PlanError, KernelSourceError, SyntaxError) as e:
+        return f"its judged plan is malformed: {e}"
+    if any(s["kind"] not in ("input", "alloc") for s in plan.storages):
+        return "its judged plan needs storages other than the call's inputs"
+    unknown = sorted(plan.kernel_names() - defined)
+    if unknown:
+        return f"its judged plan launches {', '.join(unknown)}, which its source does not define as Triton kernels"
+    return ""
 
 
 def judged_plan(record: KernelRecord, problem: Problem) -> tuple[JudgedPlan | None, str]:

@@ -43,6 +43,19 @@ def _flip_tail(data: bytes) -> bytes:
     return data[:-4] + bytes(b ^ 0x55 for b in data[-4:])
 
 
+def _with_plan(kernel: str):
+    """A kernel's metadata given a judged plan that launches ``kernel``, as a forger would add one."""
+    view = {"storage": 0, "offset": 0, "shape": [4], "stride": [1], "dtype": "float32"}
+    plan = {"version": 1, "storages": [{"kind": "input", "index": 0, "nbytes": 16}],
+            "steps": [{"op": "launch", "kernel": kernel, "grid": [1, 1, 1], "args": {"x_ptr": {"t": view}}}],
+            "outputs": [view]}
+
+    def edit(meta: bytes) -> bytes:
+        return json.dumps({**json.loads(meta), "plan": json.dumps(plan)}).encode()
+
+    return edit
+
+
 def _future(m: dict) -> None:
     m["format_version"] = FORMAT_VERSION + 1
 
@@ -67,6 +80,13 @@ CASES = {
                       "missing from the pack"),
     "future format": (lambda src, dst: rewrite_pack(src, dst, {}, manifest_edit=_future),
                       f"format version {FORMAT_VERSION + 1} was written by a newer kernelsmith"),
+    "judged plan launching what the source lacks, with consistent hashes": (
+        lambda src, dst: rewrite_pack(src, dst, {"kernels/00000.json": _with_plan("_elsewhere")}, rehash=True),
+        "its judged plan launches _elsewhere, which its source does not define as Triton kernels"),
+    "malformed judged plan with consistent hashes": (
+        lambda src, dst: rewrite_pack(src, dst, {"kernels/00000.json": lambda b: json.dumps(
+            {**json.loads(b), "plan": "{not json"}).encode()}, rehash=True),
+        "its judged plan is malformed"),
     "unsafe kernel with consistent hashes": (
         lambda src, dst: forge_kernel_source(src, dst, 0, RMSNORM_OK.replace(
             "import torch\n", "import os\nimport torch\n", 1)),

@@ -76,10 +76,18 @@ def import_pack(path: str | os.PathLike[str], store: KernelStore, *, trust_keys:
 
 def _check_static(contents: PackContents, report: VerifyReport) -> None:
     from ks_inductor.judge.static_checks import static_check
+    from ks_inductor.judged_plan import plan_fault
 
+    problems = {p.key: p for p in contents.problems}
     for check, rec in zip(report.kernels, contents.kernels):
-        for flag, why in static_check(rec.source):
-            msg = f"kernel {check.index} ({rec.problem_key[:12]}): static safety rule '{flag}': {why}"
+        msgs = [f"static safety rule '{flag}': {why}" for flag, why in static_check(rec.source)]
+        # A kernel's judged plan is what serving launches: it is checked against its source as the source is.
+        problem = problems.get(rec.problem_key)
+        fault = plan_fault(rec.plan, rec.source, len(problem.input_specs)) if problem is not None else ""
+        if fault:
+            msgs.append(fault)
+        for m in msgs:
+            msg = f"kernel {check.index} ({rec.problem_key[:12]}): {m}"
             check.reasons.append(msg)
             report.reasons.append(msg)
 
