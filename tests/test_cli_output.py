@@ -99,3 +99,26 @@ def test_cache_show_prints_the_source_as_stored(cache, capsys):
     assert source in out
     assert main(["cache", "show", str(kid), "--db", db, "--no-source"]) == 0
     assert "_copy_kernel" not in capsys.readouterr().out
+
+
+def test_a_kernels_judged_plan_is_summed_up_for_a_person_and_flagged_in_ls(tmp_path, capsys):
+    """``cache show`` tells a person what a kernel's judged plan launches (its JSON is for ``--json``), and
+    ``cache ls --json`` says whether each kernel has one without carrying it."""
+    plan = json.dumps({"version": 1, "storages": [], "outputs": [],
+                       "steps": [{"op": "launch", "kernel": "_copy_kernel"}, {"op": "fill"},
+                                 {"op": "launch", "kernel": "_copy_kernel"}]})
+    db = str(tmp_path / "k.db")
+    problem = make_problem()
+    with KernelStore(db) as store:
+        store.upsert_problem(problem)
+        with_plan = store.add_kernel(make_record(problem.key, "planned", a100(), plan=plan))
+        without = store.add_kernel(make_record(problem.key, "forward", a100()))
+    assert main(["cache", "show", str(with_plan), "--db", db, "--no-source"]) == 0
+    out = capsys.readouterr().out
+    assert "judged plan: 2 launch(es) of _copy_kernel, 3 step(s)" in out and '"steps"' not in out
+    assert main(["cache", "show", str(without), "--db", db, "--no-source"]) == 0
+    assert "none: it serves from its forward" in capsys.readouterr().out
+    assert main(["cache", "ls", "--db", db, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["id"]: r["judged_plan"] for r in rows} == {with_plan: True, without: False}
+    assert all("plan" not in r for r in rows)

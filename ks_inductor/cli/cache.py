@@ -116,7 +116,8 @@ def _ls(args: argparse.Namespace) -> int:
         records = [r for r in records if any(r.problem_key.startswith(k) for k in args.keys)]
     shown = records[: args.limit]
     if args.json:
-        print_json([{k: v for k, v in r.to_json().items() if k != "source"} for r in shown])
+        print_json([{**{k: v for k, v in r.to_json().items() if k not in ("source", "plan")},
+                     "judged_plan": bool(r.plan)} for r in shown])
         return EXIT_OK
     c = out_console()
     if not records:
@@ -126,6 +127,19 @@ def _ls(args: argparse.Namespace) -> int:
     if len(records) > len(shown):
         c.print(f"{len(records) - len(shown)} more; use --limit")
     return EXIT_OK
+
+
+def _plan_summary(plan: str) -> str:
+    """A judged plan in a few words: its launches and kernels, or that the kernel serves from its forward."""
+    if not plan:
+        return "none: it serves from its forward"
+    try:
+        steps = json.loads(plan).get("steps") or []
+    except (ValueError, AttributeError):
+        return "unreadable"
+    kernels = sorted({st.get("kernel", "?") for st in steps if isinstance(st, dict) and st.get("op") == "launch"})
+    launches = sum(1 for st in steps if isinstance(st, dict) and st.get("op") == "launch")
+    return f"judged plan: {launches} launch(es) of {', '.join(kernels) or 'nothing'}, {len(steps)} step(s)"
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -148,6 +162,9 @@ def _show(args: argparse.Namespace) -> int:
     t = Table("field", "value", show_header=False)
     for k, v in r.to_json().items():
         if k in ("source", "fingerprint"):
+            continue
+        if k == "plan":  # the JSON is for machines (--json); a person is told what it launches
+            t.add_row(k, _plan_summary(r.plan))
             continue
         t.add_row(k, fmt_when(v) if k == "created_at" else str(v))
     t.add_row("fingerprint", json.dumps(r.fingerprint))
