@@ -41,7 +41,7 @@ class KernelRecord:
     parent_id: str | None = None
     candidate_id: str | None = None
     # The launch plan the judge's trusted side executed for this kernel's verdict (``ks_inductor.judge.plan``), as
-    # JSON; "" where it needs more than the call's inputs. Serving launches it at the judged signature rather than
+    # JSON with its constants' bytes; "" where it reads the model's own tensors. Serving launches it at the judged signature rather than
     # running the kernel's forward (``ks_inductor.judged_plan``).
     plan: str = ""
     sha256: str = ""
@@ -51,6 +51,7 @@ class KernelRecord:
     def __post_init__(self) -> None:
         if not self.sha256:
             self.sha256 = source_sha256(self.source)
+        self.plan = self.plan or ""  # a row stored before plans were kept reads NULL
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -16,6 +16,8 @@ each signature other than the problem's first (``integrations.served_op``).
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 import threading
 from typing import TYPE_CHECKING, Any
@@ -42,25 +44,19 @@ class JudgedPlan:
 
     def __init__(self, record: KernelRecord, signature: Signature) -> None:
         from ks_inductor.judge.kernel_source import KernelSourceError, kernels_module
-        from ks_inductor.judge.plan import Plan, PlanError
         from ks_inductor.source_module import load_source_module
 
-        fault = plan_fault(record.plan, record.source, len(signature))
-        if fault:
-            raise JudgedPlanError(fault)
+        self.plan, self.payload = checked_plan(record.plan, record.source, len(signature))
         try:
-            self.plan = Plan.from_json(record.plan)
             # A module of its own making, under a name apart from the full source's (``kernel_ops.load_kernel``).
             self.kernels = load_source_module(kernels_module(record.source), "ks_judged")
-        except (PlanError, KernelSourceError) as e:
+        except KernelSourceError as e:
             raise JudgedPlanError(str(e)) from None
         except Exception as e:  # noqa: BLE001 - a kernels module that does not import is a plan that cannot run
             raise JudgedPlanError(f"its kernels do not import: {type(e).__name__}: {e}") from None
         self.signature = signature
-        self.n_inputs = len(signature)
         self._runners: dict[torch.device, Any] = {}
         self._lock = threading.Lock()
-        self.runner(torch.device("cpu"))  # every kernel the plan names is one of the source's
 
     def runner(self, device: torch.device) -> Any:
         from ks_inductor.judge.plan import PlanError, PlanRunner
@@ -71,7 +67,7 @@ class JudgedPlan:
                 got = self._runners.get(device)
                 if got is None:
                     try:
-                        got = PlanRunner(self.plan, self.kernels, {}, str(device), self.n_inputs)
+                        got = PlanRunner(self.plan, self.kernels, self.payload, str(device), len(self.signature))
                     except PlanError as e:
                         raise JudgedPlanError(str(e)) from None
                     self._runners[device] = got
@@ -88,26 +84,45 @@ class JudgedPlan:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
 
-def plan_fault(plan_json: str, source: str, n_inputs: int) -> str:
-    """Why ``plan_json`` cannot be the judged plan of a kernel with this source and ``n_inputs`` inputs, without
-    running anything: a plan that is malformed, reads more than the call's inputs, or launches a kernel the source
-    does not define as a Triton kernel. "" where it can (or there is no plan)."""
+def checked_plan(plan_json: str, source: str, n_inputs: int) -> tuple[Any, dict[str, torch.Tensor]]:
+    """The judged plan in ``plan_json`` and the bytes of its constants, checked without running anything against a
+    kernel with this source and ``n_inputs`` inputs; ``JudgedPlanError`` for a plan that is malformed, reads the
+    model's own tensors, comes without a constant's bytes, or launches a kernel the source does not define as a
+    Triton kernel."""
     from ks_inductor.judge.kernel_source import KernelSourceError, kernel_names
     from ks_inductor.judge.plan import Plan, PlanError
 
-    if not plan_json:
-        return ""
     try:
         plan = Plan.from_json(plan_json)
         plan.validate(n_inputs)
         defined = set(kernel_names(source))
-    except (PlanError, KernelSourceError, SyntaxError) as e:
-        return f"its judged plan is malformed: {e}"
-    if any(s["kind"] not in ("input", "alloc") for s in plan.storages):
-        return "its judged plan needs storages other than the call's inputs"
+        raw = json.loads(plan_json).get("payload") or {}
+        payload = {k: torch.frombuffer(bytearray(base64.b64decode(v, validate=True)), dtype=torch.uint8)
+                   for k, v in raw.items()}
+    except (PlanError, KernelSourceError, SyntaxError, ValueError, TypeError, AttributeError) as e:
+        raise JudgedPlanError(f"its judged plan is malformed: {e}") from None
+    for sid, st in enumerate(plan.storages):
+        if st["kind"] == "state":
+            raise JudgedPlanError("its judged plan reads the model's own tensors")
+        got = payload.get(f"s{sid}")
+        if st["kind"] == "const" and (got is None or got.numel() != st["nbytes"]):
+            raise JudgedPlanError(f"its judged plan comes without the {st['nbytes']} bytes of its constant {sid}")
     unknown = sorted(plan.kernel_names() - defined)
     if unknown:
-        return f"its judged plan launches {', '.join(unknown)}, which its source does not define as Triton kernels"
+        raise JudgedPlanError(f"its judged plan launches {', '.join(unknown)}, which its source does not define as "
+                              "Triton kernels")
+    return plan, payload
+
+
+def plan_fault(plan_json: str, source: str, n_inputs: int) -> str:
+    """Why ``plan_json`` cannot be the judged plan of a kernel with this source and ``n_inputs`` inputs
+    (``checked_plan``); "" where it can, or there is no plan."""
+    if not plan_json:
+        return ""
+    try:
+        checked_plan(plan_json, source, n_inputs)
+    except JudgedPlanError as e:
+        return str(e)
     return ""
 
 

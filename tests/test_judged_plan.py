@@ -11,7 +11,7 @@ import torch
 
 from integrations.signature import spec_signature
 from integrations.transformers import apply_kernelsmith
-from kernel_cache.pack import export_pack, inspect_pack
+from kernel_cache.pack import export_pack, inspect_pack, read_pack
 from kernel_cache.record import VERIFIED, KernelRecord
 from kernel_cache.store import KernelStore
 from tests.llama_norm import (  # noqa: F401 - the autouse fixtures
@@ -24,6 +24,7 @@ from tests.llama_norm import (  # noqa: F401 - the autouse fixtures
 )
 
 SLEEPER = Path(__file__).parent / "candidates" / "serving" / "sleeper_rmsnorm.py"
+SLEEPER_CONST = Path(__file__).parent / "candidates" / "serving" / "sleeper_rmsnorm_const.py"
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +86,36 @@ def test_without_a_judged_plan_the_forward_runs_and_its_later_calls_are_what_the
     assert wrong > 0 and stats["hits"] == {"rmsnorm": 12}
     assert list(stats["judged"].values()) == [["its record carries no judged plan"]]
     assert [k["judged_plan"] for k in inspect_pack(pack).manifest["kernels"]] == [False]
+
+
+def test_a_forward_that_makes_a_constant_is_still_served_from_its_judged_plan(norm_problem, judge, tmp_path):
+    """The sleeper again, whose forward also makes a tensor from host data: the judge records it as a constant of
+    the plan, and the stored plan carries the constant's bytes, so serving still runs the judged plan (a plan that
+    could not carry them would leave the forward to serve, and it turns wrong)."""
+    source = SLEEPER_CONST.read_text()
+    pack = _pack(tmp_path, norm_problem, judge, source, "judged")
+    [rec] = read_pack(pack, None)[1].kernels
+    assert '"kind": "const"' in rec.plan and '"payload"' in rec.plan
+    wrong, stats, report = _served_calls(pack)
+    assert wrong == 0 and stats["hits"] == {"rmsnorm": 12}, stats
+    assert list(stats["judged"].values()) == [["judged plan"]]
+    [kernel] = [k for ks in report.guard.kernels.values() for k in ks]
+    assert kernel.loaded is None
+
+
+def test_a_plan_without_its_constants_bytes_keeps_the_forward(norm_problem, judge):
+    """A constant's bytes are part of the plan: a stored plan that lacks them does not run, and says why."""
+    import json
+
+    from ks_inductor.judged_plan import plan_fault
+
+    source = SLEEPER_CONST.read_text()
+    res = judge.evaluate(norm_problem, source)
+    assert res.accepted and res.plan
+    stripped = json.loads(res.plan)
+    stripped.pop("payload")
+    assert plan_fault(res.plan, source, 2) == ""
+    assert "without the 4 bytes of its constant" in plan_fault(json.dumps(stripped), source, 2)
 
 
 def test_a_judged_plan_that_names_a_kernel_the_source_lacks_keeps_the_forward(norm_problem, judge, tmp_path):

@@ -5,8 +5,10 @@ worker holds only the candidate."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import random
@@ -699,7 +701,7 @@ class Judge:
             model_bytes = os.path.getsize(ref.state_file) if ref.state_file else 0
             if not self._take_plan(res, work, trusted, model_bytes):
                 return res
-            judged_plan = self._judged_plan(trusted)
+            plan_stat = self._plan_stat(trusted)
             trials = [(ref.trials[k]["seed"], ref.trials[k]["dist"]) for k in picked]
             job = {
                 "kind": "plan", "device": self.backend.device, "workdir": trusted, "problem_source": problem.source,
@@ -745,11 +747,11 @@ class Judge:
                     res.reject("protocol", "the worker's timing stage did not hand over every output it checks")
                     return res
                 res.stage = "timing"
-            if self._judged_plan(trusted) != judged_plan:
+            if self._plan_stat(trusted) != plan_stat:
                 res.reject("plan", "the launch plan changed while it was being judged")
                 return res
             res.correct, res.verdict = True, ACCEPTED
-            res.plan = judged_plan
+            res.plan = self._stored_plan(trusted)
             if msg.get("samples") and pending is not None:
                 clock.enter("reference")
                 try:
@@ -805,19 +807,47 @@ class Judge:
         return True
 
     @staticmethod
-    def _judged_plan(trusted: str) -> str:
-        """The plan the trusted side executed for this verdict, where it needs nothing but the call's inputs (no
-        state or constant storage): what serving launches at the judged signature instead of the candidate's forward
-        (``ks_inductor.judged_plan``). "" where it needs more."""
-        from ks_inductor.judge.plan import PLAN_FILE, Plan, PlanError
+    def _plan_stat(trusted: str) -> tuple[tuple[int, int, int] | None, ...]:
+        """The plan's files in the trusted job's folder as the file system describes them (size, mtime, inode): the
+        same before and after the job that executed them, or the plan that is stored is not the one judged."""
+        from ks_inductor.judge.plan import PLAN_FILE, STATE_FILE
+
+        out = []
+        for name in (PLAN_FILE, STATE_FILE):
+            try:
+                st = os.stat(os.path.join(trusted, name), follow_symlinks=False)
+                out.append((st.st_size, st.st_mtime_ns, st.st_ino))
+            except OSError:
+                out.append(None)
+        return tuple(out)
+
+    @staticmethod
+    def _stored_plan(trusted: str) -> str:
+        """The plan the trusted side executed for this verdict, for the stored kernel to carry
+        (``ks_inductor.judged_plan``): its JSON, with the bytes of any constant the forward made from host data
+        under ``payload``. "" where it reads the model's own tensors (a stored kernel takes its weights as inputs)."""
+        from ks_inductor.judge.plan import PLAN_FILE, STATE_FILE, Plan, PlanError
 
         try:
             with open(os.path.join(trusted, PLAN_FILE), encoding="utf-8") as f:
-                text = f.read()
-            plan = Plan.from_json(text)
+                plan = Plan.from_json(f.read())
         except (OSError, PlanError):
             return ""
-        return text if all(s["kind"] in ("input", "alloc") for s in plan.storages) else ""
+        kinds = [st["kind"] for st in plan.storages]
+        if "state" in kinds:
+            return ""
+        data = json.loads(plan.to_json())
+        consts = [sid for sid, kind in enumerate(kinds) if kind == "const"]
+        if consts:
+            from safetensors import safe_open
+
+            try:
+                with safe_open(os.path.join(trusted, STATE_FILE), framework="pt") as f:
+                    data["payload"] = {f"s{sid}": base64.b64encode(f.get_tensor(f"s{sid}").numpy().tobytes())
+                                       .decode() for sid in consts}
+            except (OSError, KeyError, ValueError):
+                return ""
+        return json.dumps(data, sort_keys=True)
 
     def _note_sandbox(self, summary: str | None) -> None:
         """Say once per judge what the candidates' sandbox holds where it could not be put in place."""

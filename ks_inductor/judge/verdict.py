@@ -93,8 +93,8 @@ class EvalResult:
     # candidate, but a reader of the verdict should know.
     notes: list[str] = field(default_factory=list)
     log_tail: str = ""
-    # The launch plan the trusted side executed, as JSON, where it reads nothing but the call's inputs (else ""): the
-    # stored kernel carries it (``KernelRecord.plan``); a verdict's JSON does not.
+    # The launch plan the trusted side executed, as JSON with its constants' bytes, where it reads none of the
+    # model's own tensors (else ""): the stored kernel carries it (``KernelRecord.plan``); a verdict's JSON does not.
     plan: str = field(default="", repr=False)
     duration_s: float = 0.0
     # Where ``duration_s`` went, per stage (``ks_inductor.judge.clock.STAGE_NAMES``); the stages sum to it.
