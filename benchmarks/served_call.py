@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from integrations.served_op import ServedOp
+from integrations.signature import call_signature
 
 
 class _Source:
@@ -55,7 +56,7 @@ def served_op(args: tuple[torch.Tensor, ...]) -> ServedOp:
     """An op that serves ``args``' signature with a kernel returning its first input."""
     kernel = SimpleNamespace(plan=None, judged_call=lambda *a: a[0], state="passed",
                              problem=SimpleNamespace(output_specs=[]))
-    sig = tuple((tuple(a.shape), a.dtype, tuple(a.stride())) for a in args)
+    sig = call_signature(args)
     op = ServedOp(_Source(args[0].device.type, kernel), "op", {sig: "key"})
     with torch.no_grad():
         op._outputs_fit = lambda route, outs: True  # the kernel's outputs are its input's: nothing to check

@@ -61,7 +61,6 @@ def record_of(row: Any) -> KernelRecord:
     data["fingerprint"] = _json(data["fingerprint"])
     data["launch_params"] = _json(data["launch_params"]) or {}
     data["timed"] = bool(data["timed"])
-    data["plan"] = data["plan"] or ""
     return KernelRecord(**data)
 
 

@@ -187,7 +187,7 @@ def _fingerprint_ids(fp: EnvFingerprint) -> tuple[str, str]:
 
 def _record_from_row(row: Any) -> KernelRecord:
     m = row._mapping
-    return KernelRecord(**{f: m[f] for f in KERNEL_FIELDS if f != "plan"}, plan=m["plan"] or "")
+    return KernelRecord(**{f: m[f] for f in KERNEL_FIELDS})
 
 
 class KernelStore:

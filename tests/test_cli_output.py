@@ -104,9 +104,13 @@ def test_cache_show_prints_the_source_as_stored(cache, capsys):
 def test_a_kernels_judged_plan_is_summed_up_for_a_person_and_flagged_in_ls(tmp_path, capsys):
     """``cache show`` tells a person what a kernel's judged plan launches (its JSON is for ``--json``), and
     ``cache ls --json`` says whether each kernel has one without carrying it."""
-    plan = json.dumps({"version": 1, "storages": [], "outputs": [],
-                       "steps": [{"op": "launch", "kernel": "_copy_kernel"}, {"op": "fill"},
-                                 {"op": "launch", "kernel": "_copy_kernel"}]})
+    view = {"storage": 0, "offset": 0, "shape": [4, 8], "stride": [8, 1], "dtype": "float32"}
+    out = {**view, "storage": 1}
+    launch = {"op": "launch", "kernel": "_copy_kernel", "grid": [1, 1, 1],
+              "args": {"x_ptr": {"t": view}, "out_ptr": {"t": out}, "n": {"v": 32}, "BLOCK": {"v": 1024}}}
+    plan = json.dumps({"version": 1, "storages": [{"kind": "input", "index": 0, "nbytes": 128},
+                                                  {"kind": "alloc", "nbytes": 128}],
+                       "steps": [launch, {"op": "fill", "dst": out, "value": 0.0}, launch], "outputs": [out]})
     db = str(tmp_path / "k.db")
     problem = make_problem()
     with KernelStore(db) as store:

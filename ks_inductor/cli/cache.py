@@ -131,15 +131,16 @@ def _ls(args: argparse.Namespace) -> int:
 
 def _plan_summary(plan: str) -> str:
     """A judged plan in a few words: its launches and kernels, or that the kernel serves from its forward."""
+    from ks_inductor.judge.plan import Plan, PlanError
+
     if not plan:
         return "none: it serves from its forward"
     try:
-        steps = json.loads(plan).get("steps") or []
-    except (ValueError, AttributeError):
-        return "unreadable"
-    kernels = sorted({st.get("kernel", "?") for st in steps if isinstance(st, dict) and st.get("op") == "launch"})
-    launches = sum(1 for st in steps if isinstance(st, dict) and st.get("op") == "launch")
-    return f"judged plan: {launches} launch(es) of {', '.join(kernels) or 'nothing'}, {len(steps)} step(s)"
+        p = Plan.from_json(plan)
+    except PlanError as e:
+        return f"unreadable: {e}"
+    return (f"judged plan: {p.launches()} launch(es) of {', '.join(sorted(p.kernel_names())) or 'nothing'}, "
+            f"{len(p.steps)} step(s)")
 
 
 def _show(args: argparse.Namespace) -> int:
