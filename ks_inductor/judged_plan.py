@@ -12,6 +12,12 @@ The plan declines any call not at the judged signature (shapes, dtypes, strides)
 their storage (a storage offset): its views are relative to storages that begin where the inputs did when it was
 recorded. Such a call takes the kernel's forward; a serving stack proves that forward against its own computation at
 each signature other than the problem's first (``integrations.served_op``).
+
+A compiled graph that calls the kernel from Inductor's own code (a ``triton_op``) traces the plan, not the forward
+(``JudgedPlan.traced``): a forward that tells a tracer's tensors from real ones would otherwise put code the judge
+never saw into the graph. The traced plan views each storage through one tensor of one dtype, so a plan that reads a
+storage as two dtypes, carries constants or launches with a tensor descriptor is not traced
+(``JudgedPlan.untraceable``); its op runs the plan per call instead.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import base64
 import json
 import logging
 import threading
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -82,6 +89,117 @@ class JudgedPlan:
             return None
         outs = self.runner(args[0].device)(*args)
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def untraceable(self, example: Sequence[Any]) -> str:
+        """Why a ``triton_op`` cannot trace this plan (``traced``) for calls like ``example`` (a region's example
+        values, real or fake); "" where it can."""
+        if not all(isinstance(a, torch.Tensor) for a in example):
+            return "an input is not a tensor"
+        if not all(type(n) is int for a in example for n in (*a.shape, *a.stride(), a.storage_offset())):
+            return "its inputs' sizes are symbolic"
+        if any(a.storage_offset() for a in example) or call_signature(example) != self.signature:
+            return "the region's inputs are not at the judged signature"
+        if any(s["kind"] not in ("input", "alloc") for s in self.plan.storages):
+            return "its plan carries constants"
+        dtypes: dict[int, set[str]] = {}
+        for v in _plan_views(self.plan):
+            if v is None:
+                return "its plan launches with a tensor descriptor"
+            dtypes.setdefault(v["storage"], set()).add(v["dtype"])
+        for sid, names in dtypes.items():
+            st, dt = self.plan.storages[sid], getattr(torch, next(iter(names)))
+            if len(names) > 1:
+                return f"its plan reads storage {sid} as {' and '.join(sorted(names))}"
+            if st["kind"] == "input":
+                x = example[st["index"]]
+                if dt != x.dtype or st["nbytes"] > _span(x.shape, x.stride()) * x.element_size():
+                    return f"its plan reads input {st['index']} other than as the input it is"
+            elif st["nbytes"] % dt.itemsize:
+                return f"its plan's buffer {sid} is no whole number of {dt}"
+        return ""
+
+    def traced(self, *args: Any) -> Any:
+        """The plan's outputs for ``args``, made of what a tracer follows: each storage is one tensor (an input, or a
+        fresh allocation in the one dtype the plan reads it as), each view its ``as_strided``, each launch through
+        ``wrap_triton``. For a call at the judged signature where ``untraceable`` found nothing."""
+        from torch.library import wrap_triton
+
+        from ks_inductor.judge.plan import run_steps
+
+        device = args[0].device
+        dtypes: dict[int, str] = {}
+        first: dict[int, dict[str, Any]] = {}
+        for v in _plan_views(self.plan):
+            if v is not None:
+                dtypes.setdefault(v["storage"], v["dtype"])
+                first.setdefault(v["storage"], v)
+        bases: list[torch.Tensor] = []
+        own: dict[int, dict[str, Any]] = {}  # storage -> the view that is its base tensor itself
+        for sid, st in enumerate(self.plan.storages):
+            if st["kind"] == "input":
+                x = args[st["index"]]
+                bases.append(x)
+                own[sid] = {"storage": sid, "dtype": dtypes.get(sid), "shape": list(x.shape),
+                            "stride": list(x.stride()), "offset": 0}
+                continue
+            dt = getattr(torch, dtypes.get(sid, "uint8"))
+            v = first.get(sid)
+            if v is not None and not v["offset"] and _span(v["shape"], v["stride"]) * dt.itemsize == st["nbytes"]:
+                # The buffer allocated in the layout of its first view, which is then the buffer itself: a kernel
+                # that writes a view of a buffer is traced as a copy back into it, one that writes the buffer is not.
+                bases.append(torch.empty_strided(v["shape"], v["stride"], dtype=dt, device=device))
+                own[sid] = v
+            else:
+                bases.append(torch.empty(st["nbytes"] // dt.itemsize, dtype=dt, device=device))
+
+        def view(v: dict[str, Any]) -> torch.Tensor:
+            base = bases[v["storage"]]
+            return base if own.get(v["storage"]) == v else base.as_strided(v["shape"], v["stride"], v["offset"])
+
+        wrapped: dict[str, Any] = {}
+
+        def launch(name: str, grid: tuple[int, ...], kwargs: dict[str, Any]) -> None:
+            if name not in wrapped:
+                wrapped[name] = wrap_triton(getattr(self.kernels, name))
+            wrapped[name][grid](**kwargs)
+
+        run_steps(self.plan, view, launch, device)
+        outs, taken = [], set()
+        for o in self.plan.outputs:
+            t = view(o)
+            # An op's outputs alias neither its inputs nor each other.
+            if self.plan.storages[o["storage"]]["kind"] == "input" or o["storage"] in taken:
+                t = t.clone()
+            taken.add(o["storage"])
+            outs.append(t)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _span(shape: Sequence[int], stride: Sequence[int]) -> int:
+    """The elements a view's layout reaches from its start."""
+    return 0 if 0 in shape else 1 + sum((n - 1) * d for n, d in zip(shape, stride))
+
+
+def _plan_views(plan: Any) -> Iterator[dict[str, Any] | None]:
+    """Every view the plan makes of its storages (None for a tensor descriptor's)."""
+
+    def arg_views(a: dict[str, Any]) -> Iterator[dict[str, Any] | None]:
+        (kind, val), = a.items()
+        if kind == "t":
+            yield val
+        elif kind == "tuple":
+            for x in val:
+                yield from arg_views(x)
+        elif kind == "desc":
+            yield None
+
+    for step in plan.steps:
+        if step["op"] == "launch":
+            for a in step["args"].values():
+                yield from arg_views(a)
+        else:
+            yield from (step[k] for k in ("dst", "src") if k in step)
+    yield from plan.outputs
 
 
 def checked_plan(plan_json: str, source: str, n_inputs: int) -> tuple[Any, dict[str, torch.Tensor]]:

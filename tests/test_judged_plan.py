@@ -4,6 +4,7 @@ reached with, with its Triton kernels built from its source, and never its Pytho
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from tests.llama_norm import (  # noqa: F401 - the autouse fixtures
 
 SLEEPER = Path(__file__).parent / "candidates" / "serving" / "sleeper_rmsnorm.py"
 SLEEPER_CONST = Path(__file__).parent / "candidates" / "serving" / "sleeper_rmsnorm_const.py"
+TRACING = Path(__file__).parent / "candidates" / "serving" / "tracing_rmsnorm.py"
 
 
 @pytest.fixture(scope="module")
@@ -233,3 +235,114 @@ def test_a_compiled_models_cached_kernel_runs_its_judged_plan_not_its_forward(ju
     assert status == "hit" and wrong == 0
     wrong, status = _compiled_calls(tmp_path, judge, "none")
     assert status == "hit" and wrong > 0
+
+
+def _judged(problem, judge, source: str, plan: str | None = None):
+    """The kernel of ``source``, judged for ``problem``, as a record with its judged plan (or ``plan``), and that
+    plan ready to run."""
+    from ks_inductor.judged_plan import JudgedPlan
+
+    res = judge.evaluate(problem, source)
+    assert res.accepted and res.plan, res.feedback_text()
+    rec = KernelRecord(problem_key=problem.key, source=source, backend=judge.fingerprint.backend, fingerprint={},
+                       plan=plan or res.plan)
+    return rec, JudgedPlan(rec, spec_signature(problem.input_specs))
+
+
+def test_a_triton_op_runs_the_judged_plan_it_traces(norm_problem, judge):
+    """A triton_op's function is what a compile traces into the graph: it is the judged plan, built of views of one
+    tensor per storage and launches through ``wrap_triton``, and it computes the layer. (The interpreter cannot be
+    traced; ``test_on_a_gpu_a_compiled_graph_traces_the_judged_plan_never_the_forward`` compiles it.)"""
+    from ks_inductor.compiler.kernel_ops import OpSpec, load_kernel, register_region_op
+
+    rec, judged = _judged(norm_problem, judge, TRACING.read_text())
+    norm = norm_layer()
+    x, w = hidden(), norm.weight.detach()
+    want = own_output(norm, x)
+    assert judged.untraceable([x, w]) == ""
+    op = register_region_op(load_kernel(rec), norm_problem.key, lambda x, w: own_output(norm, x),
+                            OpSpec(["Tensor", "Tensor"], 1, [torch.float32]), triton=True, judged=judged)
+    torch.testing.assert_close(op(x, w), want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(judged.traced(x, w), want, atol=1e-5, rtol=1e-5)
+
+
+def test_a_traced_plans_kernels_write_its_buffers_not_views_of_them(norm_problem, judge, monkeypatch):
+    """Traced, a launch that writes a view of a buffer becomes the kernel on a copy and a scatter back into the
+    buffer (extra kernels on every call of the compiled graph). The traced plan allocates each buffer in the layout of
+    its first view, so the kernel writes the buffer itself: the graph is the allocation, the kernel and its output."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from ks_inductor.judged_plan import JudgedPlan
+
+    rec, _ = _judged(norm_problem, judge, TRACING.read_text())
+    # Traced (on meta tensors), the kernels are compiled ones, as on a GPU; the interpreter's cannot be traced.
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    for name in [m for m in sys.modules if m.startswith("ks_judged")]:
+        monkeypatch.delitem(sys.modules, name)  # the interpreted kernels module of the same source
+    judged = JudgedPlan(rec, spec_signature(norm_problem.input_specs))
+    ins = [torch.empty(shape, dtype=dt, device="meta") for shape, dt, _ in judged.signature]
+    assert judged.untraceable(ins) == ""
+    graph = make_fx(torch.func.functionalize(judged.traced), tracing_mode="fake")(*ins)
+    ops = [str(n.target) for n in graph.graph.nodes if n.op == "call_function"]
+    assert any("triton_kernel_wrapper_functional" in o for o in ops), ops
+    assert not any("scatter" in o or "as_strided" in o for o in ops), ops
+
+
+def test_what_a_triton_op_does_not_trace(norm_problem, judge):
+    """Off the judged signature, with constants, or reading one storage as two dtypes, a plan is not traced (its
+    op runs it per call instead), and says why."""
+    import json
+
+    x, w = hidden(), norm_layer().weight.detach()
+    rec, judged = _judged(norm_problem, judge, TRACING.read_text())
+    assert "not at the judged signature" in judged.untraceable([x[:, :4].contiguous(), w])
+    assert "not at the judged signature" in judged.untraceable([x.transpose(0, 1).contiguous().transpose(0, 1), w])
+    assert judged.untraceable([x, 1.0]) == "an input is not a tensor"
+    _, const = _judged(norm_problem, judge, SLEEPER_CONST.read_text())
+    assert const.untraceable([x, w]) == "its plan carries constants"
+    # The kernel's output pointer read as int32: the same bytes, another dtype, which one as_strided cannot give.
+    plan = json.loads(rec.plan)
+    [launch] = [s for s in plan["steps"] if s["op"] == "launch"]
+    launch["args"]["out_ptr"]["t"]["dtype"] = "int32"
+    _, retyped = _judged(norm_problem, judge, TRACING.read_text(), json.dumps(plan))
+    assert "as float32 and int32" in retyped.untraceable([x, w])
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_compiled_graph_traces_the_judged_plan_never_the_forward(tmp_path):
+    """The tracing exploit's forward is right on real tensors (the judge's, a custom_op's) and wrong under a
+    tracer's. A compiled graph's triton_op traces the kernel's judged plan, not its forward: every call is right,
+    and the report says the plan was traced into the graph."""
+    from ks_inductor.compiler import backend as B
+    from ks_inductor.judge import Judge, JudgeConfig
+    from tests.cached_kernels import norm_key
+
+    torch._dynamo.reset()
+    B.clear_reports()
+    torch.manual_seed(0)
+    model, x = _NormThenLinear(64).cuda().eval(), torch.randn(32, 64, device="cuda")
+    db = f"sqlite:///{tmp_path / 'k'}.db"
+    key, seen = norm_key(model, x, db)
+    [problem] = [p for p in seen.problems if p.key == key]
+    source = TRACING.read_text()
+    with Judge(JudgeConfig(trials=3)) as judge:
+        res = judge.evaluate(problem, source)
+    assert res.accepted and res.plan, res.feedback_text()
+    with KernelStore(db) as store:
+        store.upsert_problem(problem)
+        store.add_kernel(KernelRecord(problem_key=key, source=source, backend=judge.fingerprint.backend,
+                                      fingerprint=B.current_fingerprint().to_json(), status=VERIFIED, timed=True,
+                                      trials=res.trials, plan=res.plan))
+    B.forget_stores()
+    # Served whatever its speed (min_speedup 0): what is tested is what the graph runs.
+    compiled = torch.compile(model, backend="kernelsmith", options={
+        "kernelsmith.db": db, "kernelsmith.graph_guard": "off", "kernelsmith.min_speedup": 0.0})
+    with torch.no_grad():
+        want = model(x)
+        wrong = sum(not torch.allclose(compiled(x), want, atol=1e-4, rtol=1e-4) for _ in range(12))
+    report = B.compile_reports()[-1]
+    [region] = [r for r in report.regions if r.key == key]
+    torch._dynamo.reset()
+    B.forget_stores()
+    assert wrong == 0 and region.status == "hit", report.to_json()
+    assert region.launch == "traced judged plan" and report.variant == "triton_op", report.to_json()

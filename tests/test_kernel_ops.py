@@ -1,9 +1,16 @@
-"""Region ops through torch.library: the triton_op variant (what a GPU uses) registers and runs."""
+"""Region ops through torch.library: the schema a triton_op infers, and what each registration runs."""
 
+import pytest
 import torch
 
 from kernel_cache.record import KernelRecord
-from ks_inductor.compiler.kernel_ops import OpSpec, load_kernel, register_region_op, typed_signature
+from ks_inductor.compiler.kernel_ops import (
+    KernelLoadError,
+    OpSpec,
+    load_kernel,
+    register_region_op,
+    typed_signature,
+)
 
 SOURCE = '''
 import torch
@@ -40,16 +47,17 @@ def test_typed_signature_gives_back_the_schema() -> None:
         assert infer_schema(fn, mutates_args=()) == spec.schema()
 
 
-def test_triton_op_variant_registers_and_runs() -> None:
-    # torch.library.triton_op infers its schema from the function and ignores the one passed: a *args launcher
-    # fails here on every GPU compile, and every hit would fall back to Inductor.
+def test_a_triton_op_needs_a_judged_plan_to_trace() -> None:
+    """A triton_op traces what it runs into the compiled graph; what it traces is a judged plan, never a forward,
+    so a kernel without one is refused (the backend then registers it as a custom_op)."""
     record = KernelRecord(problem_key="axpy-test", source=SOURCE, backend="cpu", fingerprint={})
-    kernel = load_kernel(record, wrap_triton=True)
+    kernel = load_kernel(record)
     spec = OpSpec(["Tensor", "Tensor", "float"], 1, [torch.float32])
-    op = register_region_op(kernel, "axpy-test", lambda x, y, a: a * x + y, spec, triton=True)
+    with pytest.raises(KernelLoadError, match="a triton_op traces a judged plan, and it has none"):
+        register_region_op(kernel, "axpy-test", lambda x, y, a: a * x + y, spec, triton=True)
+    op = register_region_op(kernel, "axpy-test", lambda x, y, a: a * x + y, spec)
     x, y = torch.randn(300), torch.randn(300)
     torch.testing.assert_close(op(x, y, 2.5), 2.5 * x + y)
-    assert register_region_op(kernel, "axpy-test", lambda x, y, a: a * x + y, spec, triton=True) is op
 
 
 def test_served_kernel_modules_live_in_kernelsmiths_home(tmp_path, monkeypatch):

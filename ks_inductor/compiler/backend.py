@@ -181,6 +181,9 @@ class RegionReport:
     symbolic: bool = False
     # The region's stored room on this machine (``ks_inductor.judge.room.Room.to_json()``), where it was read.
     room: dict[str, Any] | None = None
+    # How a swapped-in kernel runs: "traced judged plan" (a triton_op), "judged plan" (a custom_op that runs it per
+    # call) or "forward: why" (it has no judged plan that runs here).
+    launch: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -492,14 +495,22 @@ def rewrite(gm: fx.GraphModule, hits: list[_Hit], use_triton_op: bool) -> tuple[
             if isinstance(hit.record, EagerChoice):
                 op = ko.register_eager_op(hit.record.problem_key, reference, spec)
             else:
-                kernel = ko.load_kernel(hit.record, wrap_triton=use_triton_op)
-                judged = None
-                if not use_triton_op:
-                    # Each call runs the plan the kernel's verdict was reached with, not the kernel's forward.
-                    judged, why = judged_plan(hit.record, hit.region.problem)
-                    if judged is None:
-                        log.debug("kernel %s runs its forward: %s", hit.record.id, why)
-                op = ko.register_region_op(kernel, hit.region.problem.key, reference, spec, triton=use_triton_op,
+                kernel = ko.load_kernel(hit.record)
+                # The op runs (or, as a triton_op, traces) the plan the kernel's verdict was reached with, not the
+                # kernel's forward.
+                judged, why = judged_plan(hit.record, hit.region.problem)
+                if judged is None:
+                    log.debug("kernel %s runs its forward: %s", hit.record.id, why)
+                traced = use_triton_op and judged is not None
+                if traced:
+                    untraced = judged.untraceable(in_vals)
+                    if untraced:
+                        traced = False
+                        log.debug("kernel %s runs as a custom op: its judged plan is not traced (%s)",
+                                  hit.record.id, untraced)
+                hit.report.launch = ("traced judged plan" if traced else "judged plan" if judged is not None
+                                     else f"forward: {why}")
+                op = ko.register_region_op(kernel, hit.region.problem.key, reference, spec, triton=traced,
                                            judged=judged)
         except Exception as e:  # noqa: BLE001 - this region stays with Inductor
             hit.report.status = ERROR

@@ -6,14 +6,16 @@ this module; it is the one place their code runs in the user's process.
 
 Two registrations:
 
-* ``custom_op`` (CPU and the Triton interpreter, and the GPU fallback): an opaque op. Its fake implementation
-  runs the region's reference graph on fake tensors, so output shapes are right for symbolic sizes too, and its
-  outputs are fresh contiguous tensors. If the kernel raises at run time the op warns once and computes the
-  region with the reference instead: a model never breaks on a kernel.
-* ``triton_op`` (GPU): the same launch code with its kernels wrapped by ``wrap_triton``, so AOTAutograd
-  decomposes the op into ``triton_kernel_wrapper_functional`` nodes and Inductor emits the kernel in its own
-  wrapper (no Python dispatch per call, part of Inductor's cache key). ``triton_op`` does not work under
-  ``TRITON_INTERPRET=1`` (research note C §3.3), so it is only offered on CUDA.
+* ``custom_op`` (CPU and the Triton interpreter, and the GPU fallback): an opaque op that runs the kernel's judged
+  plan where it takes the call, else its forward. Its fake implementation runs the region's reference graph on
+  fake tensors, so output shapes are right for symbolic sizes too, and its outputs are fresh contiguous tensors. If
+  the kernel raises at run time the op warns once and computes the region with the reference instead: a model
+  never breaks on a kernel.
+* ``triton_op`` (GPU): the kernel's judged plan, traced with its kernels wrapped by ``wrap_triton``
+  (``JudgedPlan.traced``), so AOTAutograd decomposes the op into ``triton_kernel_wrapper_functional`` nodes and
+  Inductor emits the kernels in its own wrapper (no Python dispatch per call, part of Inductor's cache key). The
+  forward is never traced: what a forward does under a tracer is nothing the judge saw. ``triton_op`` does not work
+  under ``TRITON_INTERPRET=1`` (research note C §3.3), so it is only offered on CUDA.
 
 A region where the judge measured eager's ops faster than Inductor's code gets a third kind (:func:`register_eager_op`):
 an opaque op that runs the region's own graph as eager would, so that Inductor leaves it alone.
@@ -24,7 +26,6 @@ it into the backward graph that Inductor compiles, so gradients are those of eag
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import inspect
 import itertools
@@ -35,13 +36,15 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from kernel_cache.record import KernelRecord, source_sha256
-from ks_inductor.candidate import parse_source
 from ks_inductor.source_module import load_source_module
+
+if TYPE_CHECKING:
+    from ks_inductor.judged_plan import JudgedPlan
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +60,11 @@ class LoadedKernel:
     record: KernelRecord
     module: types.ModuleType
     model: torch.nn.Module
-    wrapped: bool = False  # launch kernels wrapped with wrap_triton (triton_op variant)
     disabled: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-_LOADED: dict[tuple[str, bool], LoadedKernel] = {}
+_LOADED: dict[str, LoadedKernel] = {}
 _OPS: dict[str, Any] = {}
 _REGISTRY_LOCK = threading.Lock()
 
@@ -78,51 +80,19 @@ def _kernel_dir() -> Path:
     return d
 
 
-def launched_kernel_names(source: str) -> tuple[set[str], set[str]]:
-    """(names launched as ``name[grid](...)`` outside jit code, names referenced inside jit functions)."""
-    tree = parse_source(source)
-    launched: set[str] = set()
-    in_jit: set[str] = set()
-
-    def is_jit(fn: ast.AST) -> bool:
-        for d in getattr(fn, "decorator_list", []):
-            text = ast.unparse(d)
-            if "jit" in text or "autotune" in text or "heuristics" in text:
-                return True
-        return False
-
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef) and is_jit(node):
-            for sub in ast.walk(node):
-                if isinstance(sub, ast.Name):
-                    in_jit.add(sub.id)
-    jit_bodies = {id(n) for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef) and is_jit(fn)
-                  for n in ast.walk(fn)}
-    for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript)
-                and isinstance(node.func.value, ast.Name) and id(node) not in jit_bodies):
-            launched.add(node.func.value.id)
-    return launched, in_jit
-
-
-def load_kernel(record: KernelRecord, wrap_triton: bool = False) -> LoadedKernel:
+def load_kernel(record: KernelRecord) -> LoadedKernel:
     """Import a cached kernel's source and build its ``ModelNew`` (regions have no constructor arguments)."""
     if source_sha256(record.source) != record.sha256:
         raise KernelLoadError(f"kernel {record.id}: source does not match its sha256; the cache entry is damaged")
-    cache_key = (record.sha256, wrap_triton)
     with _REGISTRY_LOCK:
-        if cache_key in _LOADED:
-            return _LOADED[cache_key]
-        # A separate module when launches get wrapped: wrapping rewrites the module's globals.
-        prefix = "ks_kernel_w" if wrap_triton else "ks_kernel"
+        if record.sha256 in _LOADED:
+            return _LOADED[record.sha256]
         try:
-            module = load_source_module(record.source, prefix, str(_kernel_dir()))
+            module = load_source_module(record.source, "ks_kernel", str(_kernel_dir()))
         except Exception as e:  # noqa: BLE001 - any failure to import means: not this kernel
             raise KernelLoadError(f"kernel {record.id} failed to import: {type(e).__name__}: {e}") from None
         if not hasattr(module, "ModelNew"):
             raise KernelLoadError(f"kernel {record.id} defines no ModelNew")
-        if wrap_triton:
-            _wrap_launches(module, record.source)
         try:
             model = module.ModelNew()
         except Exception as e:  # noqa: BLE001
@@ -130,26 +100,9 @@ def load_kernel(record: KernelRecord, wrap_triton: bool = False) -> LoadedKernel
         if any(True for _ in model.parameters()) or any(True for _ in model.buffers()):
             # A region's weights are its inputs; a kernel carrying its own state was made for another problem.
             raise KernelLoadError(f"kernel {record.id}: ModelNew holds parameters; not a region kernel")
-        loaded = LoadedKernel(record, module, model, wrapped=wrap_triton)
-        _LOADED[cache_key] = loaded
+        loaded = LoadedKernel(record, module, model)
+        _LOADED[record.sha256] = loaded
         return loaded
-
-
-def _wrap_launches(module: types.ModuleType, source: str) -> None:
-    from torch.library import wrap_triton
-
-    launched, in_jit = launched_kernel_names(source)
-    shared = launched & in_jit
-    if shared:
-        raise KernelLoadError(f"kernels {sorted(shared)} are both launched and called from jit code; cannot wrap")
-    for name in launched:
-        obj = getattr(module, name, None)
-        if obj is None:
-            continue
-        try:
-            setattr(module, name, wrap_triton(obj))
-        except Exception as e:  # noqa: BLE001
-            raise KernelLoadError(f"wrap_triton({name}) failed: {e}") from None
 
 
 # ----------------------------------------------------------------------------------------- op registration
@@ -212,11 +165,12 @@ def register_region_op(
     reference: Callable[..., Any],
     spec: OpSpec,
     triton: bool = False,
-    judged: Callable[..., Any] | None = None,
+    judged: JudgedPlan | None = None,
 ) -> Any:
     """Register (once per process) the op that runs ``kernel`` for a region; returns its OpOverload. ``judged``: the
-    kernel's judged plan (``ks_inductor.judged_plan``), which the op runs in place of the kernel's forward wherever it
-    takes the call (a ``triton_op`` traces the forward once, at compile time, instead)."""
+    kernel's judged plan (``ks_inductor.judged_plan``), which a ``custom_op`` runs in place of the kernel's forward
+    wherever it takes the call, and which a ``triton_op`` traces (it needs one, for which ``untraceable`` found
+    nothing at the region's example values)."""
     variant = "triton_op" if triton else "custom_op"
     if judged is not None:  # what the op runs is the plan: a record of the same source with another is another op
         variant += "|judged:" + hashlib.sha256(kernel.record.plan.encode()).hexdigest()[:16]
@@ -226,7 +180,9 @@ def register_region_op(
             return _OPS[name]
         schema = spec.schema()
         if triton:
-            op_def = _make_triton_op(name, schema, kernel, spec)
+            if judged is None:
+                raise KernelLoadError(f"kernel {kernel.record.id}: a triton_op traces a judged plan, and it has none")
+            op_def = _make_triton_op(name, schema, judged, spec)
         else:
             op_def = _make_custom_op(name, schema, kernel, reference, spec, judged)
         _register_autograd(op_def, reference, spec)
@@ -276,7 +232,7 @@ def _fake_outputs(reference: Callable[..., Any], spec: OpSpec) -> Callable[..., 
 
 
 def _make_custom_op(name: str, schema: str, kernel: LoadedKernel, reference: Callable[..., Any],
-                    spec: OpSpec, judged: Callable[..., Any] | None = None) -> Any:
+                    spec: OpSpec, judged: JudgedPlan | None = None) -> Any:
     def impl(*args: Any) -> Any:
         if not kernel.disabled:
             try:
@@ -312,12 +268,10 @@ def typed_signature(spec: OpSpec) -> inspect.Signature:
     return inspect.Signature(params, return_annotation=ret)
 
 
-def _make_triton_op(name: str, schema: str, kernel: LoadedKernel, spec: OpSpec) -> Any:
-    if not kernel.wrapped:
-        raise KernelLoadError("triton_op needs a kernel loaded with wrap_triton=True")
-
+def _make_triton_op(name: str, schema: str, judged: JudgedPlan, spec: OpSpec) -> Any:
     def fn(*args: Any) -> Any:
-        return _finish_outputs(_as_tuple(kernel.model(*args)), args, spec, check_alias=False)
+        # Traced once, at compile time, into the graph: what is traced is the judged plan, never the forward.
+        return _finish_outputs(_as_tuple(judged.traced(*args)), args, spec, check_alias=False)
 
     fn.__signature__ = typed_signature(spec)  # type: ignore[attr-defined]
     return torch.library.triton_op(name, fn, mutates_args=(), schema=schema)

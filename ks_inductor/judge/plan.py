@@ -601,24 +601,35 @@ class PlanRunner:
             return torch.empty(0, dtype=getattr(torch, v["dtype"]), device=self.device).set_(
                 stores[v["storage"]], v["offset"], v["shape"], v["stride"])
 
-        for step in self.plan.steps:
-            op = step["op"]
-            if op == "launch":
-                args = {k: _launch_arg(a, view) for k, a in step["args"].items()}
-                self.kernels[step["kernel"]][tuple(step["grid"])](**args)
-                self.counts[step["kernel"]] += 1
-            elif op == "fill":
-                view(step["dst"]).fill_(_value(step["value"]))
-            elif op == "copy":
-                view(step["dst"]).copy_(view(step["src"]))
-            elif op == "arange":
-                dst = view(step["dst"])
-                n = dst.numel()
-                start, stp = step["start"], step["step"]
-                dst.copy_(torch.arange(n, device=self.device, dtype=torch.float64).mul_(stp).add_(start)
-                          if isinstance(start, float) or isinstance(stp, float) else
-                          torch.arange(n, device=self.device, dtype=torch.int64).mul_(stp).add_(start))
+        def launch(name: str, grid: tuple[int, ...], args: dict[str, Any]) -> None:
+            self.kernels[name][grid](**args)
+            self.counts[name] += 1
+
+        run_steps(self.plan, view, launch, self.device)
         return [view(o) for o in self.plan.outputs]
+
+
+def run_steps(plan: Plan, view: Callable[[dict[str, Any]], Any],
+              launch: Callable[[str, tuple[int, ...], dict[str, Any]], None], device: Any) -> None:
+    """The plan's steps in order, over the views ``view`` makes of its storages; each kernel launch through
+    ``launch(name, grid, args)``."""
+    import torch
+
+    for step in plan.steps:
+        op = step["op"]
+        if op == "launch":
+            launch(step["kernel"], tuple(step["grid"]), {k: _launch_arg(a, view) for k, a in step["args"].items()})
+        elif op == "fill":
+            view(step["dst"]).fill_(_value(step["value"]))
+        elif op == "copy":
+            view(step["dst"]).copy_(view(step["src"]))
+        elif op == "arange":
+            dst = view(step["dst"])
+            n = dst.numel()
+            start, stp = step["start"], step["step"]
+            dst.copy_(torch.arange(n, device=device, dtype=torch.float64).mul_(stp).add_(start)
+                      if isinstance(start, float) or isinstance(stp, float) else
+                      torch.arange(n, device=device, dtype=torch.int64).mul_(stp).add_(start))
 
 
 def _launch_arg(a: dict[str, Any], view: Callable[[dict[str, Any]], Any]) -> Any:
