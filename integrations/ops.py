@@ -153,6 +153,16 @@ STACK_BASELINES: dict[str, tuple[str, ...]] = {"transformers": ("eager",),
 STACK_PEERS: dict[str, dict[str, str]] = {"lmdeploy": {"lmdeploy": "kernelsmith_integrations.lmdeploy:own_kernel"}}
 
 
+# Stacks that launch each call of a layer on its own, outside any CUDA graph: transformers' generate(). What decides
+# there is a call's cost as made, host included (a pack's load-time race), not the device time inside a graph that
+# a serving engine's decode captures (``EvolveConfig.in_graphs``).
+STACKS_PER_CALL = frozenset({"transformers"})
+
+
+def stack_in_graphs(stack: str) -> bool:
+    return stack not in STACKS_PER_CALL
+
+
 def stack_baselines(stack: str) -> tuple[str, ...]:
     return STACK_BASELINES.get(stack, ("eager", "inductor"))
 
@@ -180,12 +190,13 @@ def pack_for_problems(problems: list[Problem], path: str | os.PathLike[str], *, 
                       config: Any = None, judge: Any = None, sign_key: str | os.PathLike[str] | None = None,
                       console: Any = None, vector_cap_bytes: int = 64 * 2**20, vectors: bool = True,
                       min_speedup: float | None = None, baselines: tuple[str, ...] | None = None,
-                      peers: dict[str, str] | None = None) -> PackBuild:
+                      peers: dict[str, str] | None = None, in_graphs: bool | None = None) -> PackBuild:
     """Warm the kernel cache (``db``) for the layer problems a deployment meets, then export exactly their
     verified kernels for this machine, with golden vectors, to the pack at ``path`` (nothing is written when
     none has a kernel). ``min_speedup`` leaves out kernels whose recorded speedup is lower. ``baselines``: what
     the stack runs where no kernel serves (``stack_baselines``), which the search aims at; it replaces the
-    config's, as ``peers`` (``stack_peers``: the factories of the stack's own kernels among them) does."""
+    config's, as ``peers`` (``stack_peers``: the factories of the stack's own kernels among them) and
+    ``in_graphs`` (``stack_in_graphs``: whether the stack runs the kernels inside CUDA graphs) do."""
     from dataclasses import replace
 
     from kernel_cache.access import open_store
@@ -200,6 +211,8 @@ def pack_for_problems(problems: list[Problem], path: str | os.PathLike[str], *, 
         config = replace(config, baselines=tuple(baselines))
     if peers is not None:
         config = replace(config, peers=dict(peers))
+    if in_graphs is not None:
+        config = replace(config, in_graphs=in_graphs)
     fp = judge.fingerprint if judge is not None else current_fingerprint(getattr(config, "backend", None))
     if config.settle_at is None and fp.timed:
         # A room is device time against the floor; a served call in a stack costs mostly the host's (what launch

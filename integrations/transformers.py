@@ -51,6 +51,7 @@ from .ops import (
     rope_binding,
     silu_mul_binding,
     stack_baselines,
+    stack_in_graphs,
 )
 from .signature import call_signature
 
@@ -497,4 +498,5 @@ def pack_for_model(model: torch.nn.Module, example_inputs: Sequence[Any], path: 
     ``vector_cap_bytes``; a kernel of a larger one is proven on the device against the layer's own computation."""
     return pack_for_problems(layer_problems(model, example_inputs), path, db=db, config=config, judge=judge,
                              sign_key=sign_key, console=console, vector_cap_bytes=vector_cap_bytes,
-                             vectors=vectors, min_speedup=min_speedup, baselines=stack_baselines(STACK))
+                             vectors=vectors, min_speedup=min_speedup, baselines=stack_baselines(STACK),
+                             in_graphs=stack_in_graphs(STACK))

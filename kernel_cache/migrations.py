@@ -103,8 +103,13 @@ def _v2_to_v3(conn: Connection) -> None:
     conn.execute(text("ALTER TABLE kernels ADD COLUMN plan TEXT"))
 
 
+def _v3_to_v4(conn: Connection) -> None:
+    """v4: each kernel's speedup inside a CUDA graph beside its per-call figures (NULL for kernels stored before)."""
+    conn.execute(text("ALTER TABLE kernels ADD COLUMN speedup_graph FLOAT"))
+
+
 # MIGRATIONS[v] brings a database from version v to v + 1.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 
 def rank_of(lcb: float | None, inductor: float | None, eager: float | None) -> float | None:

@@ -62,6 +62,7 @@ class KernelRow(Base):
     speedup_eager: Mapped[float | None] = mapped_column(Float)
     speedup_inductor: Mapped[float | None] = mapped_column(Float)
     speedup_lcb: Mapped[float | None] = mapped_column(Float)
+    speedup_graph: Mapped[float | None] = mapped_column(Float)
     # speedup_lcb, else speedup_inductor, else speedup_eager: what "best" sorts by (indexed).
     rank_speedup: Mapped[float | None] = mapped_column(Float)
     trials: Mapped[int] = mapped_column(Integer, default=0)

@@ -313,7 +313,7 @@ def export_pack(store: KernelStore, path: str | os.PathLike[str], filters: Expor
             "source": src, "meta": meta, "problem_key": rec.problem_key, "sha256": rec.sha256,
             "fingerprint_id": fp.id, "status": rec.status, "op_family": rec.op_family,
             "speedup": rank_of(rec.speedup_lcb, rec.speedup_inductor, rec.speedup_eager),
-            "median_ms": rec.median_ms, "timed": rec.timed,
+            "median_ms": rec.median_ms, "timed": rec.timed, "speedup_graph": rec.speedup_graph,
             # whether it serves at its problem's signature from the plan its verdict was reached with
             "judged_plan": bool(rec.plan),
             "vectors": problem_index[rec.problem_key]["vectors"] or "none"})

@@ -35,6 +35,10 @@ class KernelRecord:
     speedup_eager: float | None = None
     speedup_inductor: float | None = None
     speedup_lcb: float | None = None
+    # Inside a CUDA graph, the fastest baseline's time over the kernel's (``EvalResult.steady_speedups``, the least);
+    # None where it was not timed in one. How a stack that captures its decode step would see it, beside the per-call
+    # figures a stack that launches each call pays.
+    speedup_graph: float | None = None
     trials: int = 0
     timed: bool = True  # False for kernels verified by the interpreter: never served on a GPU
     run_id: str | None = None

@@ -13,7 +13,7 @@ from dataclasses import fields
 from kernel_cache.record import KernelRecord
 
 # The schema version this code reads and writes.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # The first bytes of every SQLite database file.
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # The kernels table's columns that make a KernelRecord, in the record's order.

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "gpu" / "serve_transformers.py"
 
@@ -28,7 +30,8 @@ def _run(ratio: float, liger: float, attention: tuple[str, bool, float]) -> dict
                 {"name": "rmsnorm", "inputs": "bfloat16[16, 1, 2048]", "packed": True,
                  "kernels": [{"status": "verified", "speedup_eager": 5.0 + ratio}]},
                 {"name": "attention", "inputs": "bfloat16[16, 16, 1, 128]", "packed": packed,
-                 "kernels": [{"status": status, "speedup_eager": speedup}, {"status": "rejected"}]},
+                 "kernels": [{"status": status, "speedup_eager": speedup, "speedup_graph": speedup - 0.1},
+                             {"status": "rejected"}]},
                 {"name": "rope", "inputs": "bfloat16[16, 16, 1, 128]", "packed": False, "kernels": []}]}
 
 
@@ -41,6 +44,7 @@ def test_runs_merge_into_spreads_and_verdicts_run_by_run(tmp_path) -> None:
     att = merged["per_op_verdicts"]["attention bfloat16[16, 16, 1, 128]"]
     assert att["statuses"] == ["rejected", "race", "race"] and att["packed"] == [False, True, True]
     assert att["speedup_eager"] == {"min": 0.99, "median": 1.01, "max": 1.02, "n": 3}
+    assert att["speedup_graph"] == pytest.approx({"min": 0.89, "median": 0.91, "max": 0.92, "n": 3})
     # an op with no kernel in any run keeps its rows, without a speedup
     rope = merged["per_op_verdicts"]["rope bfloat16[16, 16, 1, 128]"]
     assert rope["statuses"] == [None, None, None] and rope["speedup_eager"] is None

@@ -101,12 +101,16 @@ def test_migration_from_the_first_schema(tmp_path):
         best = s.lookup("p", fast)
         assert best.source == kernel_source("a")  # rank backfilled from the lcb; a100 and old-software rows out
         assert best.plan == ""  # stored before judged plans were kept: it serves from its forward
+        assert best.speedup_graph is None  # nor its figure inside a CUDA graph
         assert {r.source for r, _ in s.lookup_candidates("p", fast)} == {kernel_source(t) for t in "abd"}
         assert s.latest_run("p", fast) == "r1"
         assert s.misses() == []  # the misses table exists now
-        assert s.add_kernel(make_record("p", "new", fast, speedup_lcb=2.5, plan='{"version": 1}')) > 0
+        assert s.add_kernel(make_record("p", "new", fast, speedup_lcb=2.5, plan='{"version": 1}',
+                                        speedup_graph=0.98)) > 0
         assert s.lookup("p", fast).source == kernel_source("new")
         assert s.lookup("p", fast).plan == '{"version": 1}'
+        assert s.lookup("p", fast).speedup_graph == 0.98
+        assert [k.speedup_graph for k in s.kernels("p") if k.source == kernel_source("new")] == [0.98]
         assert [k.plan for k in s.kernels("p") if k.source == kernel_source("new")] == ['{"version": 1}']
     fresh = tmp_path / "fresh.db"
     KernelStore(str(fresh)).close()

@@ -341,6 +341,36 @@ def test_cuda_graph_timing_enters_the_score_and_the_serving_decision():
         assert r.verdict == "quarantined" and "faster_than_roofline" in r.flags
 
 
+def test_where_the_deployment_launches_each_call_the_cuda_graph_timing_is_kept_and_does_not_decide():
+    """A stack that launches each call on its own (transformers' generate) pays a call's cost as made; a kernel
+    faster per call by the margin and slower inside a CUDA graph is faster there, and the graph figures stay in the
+    verdict. Where kernels run inside CUDA graphs (the default), the same samples are not faster."""
+    from ks_inductor.judge import EvalResult, Judge, JudgeConfig
+    from ks_inductor.problem_tracing import load_problem
+
+    problem = load_problem(PROBLEMS / "rmsnorm.py")
+    # Decode attention as a pack build times it: 1.10x eager per call, 0.98x inside a CUDA graph.
+    per_call = {"eager": [[0.0110] * 5] * 5, "candidate": [[0.0100] * 5] * 5}
+    steady = {"eager": [[0.0098] * 5] * 5, "candidate": [[0.0100] * 5] * 5}
+    verdicts = {}
+    for in_graphs in (True, False):
+        with Judge(JudgeConfig(backend="triton-interpret", in_graphs=in_graphs), spares=False) as judge:
+            judge.backend.timed = True  # synthetic GPU samples
+            r = EvalResult(correct=True, verdict="accepted")
+            judge_speed(judge, r, problem, {"samples": per_call, "steady_samples": steady, "wall": None,
+                                            "launch_ms": 0.004})
+            verdicts[in_graphs] = r
+    graphed, per_call_only = verdicts[True], verdicts[False]
+    assert not graphed.faster and not graphed.served_by_race and "in a CUDA graph" in graphed.not_faster
+    assert per_call_only.faster and per_call_only.not_faster == "" and not per_call_only.in_graphs
+    assert per_call_only.steady_speedups == pytest.approx({"eager": 0.98})
+    back = EvalResult.from_json(json.loads(per_call_only.dumps()))
+    assert not back.in_graphs and not back.graph_slower
+    # Not faster by the margin per call, and slower in a graph that does not decide: left to the stack's race.
+    tie = EvalResult.from_json({**json.loads(per_call_only.dumps()), "faster": False, "speedup_eager_lcb": 1.01})
+    assert tie.served_by_race and "in a CUDA graph" not in tie.speed_why(0.03)
+
+
 def test_eval_cli_json_and_exit_codes():
     cmd = [sys.executable, "-m", "ks_inductor.cli", "eval", str(PROBLEMS / "rmsnorm.py")]
     ok = subprocess.run(cmd + [str(ROOT / "tests/candidates/rmsnorm_ok.py"), "--backend", "triton-interpret",

@@ -521,8 +521,8 @@ def test_signatures_a_kernel_may_be_proven_at():
     assert free_bucket((), call_signature([q, relaid, k]))[1][1] == (0, 2, 1, 3)
 
 
-def test_a_transformers_pack_is_searched_against_the_models_own_layers():
-    from integrations.ops import stack_baselines
+def test_a_transformers_pack_is_searched_against_the_models_own_layers_called_one_by_one():
+    from integrations.ops import stack_baselines, stack_in_graphs
     from ks_inductor.evolve import EvolveConfig
     from ks_inductor.evolve.evolver import search_judge_config
 
@@ -531,6 +531,11 @@ def test_a_transformers_pack_is_searched_against_the_models_own_layers():
     jc = search_judge_config(EvolveConfig(baselines=stack_baselines("transformers")))
     assert jc.baselines == jc.final_baselines == ("eager",)
     assert search_judge_config(EvolveConfig()).final_baselines == ("eager", "inductor")
+    # generate() launches each layer's call on its own: the call's cost decides, not a CUDA graph's device time,
+    # which decides for the engines that capture their decode step.
+    assert not stack_in_graphs("transformers") and stack_in_graphs("vllm") and stack_in_graphs("sglang")
+    assert not search_judge_config(EvolveConfig(in_graphs=stack_in_graphs("transformers"))).in_graphs
+    assert search_judge_config(EvolveConfig()).in_graphs
     with pytest.raises(ValueError, match="liger"):
         search_judge_config(EvolveConfig(baselines=("eager", "liger")))
 

@@ -44,7 +44,7 @@ def source_db(tmp_path, problem, here):
     s.add_kernel(KernelRecord(problem_key=problem.key, source=RMSNORM_OK, backend=here.backend,
                               fingerprint=here.to_json(), timed=False, op_family="rmsnorm", trials=5,
                               launch_params={"BLOCK": 256}))
-    s.add_kernel(_interp_record(problem, here, "copy", op_family="rmsnorm", median_ms=3.0))
+    s.add_kernel(_interp_record(problem, here, "copy", op_family="rmsnorm", median_ms=3.0, speedup_graph=0.98))
     s.add_kernel(_interp_record(problem, here, "hidden", status=QUARANTINED))
     yield s
     s.close()
@@ -191,8 +191,11 @@ def test_cli(tmp_path, source_db, capsys, monkeypatch):
     assert code == 0 and "rmsnorm" in out.out and "unsigned" in out.out
     assert inspect_pack(pack).manifest["format"] == "kernelsmith-pack"
     # stored by hand, without judged plans: they serve from their forwards, and the table says so per kernel
-    assert [k["judged_plan"] for k in inspect_pack(pack).manifest["kernels"]] == [False, False]
+    kernels = inspect_pack(pack).manifest["kernels"]
+    assert [k["judged_plan"] for k in kernels] == [False, False]
     assert out.out.count(" forward ") >= 2
+    # each kernel's figure inside a CUDA graph beside its per-call one, where it was timed in one
+    assert sorted(k["speedup_graph"] or 0 for k in kernels) == [0, 0.98] and " 0.98x " in out.out
     code, out = run("pack", "verify", pack, "--backend", "triton-interpret", "--json")
     assert code == 0 and json.loads(out.out)["ok"]
     dest = str(tmp_path / "dest.db")

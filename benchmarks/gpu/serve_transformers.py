@@ -107,13 +107,16 @@ def merge_runs(runs: list[dict], about: str = "") -> dict:
     ops: dict[str, dict] = {}
     for run in runs:
         for prob in run.get("problems", []):
-            row = ops.setdefault(f"{prob['name']} {prob['inputs']}", {"statuses": [], "packed": [], "speedups": []})
+            row = ops.setdefault(f"{prob['name']} {prob['inputs']}",
+                                 {"statuses": [], "packed": [], "speedups": [], "graph": []})
             best = (prob.get("kernels") or [{}])[0]
             row["statuses"].append(best.get("status"))
             row["packed"].append(prob.get("packed"))
             row["speedups"].append(best.get("speedup_eager"))
+            row["graph"].append(best.get("speedup_graph"))
     for row in ops.values():
         row["speedup_eager"] = spread(row.pop("speedups"))
+        row["speedup_graph"] = spread(row.pop("graph"))
     return {**{k: first.get(k) for k in ("device", "torch", "triton", "transformers")},
             **({"about": about} if about else {}),
             "pack_vs_own": spread([r.get("pack_vs_own") for r in runs]),
@@ -207,7 +210,7 @@ def main() -> int:
                 "why_missing": build.why_missing(prob.key),
                 "kernels": [{"status": k.status, "speedup_eager": k.speedup_eager, "median_ms": k.median_ms,
                              "eager_ms": k.eager_ms, "speedup_inductor": k.speedup_inductor,
-                             "speedup_lcb": k.speedup_lcb} for k in ks[:2]]})
+                             "speedup_lcb": k.speedup_lcb, "speedup_graph": k.speedup_graph} for k in ks[:2]]})
 
     result["pack"] = str(work / "llama.kspack") if build.export is not None else None
     (work / "build.json").write_text(json.dumps(result, indent=1, default=str))

@@ -163,7 +163,12 @@ def _export_for_model(args: argparse.Namespace) -> int:
 
     try:
         from kernelsmith_integrations.deployment import DeploymentError, deployment_problems
-        from kernelsmith_integrations.ops import pack_for_problems, stack_baselines, stack_peers
+        from kernelsmith_integrations.ops import (
+            pack_for_problems,
+            stack_baselines,
+            stack_in_graphs,
+            stack_peers,
+        )
     except ImportError as e:
         raise UsageError(f"--hf-config needs the serving integrations (kernelsmith_integrations): {e}") from None
 
@@ -182,7 +187,8 @@ def _export_for_model(args: argparse.Namespace) -> int:
     try:
         build = pack_for_problems(problems, args.output, db=args.db, config=config, sign_key=args.sign_key,
                                   console=console, vectors=not args.no_vectors, min_speedup=args.min_speedup,
-                                  baselines=stack_baselines(stack), peers=stack_peers(stack))
+                                  baselines=stack_baselines(stack), peers=stack_peers(stack),
+                                  in_graphs=stack_in_graphs(stack))
     except (BackendUnavailable, CacheError) as e:
         raise UsageError(str(e)) from None
     res = build.export
@@ -345,15 +351,16 @@ def _inspect(args: argparse.Namespace) -> int:
             f"torch {m.get('torch_version')}, triton {m.get('triton_version')}, created {m.get('created_at')}, "
             f"{info.size_bytes / 1024:.0f} KiB, " + (f"signed by key {info.signer}" if info.signed else "unsigned"))
     fps = m.get("fingerprints") or {}
-    t = Table("#", "problem", "key", "family", "verified on", "torch/triton", "status", "speedup", "median ms",
-              "vectors", "launch", "sha256")
+    t = Table("#", "problem", "key", "family", "verified on", "torch/triton", "status", "speedup", "in a graph",
+              "median ms", "vectors", "launch", "sha256")
     for i, k in enumerate(m.get("kernels") or []):
         fp = fps.get(k.get("fingerprint_id"), {})
         prob = info.problems.get(k.get("problem_key"), {})
         t.add_row(str(i), str(prob.get("name", "?")), str(k.get("problem_key", ""))[:16], k.get("op_family") or "-",
                   f"{fp.get('device_name', '?')} ({fp.get('backend', '?')})",
                   f"{fp.get('torch_version', '?')}/{fp.get('triton_version', '?')}", str(k.get("status")),
-                  fmt_speedup(k.get("speedup")), fmt_number(k.get("median_ms"), ".4f"),
+                  fmt_speedup(k.get("speedup")), fmt_speedup(k.get("speedup_graph")),
+                  fmt_number(k.get("median_ms"), ".4f"),
                   "yes" if k.get("vectors") not in (None, "none") else "none",
                   "judged plan" if k.get("judged_plan") else "forward", str(k.get("sha256", ""))[:12])
     c.print(t)
@@ -361,6 +368,8 @@ def _inspect(args: argparse.Namespace) -> int:
         c.print("status race: launch-bound, not slower on the device (the speedup shown) but not faster by the judge's "
                 "margin; a stack serves it only where its load-time race, which times the call host included, finds "
                 "it faster than the stack's own path")
+    c.print("speedup: per call, against the baselines the pack was searched against; in a graph: inside a CUDA "
+            "graph (how a stack that captures its decode step runs it), '-' where not timed there")
     c.print("launch: at its problem's signature a kernel runs the launch plan its verdict was reached with (judged "
             "plan), or, stored without one, its forward")
     err_console().print("run `kernelsmith pack verify` to check hashes, safety rules and fit; inspect only reads the "

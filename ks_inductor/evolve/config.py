@@ -79,6 +79,9 @@ class EvolveConfig:
     # Baselines beyond eager and Inductor that ``baselines`` may name: name -> ``"module:function"``, the factory
     # of a serving stack's own kernel for a problem (``JudgeConfig.peers``).
     peers: dict[str, str] = field(default_factory=dict)
+    # Whether the deployment runs the kernels inside CUDA graphs, so that a kernel slower there is not faster
+    # (``JudgeConfig.in_graphs``); False for a stack that launches each call on its own, such as a transformers pack.
+    in_graphs: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:

@@ -599,6 +599,7 @@ class Evolver:
                 eager_ms=eager.median_ms if eager else None, inductor_ms=ind.median_ms if ind else None,
                 speedup_eager=best_res.speedup_eager, speedup_inductor=best_res.speedup_inductor,
                 speedup_lcb=best_res.speedup_best_lcb if self.timed else None,
+                speedup_graph=min(best_res.steady_speedups.values(), default=None) if self.timed else None,
                 trials=best_res.trials, timed=self.timed,
                 run_id=run_id, parent_id=cand.parent_id, candidate_id=cand.id, plan=best_res.plan)
             record.id = self.store.add_kernel(record)
@@ -789,6 +790,7 @@ def search_judge_config(config: EvolveConfig) -> Any:
                              "config names (EvolveConfig.peers)")
         jc.baselines = jc.final_baselines = tuple(config.baselines)
     jc.peers = dict(config.peers)
+    jc.in_graphs = config.in_graphs
     if config.judge_trials:
         jc.trials = config.judge_trials
     return jc

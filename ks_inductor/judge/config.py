@@ -57,6 +57,11 @@ class JudgeConfig:
     # again with them before it is stored).
     steady_state: bool = True
     search_steady_state: bool = True
+    # Whether the deployment runs kernels inside CUDA graphs (a compiled graph's, a serving engine's decode): a
+    # candidate slower there than a baseline is then not faster. Off for one that launches each call on its own
+    # (transformers' generate), where what a call costs per call, host included, decides; the CUDA-graph timing is
+    # still taken and reported.
+    in_graphs: bool = True
     margin: float = 0.03
     max_plausible_speedup: float = 10.0
     # Plausibility against the roofline floor: faster than this fraction of the floor is quarantined.

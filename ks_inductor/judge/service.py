@@ -896,9 +896,10 @@ class Judge:
                 if name != "candidate" and name in steady:
                     res.steady_speedups[name], res.steady_speedup_lcbs[name] = T.ratio_with_lcb(
                         steady[name], steady["candidate"])
-        # Served only when faster per call by the margin, and not slower inside a CUDA graph.
-        res.faster = (bool(lcbs) and min(lcbs) >= 1 + cfg.margin
-                      and min(res.steady_speedups.values(), default=1.0) >= 1.0)
+        # Served only when faster per call by the margin, and not slower inside a CUDA graph where the deployment
+        # runs kernels in one.
+        res.in_graphs = cfg.in_graphs
+        res.faster = bool(lcbs) and min(lcbs) >= 1 + cfg.margin and not res.graph_slower
         cand_ms = res.timings["candidate"].median_ms
         res.launch_bound = bool(base.launch_ms) and cand_ms <= LAUNCH_BOUND_LAUNCHES * float(base.launch_ms or 0.0)
         res.not_faster = res.speed_why(cfg.margin)

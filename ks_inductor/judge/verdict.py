@@ -73,8 +73,12 @@ class EvalResult:
     steady_timings: dict[str, Timing] = field(default_factory=dict)
     steady_speedups: dict[str, float] = field(default_factory=dict)
     steady_speedup_lcbs: dict[str, float] = field(default_factory=dict)
-    # Served: the per-call lower confidence bound clears 1 + margin against every baseline, and inside a CUDA
-    # graph the candidate is not slower than any.
+    # Whether the CUDA-graph timing decides (``JudgeConfig.in_graphs``): the deployment runs kernels inside CUDA
+    # graphs. Where it launches each call on its own (transformers' generate), the per-call timing decides, and the
+    # CUDA-graph figures are kept for the record.
+    in_graphs: bool = True
+    # Served: the per-call lower confidence bound clears 1 + margin against every baseline, and (where the CUDA
+    # graph decides) inside a CUDA graph the candidate is not slower than any.
     faster: bool = False
     # The candidate's device time per call is within a few kernel launches (``service.LAUNCH_BOUND_LAUNCHES``): what
     # such a call costs where it is served is mostly host time, which device timing does not see.
@@ -124,15 +128,20 @@ class EvalResult:
         return min(vals) if vals else None
 
     @property
+    def graph_slower(self) -> bool:
+        """Slower than a baseline inside a CUDA graph, where that decides (``in_graphs``)."""
+        return self.in_graphs and min(self.steady_speedups.values(), default=1.0) < 1.0
+
+    @property
     def served_by_race(self) -> bool:
         """Correct and launch-bound, not faster by the margin, and not slower than any baseline on the device, per
-        call or inside a CUDA graph: a serving stack's race at load time, which times the call as the stack makes
-        it, decides whether it serves (``kernel_cache.record.RACE``)."""
+        call or (where it decides) inside a CUDA graph: a serving stack's race at load time, which times the call as
+        the stack makes it, decides whether it serves (``kernel_cache.record.RACE``)."""
         if not (self.correct and self.timing_meaningful and self.launch_bound) or self.faster:
             return False
         per_call = [v for v in (self.speedup_eager, self.speedup_inductor, *self.speedup_peers.values())
                     if v is not None]
-        return bool(per_call) and min(per_call) >= 1.0 and min(self.steady_speedups.values(), default=1.0) >= 1.0
+        return bool(per_call) and min(per_call) >= 1.0 and not self.graph_slower
 
     def speed_why(self, margin: float) -> str:
         """Why a correct, timed candidate is not ``faster``: each per-call ratio whose lower bound misses 1 +
@@ -145,7 +154,7 @@ class EvalResult:
                     **{n: (v, self.speedup_peer_lcbs.get(n)) for n, v in self.speedup_peers.items()}}
         short = [f"{n} {lb:.3f} ({v:.3f}x)" for n, (v, lb) in per_call.items()
                  if v is not None and lb is not None and lb < 1 + margin]
-        graph = [f"{n} {v:.3f}x" for n, v in sorted(self.steady_speedups.items()) if v < 1.0]
+        graph = [f"{n} {v:.3f}x" for n, v in sorted(self.steady_speedups.items()) if v < 1.0 and self.in_graphs]
         parts = []
         if short:
             parts.append(f"per call, lower bound under {1 + margin:g} against " + ", ".join(short))

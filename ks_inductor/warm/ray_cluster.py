@@ -98,9 +98,12 @@ def _close_judges() -> None:
 
 
 def _judge_for(config: EvolveConfig) -> SearchJudge:
-    from ks_inductor.evolve.evolver import search_judge
+    from ks_inductor.evolve.evolver import search_judge, search_judge_config
 
-    ident = (json.dumps([config.backend, config.judge_trials]), os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+    # Every setting of the judge a run asks for (backend, trials, baselines, peers, whether CUDA graphs decide): a
+    # judge made for another run's settings is not reused. Its seed is drawn per judge, so it is left out.
+    settings = {k: v for k, v in search_judge_config(config).to_json().items() if k != "seed"}
+    ident = (json.dumps(settings, sort_keys=True, default=str), os.environ.get("CUDA_VISIBLE_DEVICES", ""))
     judge = _JUDGES.get(ident)
     if judge is None:
         if not _JUDGES:
