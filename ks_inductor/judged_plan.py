@@ -120,8 +120,9 @@ class JudgedPlan:
 
     def traced(self, *args: Any) -> Any:
         """The plan's outputs for ``args``, made of what a tracer follows: each storage is one tensor (an input, or a
-        fresh allocation in the one dtype the plan reads it as), each view its ``as_strided``, each launch through
-        ``wrap_triton``. For a call at the judged signature where ``untraceable`` found nothing."""
+        fresh allocation in the one dtype the plan reads it as, laid out as its first view where that covers it),
+        each other view its ``as_strided``, each launch through ``wrap_triton``. For a call at the judged signature
+        where ``untraceable`` found nothing."""
         from torch.library import wrap_triton
 
         from ks_inductor.judge.plan import run_steps
