@@ -165,7 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     # as soon as it ends, so a run cut short still leaves them.
     with ThreadPoolExecutor(1) as side:
         t0 = time.monotonic()
-        evals = side.submit(eval_part, args.backend, args.eval_parallel, chosen[:args.limit])
+
+        def timed_evals() -> tuple[dict[str, Any], float]:
+            rows = eval_part(args.backend, args.eval_parallel, chosen[:args.limit])
+            return rows, round(time.monotonic() - t0, 1)  # its own end, whichever part ends first
+
+        evals = side.submit(timed_evals)
+
         def partial(rows: dict[str, Any]) -> None:
             report["search"] = rows
             save()
@@ -173,8 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         report["search"] = search_part(args.backend, args.limit, partial)
         report["search_s"] = round(time.monotonic() - t0, 1)
         save()
-        report["eval"] = evals.result()
-        report["eval_s"] = round(time.monotonic() - t0, 1)
+        report["eval"], report["eval_s"] = evals.result()
     wrong = [f"search/{label}/{k}" for label, rows in report["search"].items() for k, r in rows.items()
              if not _expected_ok(k, r, (rows.get(f"honest after {k}") or {}).get("candidate_ms"))]
     wrong += [f"eval/{k}" for k, r in report["eval"].items() if not _expected_ok(k, r)]
