@@ -70,3 +70,15 @@ def test_served_kernel_modules_live_in_kernelsmiths_home(tmp_path, monkeypatch):
     assert _kernel_dir() == tmp_path / "xdg" / "kernelsmith" / "kernels" and _kernel_dir().is_dir()
     monkeypatch.setenv("KERNELSMITH_HOME", str(tmp_path / "home"))
     assert _kernel_dir() == tmp_path / "home" / "kernels"
+
+
+def test_a_layout_inductor_would_pad_is_named():
+    """A traced kernel takes the layout its plan was judged at; where Inductor may pad a buffer's rows (a row
+    longer than its padding threshold and not a multiple of its alignment), the region is not traced."""
+    from ks_inductor.compiler.kernel_ops import padded_by_inductor
+
+    assert padded_by_inductor([torch.empty(4, 2048, dtype=torch.bfloat16), torch.empty(2048)]) == ""
+    assert padded_by_inductor([torch.empty(16, 1, 2048, dtype=torch.bfloat16), 1e-6]) == ""
+    assert padded_by_inductor([torch.empty(64, 1000)]) == ""  # under the threshold: left as it is
+    why = padded_by_inductor([torch.empty(2048), torch.empty(4, 2047, dtype=torch.bfloat16)])
+    assert why == "input 1's stride 2047 is one Inductor pads to a multiple of 64"

@@ -503,7 +503,7 @@ def rewrite(gm: fx.GraphModule, hits: list[_Hit], use_triton_op: bool) -> tuple[
                     log.debug("kernel %s runs its forward: %s", hit.record.id, why)
                 traced = use_triton_op and judged is not None
                 if traced:
-                    untraced = judged.untraceable(in_vals)
+                    untraced = judged.untraceable(in_vals) or ko.padded_by_inductor(in_vals)
                     if untraced:
                         traced = False
                         log.debug("kernel %s runs as a custom op: its judged plan is not traced (%s)",

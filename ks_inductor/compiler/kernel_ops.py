@@ -134,6 +134,25 @@ def input_kind(v: Any) -> str:
     raise KernelLoadError(f"region input of type {type(v).__name__} cannot cross a torch.library op")
 
 
+def padded_by_inductor(values: Sequence[Any]) -> str:
+    """Why Inductor may hand a traced kernel one of ``values`` (a region's inputs) in another layout than its own:
+    a buffer Inductor lays out itself gets its larger strides padded to its alignment (``comprehensive_padding``),
+    and a kernel that walks rows by their length would then read the padding. "" where no stride of theirs would
+    be padded."""
+    from torch._inductor import config
+
+    if not config.comprehensive_padding:
+        return ""
+    for i, v in enumerate(values):
+        if not isinstance(v, torch.Tensor) or v.dim() < 2:
+            continue
+        align = max(1, config.padding_alignment_bytes // v.element_size())
+        for n, stride in zip(v.shape, v.stride()):
+            if n > 1 and type(stride) is int and stride > config.padding_stride_threshold and stride % align:
+                return f"input {i}'s stride {stride} is one Inductor pads to a multiple of {align}"
+    return ""
+
+
 def op_name(record: KernelRecord, problem_key: str, spec: OpSpec, variant: str) -> str:
     h = hashlib.sha256(f"{record.sha256}|{problem_key}|{spec.schema()}|{variant}".encode()).hexdigest()[:20]
     return f"{OP_NAMESPACE}::r_{h}"
