@@ -37,18 +37,20 @@ from benchmarks.results import spread  # noqa: E402 - importable once the checko
 VARIANTS = {"triton_op": True, "custom_op": False}
 
 
-def _model(rows: int, hidden: int) -> tuple[Any, tuple[Any, ...]]:
+def _model(rows: int, hidden: int, device: str) -> tuple[Any, tuple[Any, ...]]:
     import torch
 
     from ks_inductor.catalogue.models import NormResidual
 
+    # bf16 on a GPU; float32 on the CPU, where the interpreter's kernels are for a check of this script only.
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
     torch.manual_seed(0)
-    model = NormResidual(hidden).cuda().to(torch.bfloat16).eval()
-    inputs = tuple(torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    model = NormResidual(hidden).to(device=device, dtype=dtype).eval()
+    inputs = tuple(torch.randn(rows, hidden, device=device, dtype=dtype) for _ in range(2))
     return model, inputs
 
 
-def warm_cache(db: str, rows: int, hidden: int, budget: int, time_limit_s: float) -> dict[str, Any]:
+def warm_cache(db: str, rows: int, hidden: int, budget: int, time_limit_s: float, device: str) -> dict[str, Any]:
     """Warm the model's regions into ``db``: how many got a kernel."""
     import math
 
@@ -56,31 +58,33 @@ def warm_cache(db: str, rows: int, hidden: int, budget: int, time_limit_s: float
     from ks_inductor.evolve import EvolveConfig
     from ks_inductor.warm import problems_from_model, warm
 
-    model, inputs = _model(rows, hidden)
+    model, inputs = _model(rows, hidden, device)
     with KernelStore(db) as store:
         summary = warm(problems_from_model(model, inputs, db=db), store,
                        EvolveConfig(budget=budget, time_limit_s=time_limit_s, final_candidates=0, settle_at=math.inf))
     return {"found": summary.found, "regions": len(summary.items)}
 
 
-def time_variant(db: str, variant: str, rows: int, hidden: int, rounds: int, calls: int) -> dict[str, Any]:
+def time_variant(db: str, variant: str, rows: int, hidden: int, rounds: int, calls: int,
+                 device: str) -> dict[str, Any]:
     """One process's figures for ``variant``: Inductor and kernelsmith compiled side by side, timed interleaved."""
     import torch
 
     from ks_inductor.compiler import backend as B
 
-    model, inputs = _model(rows, hidden)
+    model, inputs = _model(rows, hidden, device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     served = torch.compile(model, backend="kernelsmith", options={
         "kernelsmith.db": db, "kernelsmith.graph_guard": "off", "kernelsmith.min_speedup": 0.0,
         "kernelsmith.triton_op": VARIANTS[variant]})
     inductor = torch.compile(model)
 
     def per_call_us(fn: Any) -> float:
-        torch.cuda.synchronize()
+        sync()
         t0 = time.perf_counter()
         for _ in range(calls):
             fn(*inputs)
-        torch.cuda.synchronize()
+        sync()
         return (time.perf_counter() - t0) / calls * 1e6
 
     with torch.no_grad():
@@ -110,26 +114,30 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--calls", type=int, default=500)
     p.add_argument("--db", default=None, help="a cache already warmed for the model (skips the warm)")
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                   help="cpu: the Triton interpreter, a check that the script runs (its times mean nothing)")
     p.add_argument("--one", choices=sorted(VARIANTS), default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
-        print(json.dumps(time_variant(args.db, args.one, args.rows, args.hidden, args.rounds, args.calls)))
+        print(json.dumps(time_variant(args.db, args.one, args.rows, args.hidden, args.rounds, args.calls,
+                                      args.device)))
         return 0
 
     import torch
     import triton
 
-    result: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+    result: dict[str, Any] = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+                              "torch": torch.__version__,
                               "triton": triton.__version__, "args": vars(args)}
     db = args.db or str(Path(tempfile.mkdtemp(prefix="ks-hit-cost-")) / "k.db")
     if args.db is None:
-        result["warm"] = warm_cache(db, args.rows, args.hidden, args.budget, args.time_limit)
+        result["warm"] = warm_cache(db, args.rows, args.hidden, args.budget, args.time_limit, args.device)
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
     for _ in range(args.repeats):
         for variant in VARIANTS:  # interleaved, so that a host's drift falls on both
             cmd = [sys.executable, "-m", "benchmarks.gpu.compiled_hit_cost", "--one", variant, "--db", db,
                    "--rows", str(args.rows), "--hidden", str(args.hidden), "--rounds", str(args.rounds),
-                   "--calls", str(args.calls)]
+                   "--calls", str(args.calls), "--device", args.device]
             done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
             if done.returncode != 0:
                 runs[variant].append({"error": done.stderr.strip().splitlines()[-1:] or ["exit " + str(done.returncode)]})
