@@ -71,8 +71,8 @@ VARIABLES: dict[str, Var] = {
                                                          "needs to be served"),
     "disabled": Var("KERNELSMITH_DISABLE", _on_if_true, "1: the backend is exactly Inductor and the serving "
                                                         "integrations call their stack's own code"),
-    "triton_op": Var("KERNELSMITH_TRITON_OP", _on_unless_false, "backend, on a GPU: register served kernels as "
-                                                                "triton_op (Inductor sees into them)"),
+    "triton_op": Var("KERNELSMITH_TRITON_OP", _on_unless_false, "backend, on a GPU: trace served kernels' judged "
+                                                                "plans into Inductor's graph as triton_op"),
     "graph_guard": Var("KERNELSMITH_GRAPH_GUARD", str, "backend: auto, on or off: time the whole graph with its "
                                                        "swaps against Inductor and keep the faster"),
     "mode": Var("KERNELSMITH_MODE", _text, "backend: Inductor's mode (torch.compile refuses mode= with options=)"),
