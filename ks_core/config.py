@@ -90,6 +90,7 @@ SECTIONS: dict[str, dict[str, Source]] = {
         "settle_at": Source(flags=_flag("--settle-at", *_SEARCHES)),
         "baselines": Source(note="set by pack export for its stack: the paths a kernel must beat"),
         "peers": Source(note="set by pack export for its stack: the factory of the stack's own kernel"),
+        "in_graphs": Source(note="set by pack export for its stack: whether it runs kernels inside CUDA graphs"),
         "extra": Source(note="code only: kept with the run's configuration"),
     },
     "LLMConfig": {
@@ -130,6 +131,7 @@ SECTIONS: dict[str, dict[str, Source]] = {
         "peers": Source(via=("EvolveConfig.peers",)),
         "steady_state": Source(note="code only: also time inside a CUDA graph"),
         "search_steady_state": Source(note="off in the search protocol (JudgeConfig.for_search)"),
+        "in_graphs": Source(via=("EvolveConfig.in_graphs",)),
         "margin": Source(note="code only"),
         "max_plausible_speedup": Source(note="code only"),
         "floor_slack": Source(note="code only"),
