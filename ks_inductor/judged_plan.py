@@ -16,8 +16,8 @@ each signature other than the problem's first (``integrations.served_op``).
 A compiled graph that calls the kernel from Inductor's own code (a ``triton_op``) traces the plan, not the forward
 (``JudgedPlan.traced``): a forward that tells a tracer's tensors from real ones would otherwise put code the judge
 never saw into the graph. The traced plan views each storage through one tensor of one dtype, so a plan that reads a
-storage as two dtypes, carries constants or launches with a tensor descriptor is not traced
-(``JudgedPlan.untraceable``); its op runs the plan per call instead.
+storage as two dtypes, views a buffer with elements that share memory, carries constants or launches with a tensor
+descriptor is not traced (``JudgedPlan.untraceable``); its op runs the plan per call instead.
 """
 
 from __future__ import annotations
@@ -106,6 +106,12 @@ class JudgedPlan:
             if v is None:
                 return "its plan launches with a tensor descriptor"
             dtypes.setdefault(v["storage"], set()).add(v["dtype"])
+        for v in _plan_views(self.plan):
+            if v is not None and self.plan.storages[v["storage"]]["kind"] == "alloc" and _overlaps(v["shape"],
+                                                                                                   v["stride"]):
+                # A traced write through a view whose elements share memory becomes a write to a clone of it, whose
+                # elements do not: the graph would compute what the judge did not.
+                return "its plan views a buffer with elements that share memory"
         for sid, names in dtypes.items():
             st, dt = self.plan.storages[sid], getattr(torch, next(iter(names)))
             if len(names) > 1:
@@ -174,6 +180,19 @@ class JudgedPlan:
             taken.add(o["storage"])
             outs.append(t)
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _overlaps(shape: Sequence[int], stride: Sequence[int]) -> bool:
+    """Whether two elements of a view with this layout may share memory (dimensions taken from the smallest stride
+    up, each must step past all the smaller ones reach; a layout that interleaves them is counted as sharing)."""
+    if 0 in shape:
+        return False
+    reach = 0  # the largest offset the dimensions taken so far reach
+    for d, n in sorted((d, n) for n, d in zip(shape, stride) if n > 1):
+        if d <= reach:
+            return True
+        reach += (n - 1) * d
+    return False
 
 
 def _span(shape: Sequence[int], stride: Sequence[int]) -> int:

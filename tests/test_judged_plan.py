@@ -306,6 +306,11 @@ def test_what_a_triton_op_does_not_trace(norm_problem, judge):
     launch["args"]["out_ptr"]["t"]["dtype"] = "int32"
     _, retyped = _judged(norm_problem, judge, TRACING.read_text(), json.dumps(plan))
     assert "as float32 and int32" in retyped.untraceable([x, w])
+    # The output written through a view whose rows are one row (stride 0): traced, the write would land in a clone
+    # with rows of their own.
+    launch["args"]["out_ptr"]["t"].update(dtype="float32", stride=[0, 0, 1])
+    _, broadcast = _judged(norm_problem, judge, TRACING.read_text(), json.dumps(plan))
+    assert broadcast.untraceable([x, w]) == "its plan views a buffer with elements that share memory"
 
 
 @pytest.mark.gpu
