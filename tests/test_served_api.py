@@ -63,6 +63,8 @@ def test_a_warmed_region_is_served_by_its_kernel(demo):
     hit = [r for r in report.regions if r.key == problems[0].key]
     assert hit and hit[0].served == "kernel" and hit[0].kernel_id is not None, report.to_json()
     assert hit[0].why.startswith(f"kernel {hit[0].kernel_id} from the cache")
+    # a warmed kernel carries the plan it was judged with, and the compiled graph's op runs that
+    assert hit[0].why.endswith("running judged plan"), hit[0].why
     assert report.kernels == 1
 
 
