@@ -189,14 +189,13 @@ class PackBuild:
 def pack_for_problems(problems: list[Problem], path: str | os.PathLike[str], *, db: str | None = None,
                       config: Any = None, judge: Any = None, sign_key: str | os.PathLike[str] | None = None,
                       console: Any = None, vector_cap_bytes: int = 64 * 2**20, vectors: bool = True,
-                      min_speedup: float | None = None, baselines: tuple[str, ...] | None = None,
-                      peers: dict[str, str] | None = None, in_graphs: bool | None = None) -> PackBuild:
+                      min_speedup: float | None = None, stack: str | None = None) -> PackBuild:
     """Warm the kernel cache (``db``) for the layer problems a deployment meets, then export exactly their
     verified kernels for this machine, with golden vectors, to the pack at ``path`` (nothing is written when
-    none has a kernel). ``min_speedup`` leaves out kernels whose recorded speedup is lower. ``baselines``: what
-    the stack runs where no kernel serves (``stack_baselines``), which the search aims at; it replaces the
-    config's, as ``peers`` (``stack_peers``: the factories of the stack's own kernels among them) and
-    ``in_graphs`` (``stack_in_graphs``: whether the stack runs the kernels inside CUDA graphs) do."""
+    none has a kernel). ``min_speedup`` leaves out kernels whose recorded speedup is lower. ``stack``: the serving
+    stack the pack is for, whose settings replace the config's: what it runs where no kernel serves, which the
+    search aims at (``stack_baselines``), the factories of its own kernels among them (``stack_peers``), and whether
+    it runs the kernels inside CUDA graphs (``stack_in_graphs``)."""
     from dataclasses import replace
 
     from kernel_cache.access import open_store
@@ -207,12 +206,9 @@ def pack_for_problems(problems: list[Problem], path: str | os.PathLike[str], *, 
     from ks_inductor.warm import warm
 
     config = config if config is not None else EvolveConfig()
-    if baselines is not None:
-        config = replace(config, baselines=tuple(baselines))
-    if peers is not None:
-        config = replace(config, peers=dict(peers))
-    if in_graphs is not None:
-        config = replace(config, in_graphs=in_graphs)
+    if stack is not None:
+        config = replace(config, baselines=stack_baselines(stack), peers=stack_peers(stack),
+                         in_graphs=stack_in_graphs(stack))
     fp = judge.fingerprint if judge is not None else current_fingerprint(getattr(config, "backend", None))
     if config.settle_at is None and fp.timed:
         # A room is device time against the floor; a served call in a stack costs mostly the host's (what launch

@@ -50,8 +50,6 @@ from .ops import (
     rmsnorm_binding,
     rope_binding,
     silu_mul_binding,
-    stack_baselines,
-    stack_in_graphs,
 )
 from .signature import call_signature
 
@@ -498,5 +496,4 @@ def pack_for_model(model: torch.nn.Module, example_inputs: Sequence[Any], path: 
     ``vector_cap_bytes``; a kernel of a larger one is proven on the device against the layer's own computation."""
     return pack_for_problems(layer_problems(model, example_inputs), path, db=db, config=config, judge=judge,
                              sign_key=sign_key, console=console, vector_cap_bytes=vector_cap_bytes,
-                             vectors=vectors, min_speedup=min_speedup, baselines=stack_baselines(STACK),
-                             in_graphs=stack_in_graphs(STACK))
+                             vectors=vectors, min_speedup=min_speedup, stack=STACK)

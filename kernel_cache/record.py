@@ -45,8 +45,8 @@ class KernelRecord:
     parent_id: str | None = None
     candidate_id: str | None = None
     # The launch plan the judge's trusted side executed for this kernel's verdict (``ks_inductor.judge.plan``), as
-    # JSON with its constants' bytes; "" where it reads the model's own tensors. Serving launches it at the judged signature rather than
-    # running the kernel's forward (``ks_inductor.judged_plan``).
+    # JSON with its constants' bytes; "" where it reads the model's own tensors. Serving launches it at the judged
+    # signature rather than running the kernel's forward (``ks_inductor.judged_plan``).
     plan: str = ""
     sha256: str = ""
     id: int | None = None

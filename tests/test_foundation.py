@@ -369,6 +369,14 @@ def test_where_the_deployment_launches_each_call_the_cuda_graph_timing_is_kept_a
     # Not faster by the margin per call, and slower in a graph that does not decide: left to the stack's race.
     tie = EvalResult.from_json({**json.loads(per_call_only.dumps()), "faster": False, "speedup_eager_lcb": 1.01})
     assert tie.served_by_race and "in a CUDA graph" not in tie.speed_why(0.03)
+    # A cache shared by both kinds of run keeps each verdict to the rule it was reached by: a resumed search does
+    # not take the other rule's decision as its own (an untimed verdict decides nothing on speed).
+    from ks_inductor.evolve import EvolveConfig
+    from ks_inductor.evolve.evolver import same_rules
+
+    assert same_rules(graphed, EvolveConfig()) and not same_rules(graphed, EvolveConfig(in_graphs=False))
+    assert same_rules(back, EvolveConfig(in_graphs=False)) and not same_rules(back, EvolveConfig())
+    assert same_rules(EvalResult(correct=True, verdict="accepted"), EvolveConfig(in_graphs=False))
 
 
 def test_eval_cli_json_and_exit_codes():

@@ -359,7 +359,7 @@ def generated(tmp_path_factory, judge):
                               # two candidates: what these tests check is serving, which one failed candidate
                               # should not take away
                               config=EvolveConfig(budget=2, backend="triton-interpret"),
-                              console=Console(stderr=True, quiet=True), baselines=("eager",))
+                              console=Console(stderr=True, quiet=True), stack="transformers")
     assert build.missing == [] and build.export is not None, [(i.name, i.signature, i.status, i.note)
                                                               for i in build.warm.items]
     decode = next(p for p in problems if p.input_specs[0].shape[2] == 1)

@@ -57,7 +57,7 @@ def main() -> int:
     from rich.console import Console
 
     from integrations import lmdeploy as L
-    from integrations.ops import pack_for_problems, stack_baselines
+    from integrations.ops import pack_for_problems
     from kernel_cache.access import open_store
     from ks_inductor.evolve import EvolveConfig
 
@@ -72,7 +72,7 @@ def main() -> int:
     pack_build = pack_for_problems(problems, work / "lmdeploy.kspack", db=str(work / "k.db"),
                               config=EvolveConfig(budget=args.budget, time_limit_s=args.time_per_op,
                                                   backend="triton-cuda"),
-                              console=Console(stderr=True), baselines=stack_baselines("lmdeploy"))
+                              console=Console(stderr=True), stack="lmdeploy")
     with open_store(str(work / "k.db")) as store:
         result["problems"] = [{"name": pr.name, "inputs": pr.signature(), "status": i.status,
                                "speedup_inductor": i.best_speedup,

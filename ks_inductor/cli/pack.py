@@ -163,12 +163,7 @@ def _export_for_model(args: argparse.Namespace) -> int:
 
     try:
         from kernelsmith_integrations.deployment import DeploymentError, deployment_problems
-        from kernelsmith_integrations.ops import (
-            pack_for_problems,
-            stack_baselines,
-            stack_in_graphs,
-            stack_peers,
-        )
+        from kernelsmith_integrations.ops import pack_for_problems
     except ImportError as e:
         raise UsageError(f"--hf-config needs the serving integrations (kernelsmith_integrations): {e}") from None
 
@@ -187,8 +182,7 @@ def _export_for_model(args: argparse.Namespace) -> int:
     try:
         build = pack_for_problems(problems, args.output, db=args.db, config=config, sign_key=args.sign_key,
                                   console=console, vectors=not args.no_vectors, min_speedup=args.min_speedup,
-                                  baselines=stack_baselines(stack), peers=stack_peers(stack),
-                                  in_graphs=stack_in_graphs(stack))
+                                  stack=stack)
     except (BackendUnavailable, CacheError) as e:
         raise UsageError(str(e)) from None
     res = build.export

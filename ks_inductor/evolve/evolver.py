@@ -439,9 +439,11 @@ class Evolver:
             parent_source=Candidate.from_json(parent.candidate).source, island=island, tokens=mut.tokens))
 
     def _stored_verdict(self, source_hash: str) -> EvalResult | None:
-        """The verdict the cache keeps for this candidate on this machine (a resumed run's earlier judgment)."""
+        """The verdict the cache keeps for this candidate on this machine (a resumed run's earlier judgment), where
+        it was reached by the rules this run judges by (``same_rules``)."""
         data = self.store.get_evaluation(self.problem.key, source_hash, self.fp.id)
-        return EvalResult.from_json(data) if data is not None else None
+        res = EvalResult.from_json(data) if data is not None else None
+        return res if res is not None and same_rules(res, self.config) else None
 
     def _absorb(self, run_id: str, archive: Archive, cand: Candidate, info: dict[str, Any], res: EvalResult,
                 bar: _Bar, cached: bool = False) -> None:
@@ -769,6 +771,13 @@ class _Bar:
     def close(self) -> None:
         if self.enabled:
             self.progress.stop()
+
+
+def same_rules(res: EvalResult, config: EvolveConfig) -> bool:
+    """Whether a stored verdict's speed decision holds for a run with ``config``: a timed verdict decided with or
+    without the CUDA-graph timing (``in_graphs``, a pack for transformers or a compiled graph sharing one cache) is
+    not reused where the other rule applies."""
+    return not res.timing_meaningful or res.in_graphs == config.in_graphs
 
 
 def search_judge(config: EvolveConfig) -> RoomJudge:
