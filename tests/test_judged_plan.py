@@ -27,6 +27,7 @@ from tests.llama_norm import (  # noqa: F401 - the autouse fixtures
 SLEEPER = Path(__file__).parent / "candidates" / "serving" / "sleeper_rmsnorm.py"
 SLEEPER_CONST = Path(__file__).parent / "candidates" / "serving" / "sleeper_rmsnorm_const.py"
 TRACING = Path(__file__).parent / "candidates" / "serving" / "tracing_rmsnorm.py"
+SLEEPER_STATE = Path(__file__).parent / "candidates" / "serving" / "sleeper_rmsnorm_state.py"
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,7 @@ def norm_problem(tmp_path_factory, judge):
 def _pack(tmp_path: Path, problem, judge, source: str, plan: str) -> Path:
     res = judge.evaluate(problem, source)
     assert res.accepted, res.feedback_text()
-    assert res.plan and "plan" not in res.to_json()
+    assert (res.plan or plan != "judged") and "plan" not in res.to_json()
     with KernelStore(str(tmp_path / "s.db")) as store:
         store.upsert_problem(problem)
         store.add_kernel(KernelRecord(problem_key=problem.key, source=source, backend=judge.fingerprint.backend,
@@ -103,6 +104,21 @@ def test_a_forward_that_makes_a_constant_is_still_served_from_its_judged_plan(no
     assert list(stats["judged"].values()) == [["judged plan"]]
     [kernel] = [k for ks in report.guard.kernels.values() for k in ks]
     assert kernel.loaded is None
+
+
+def test_a_kernel_that_holds_tensors_of_its_own_is_stored_without_a_plan_and_never_serves(norm_problem, judge,
+                                                                                           tmp_path):
+    """The sleeper again, holding a tensor of its own as a plain attribute: the plan reads the model's own state, so
+    the judge stores none, and without a plan the forward would serve and turn wrong. A region kernel reads nothing
+    but its inputs; one that holds tensors is refused where it would load, and the stack's own layer serves."""
+    source = SLEEPER_STATE.read_text()
+    res = judge.evaluate(norm_problem, source)
+    assert res.accepted and res.plan == "", res.feedback_text()
+    pack = _pack(tmp_path, norm_problem, judge, source, "none")
+    wrong, stats, report = _served_calls(pack)
+    assert wrong == 0 and stats["hits"] == {}, stats
+    [kernel] = [k for ks in report.guard.kernels.values() for k in ks]
+    assert "holds tensors of its own" in kernel.note, kernel.note
 
 
 def test_a_plan_without_its_constants_bytes_keeps_the_forward(norm_problem, judge):

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from kernel_cache.record import KernelRecord, source_sha256
+from ks_inductor.judge.plan import state_tensors
 from ks_inductor.source_module import load_source_module
 
 if TYPE_CHECKING:
@@ -97,9 +98,11 @@ def load_kernel(record: KernelRecord) -> LoadedKernel:
             model = module.ModelNew()
         except Exception as e:  # noqa: BLE001
             raise KernelLoadError(f"kernel {record.id}: ModelNew() failed: {type(e).__name__}: {e}") from None
-        if any(True for _ in model.parameters()) or any(True for _ in model.buffers()):
-            # A region's weights are its inputs; a kernel carrying its own state was made for another problem.
-            raise KernelLoadError(f"kernel {record.id}: ModelNew holds parameters; not a region kernel")
+        if state_tensors(model):
+            # A region's weights are its inputs; a kernel carrying its own state was made for another problem. A
+            # tensor held as a plain attribute counts too: a plan that reads it is not stored, so the forward would
+            # serve where the judged plan should.
+            raise KernelLoadError(f"kernel {record.id}: ModelNew holds tensors of its own; not a region kernel")
         loaded = LoadedKernel(record, module, model)
         _LOADED[record.sha256] = loaded
         return loaded
