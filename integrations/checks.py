@@ -52,12 +52,11 @@ class PackKernel:
         return launch(self.plan, self.judged_call, args)
 
     def judged_call(self, *args: Any) -> Any:
-        """The kernel's outputs at its problem's signature as the judge ran it: its judged plan; its forward only
-        where it has none or the plan declines the call."""
+        """The kernel's outputs at its problem's signature as the judge ran it: its judged plan, or None where the
+        plan declines the call (an input that starts past its storage's first byte: the stack computes it); its
+        forward only where its record carries no plan that runs here."""
         if self.judged is not None:
-            out = self.judged(*args)
-            if out is not None:
-                return out
+            return self.judged(*args)
         why = load_kernel(self, forward=True)
         if why:
             raise RuntimeError(why)
@@ -67,20 +66,58 @@ class PackKernel:
 @dataclass
 class SignatureProof:
     """A pack kernel at a signature its problem does not have (another length along a free dim): whether it
-    computed what the stack computes there (``why`` empty), the outputs it must return, and how it launches."""
+    computed what the stack computes there (``why`` empty), the outputs it must return, and how it launches: the
+    plan recorded there and proven (``runs``, ``plan_at``), replayed through a static launcher where one was made
+    (``plan``)."""
 
     kernel: PackKernel
     why: str
     outputs: list[tuple[tuple[int, ...], torch.dtype]] = field(default_factory=list)
     plan: Any = None
+    runs: Any = None
 
     def call(self, *args: Any) -> Any:
-        return launch(self.plan, self.kernel.loaded.model, args)
+        return launch(self.plan, self.runs, args)
+
+
+def plan_at(kernel: PackKernel, sig: Signature, device: torch.device) -> tuple[Any, str]:
+    """The kernel at ``sig``, a signature it is proven at rather than judged at: its launches recorded from one call
+    of its forward on random inputs there, run as the judge runs a plan (``JudgedPlan.of``: its Triton kernels built
+    from its source alone, allocations made fresh each call). What the stack then proves there is what serves
+    there, and the forward never runs again: one that is right while it is proven and wrong later has nothing to
+    act on. (plan, "") or (None, why not)."""
+    from ks_inductor.judge import plan as PL
+    from ks_inductor.judge.kernel_source import KernelSourceError, kernels_module
+    from ks_inductor.judged_plan import JudgedPlan, JudgedPlanError
+    from ks_inductor.source_module import load_source_module
+
+    why = load_kernel(kernel, forward=True)
+    if why:
+        return None, why
+    loaded = kernel.loaded
+    try:
+        plan, payload, computed = PL.record(loaded.model, random_inputs(sig, device), [],
+                                            PL.kernel_lookup(loaded.module))
+    except PL.PlanError as e:
+        return None, f"no launch plan here: {e}"
+    except Exception as e:  # noqa: BLE001 - a forward that raises here is not served here
+        return None, f"its forward raised here: {type(e).__name__}: {e}"
+    if computed:
+        return None, f"its forward computes with torch ops here ({', '.join(sorted(computed)[:4])})"
+    try:
+        kernels = (kernel.judged.kernels if kernel.judged is not None
+                   else load_source_module(kernels_module(kernel.record.source), "ks_judged"))
+        return JudgedPlan.of(plan, payload, kernels, sig), ""
+    except (JudgedPlanError, KernelSourceError) as e:
+        return None, str(e)
+    except Exception as e:  # noqa: BLE001 - a kernels module that does not import is a plan that cannot run
+        return None, f"its kernels do not import: {type(e).__name__}: {e}"
 
 
 def launch(plan: Any, forward: Callable[..., Any], args: tuple) -> Any:
-    """A kernel's outputs: replayed from its launch plan, or from its forward where it has none or the plan
-    declines this call (a pointer no longer aligned as it was specialized)."""
+    """A kernel's outputs: replayed from its launch plan, or from ``forward`` (its judged plan, or one recorded and
+    proven at the call's signature) where it has none or the plan declines this call (a pointer no longer aligned
+    as it was specialized). None where that declines too: the caller computes it its own way."""
     if plan is not None:
         out = plan(*args)
         if out is not None:
@@ -156,9 +193,20 @@ def run_golden_vectors(kernel: PackKernel, device: torch.device) -> tuple[bool, 
     why = load_kernel(kernel)
     if why:
         return False, why
-    trials = [([x.to(device) for x in ins], outs) for ins, outs in vectors]
+    # Each input laid out at the problem's signature, starting its own storage: the vectors come out of one file
+    # buffer, and what is checked must be what serves (the judged plan, which takes exactly that layout).
+    sig = spec_signature(kernel.problem.input_specs)
+    trials = [([_placed(x, sig[i] if sig is not None and len(sig) == len(ins) else None, device)
+                for i, x in enumerate(ins)], outs) for ins, outs in vectors]
     why = check_trials(kernel, trials)
     return not why, why
+
+
+def _placed(x: torch.Tensor, at: tuple[Any, Any, Any] | None, device: torch.device) -> torch.Tensor:
+    """``x`` on ``device`` in a storage of its own, with the signature's strides where it has its shape."""
+    if at is None or list(at[0]) != list(x.shape) or at[1] != x.dtype:
+        return x.to(device).clone()
+    return torch.empty_strided(at[0], at[2], dtype=x.dtype, device=device).copy_(x)
 
 
 def run_against_stack(kernel: PackKernel, device: torch.device, reference: Callable[..., Any],

@@ -16,10 +16,11 @@ from typing import Any, Protocol
 
 import torch
 
-from .checks import PackKernel, SignatureProof, check_trials, launch, load_kernel, stack_trials
+from .checks import PackKernel, SignatureProof, check_trials, launch, plan_at, stack_trials
 from .race import racing
 from .serving import (
     R_CALL,
+    R_DECLINED,
     R_DEVICE,
     R_DISABLED,
     R_DTYPE,
@@ -170,8 +171,8 @@ class ServedOp:
         if kernel is not route.kernel or proof is not route.proof:
             route.kernel, route.proof, route.checked = kernel, proof, False
         route.plan = None if kernel is None else kernel.plan if proof is None else proof.plan
-        # At the problem's signature the kernel runs as judged; elsewhere its forward, proven there.
-        route.forward = None if kernel is None else kernel.judged_call if proof is None else kernel.loaded.model
+        # At the problem's signature the kernel runs as judged; elsewhere as recorded and proven there.
+        route.forward = None if kernel is None else kernel.judged_call if proof is None else proof.runs
         if kernel is None:
             states = {k.state for k in g.kernels.get(route.key, [])}
             route.why = why or (R_NO_VECTORS if states == {"none"} else R_SLOWER if "slower" in states
@@ -179,22 +180,25 @@ class ServedOp:
         route.epoch = epoch
 
     def _proof_at(self, kernel: PackKernel, sig: Signature, device: torch.device) -> SignatureProof:
-        """The kernel at a signature other than its problem's, proven once against the stack's own computation on
-        random inputs there, with a launch plan of its own on a GPU."""
+        """The kernel at a signature other than its problem's: its launches recorded once there (``plan_at``), and
+        that record proven against the stack's own computation on random inputs there; what serves is the proven
+        record (through a static launcher on a GPU), never the forward."""
         with kernel.lock:
             proof = kernel.at.get(sig)
             if proof is not None:
                 return proof
             trials = stack_trials(device, self.reference, sig) if self.reference is not None else "no reference"
-            why = trials if isinstance(trials, str) else (load_kernel(kernel, forward=True)
-                                                          or check_trials(kernel, trials, kernel.loaded.model))
+            runs, why = (None, trials) if isinstance(trials, str) else plan_at(kernel, sig, device)
+            if runs is not None:
+                why = check_trials(kernel, trials, runs)
             proof = SignatureProof(kernel, why)
             if not why:
+                proof.runs = runs
                 proof.outputs = [(tuple(o.shape), o.dtype) for o in trials[0][1]]
                 if device.type == "cuda":
                     from .launch_plan import make_plan
 
-                    proof.plan, _ = make_plan(kernel.loaded.model, random_inputs(sig, device))
+                    proof.plan, _ = make_plan(runs, random_inputs(sig, device))
             else:
                 log.info("kernelsmith: kernel %s does not serve %s at %s: %s", kernel.record.sha256[:12],
                          self.name, [list(a[0]) for a in sig], why)
@@ -278,6 +282,8 @@ class ServedOp:
         except Exception as e:  # noqa: BLE001 - never a broken model: the stack computes it instead
             self._broken(kernel, e)
             return self._miss(R_ERROR)
+        if out is None:  # its plan declines this call (an input past its storage's start): the stack computes it
+            return self._miss(R_DECLINED)
         if route.checked and type(out) is torch.Tensor:
             self._hit()
             return out

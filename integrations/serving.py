@@ -41,6 +41,7 @@ R_OUTPUT = "bad output"
 R_GRAD = "autograd"
 R_SLOWER = "slower than the stack's own"
 R_SIGNATURE = "failed its check at this signature"
+R_DECLINED = "declined by its plan"
 
 
 # ``os.environ.get`` encodes the name and decodes the value at each read (about half a microsecond, a tenth of a

@@ -10,8 +10,11 @@ forward that behaves one way while it is recorded and another way later has noth
 
 The plan declines any call not at the judged signature (shapes, dtypes, strides), and one whose inputs start inside
 their storage (a storage offset): its views are relative to storages that begin where the inputs did when it was
-recorded. Such a call takes the kernel's forward; a serving stack proves that forward against its own computation at
-each signature other than the problem's first (``integrations.served_op``).
+recorded. Such a call is computed by the caller's own path (the stack's layer, the region's reference), never by the
+forward. At a signature other than the problem's that an op's free dims allow (a decode step's cache length), a
+serving stack records the forward's launches once, runs that record as a plan (``JudgedPlan.of``) and proves it
+against its own computation there before it serves (``integrations.checks.plan_at``): there too what serves is a
+plan that was checked, not the forward.
 
 A compiled graph that calls the kernel from Inductor's own code (a ``triton_op``) traces the plan, not the forward
 (``JudgedPlan.traced``): a forward that tells a tracer's tensors from real ones would otherwise put code the judge
@@ -64,6 +67,24 @@ class JudgedPlan:
         self.signature = signature
         self._runners: dict[torch.device, Any] = {}
         self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, plan: Any, payload: dict[str, torch.Tensor], kernels: Any, signature: Signature) -> JudgedPlan:
+        """A plan recorded outside the judge (a served kernel's launches at a signature it is proven at), run as a
+        judged one is: ``kernels`` built from the kernel's source alone, ``payload`` the bytes of its constants."""
+        from ks_inductor.judge.plan import PlanError
+
+        if any(st["kind"] == "state" for st in plan.storages):
+            raise JudgedPlanError("the plan reads the model's own tensors")
+        try:
+            plan.validate(len(signature))
+        except PlanError as e:
+            raise JudgedPlanError(f"the plan is malformed: {e}") from None
+        self = cls.__new__(cls)
+        self.plan, self.payload, self.kernels, self.signature = plan, payload, kernels, signature
+        self._runners = {}
+        self._lock = threading.Lock()
+        return self
 
     def runner(self, device: torch.device) -> Any:
         from ks_inductor.judge.plan import PlanError, PlanRunner

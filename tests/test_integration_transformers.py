@@ -400,6 +400,46 @@ def logits_with(model: torch.nn.Module, mask: torch.Tensor) -> torch.Tensor:
         return model(ids(4), attention_mask=mask).logits
 
 
+SLEEPER_LENGTHS = Path(__file__).parent / "candidates" / "serving" / "sleeper_attention_lengths.py"
+
+
+def test_at_a_length_it_is_proven_at_a_kernel_serves_a_plan_recorded_there_never_its_forward(generated, judge,
+                                                                                              tmp_path):
+    """The exploit: a decode attention whose forward is right at its judged cache length, and at any other length
+    right for its first two calls only, the two trials a server proves it on there. Each length the generation
+    meets is served by a plan recorded once there and proven there; the forward never runs per call, so the
+    generation is the model's own."""
+    from kernel_cache.pack import export_pack
+    from kernel_cache.record import VERIFIED, KernelRecord
+    from kernel_cache.store import KernelStore
+
+    decode = generated["decode"]
+    source = SLEEPER_LENGTHS.read_text()
+    res = judge.evaluate(decode, source)
+    assert res.accepted and res.plan, res.feedback_text()
+    with KernelStore(str(tmp_path / "s.db")) as store:
+        store.upsert_problem(decode)
+        store.add_kernel(KernelRecord(problem_key=decode.key, source=source, backend=judge.fingerprint.backend,
+                                      fingerprint=judge.fingerprint.to_json(), status=VERIFIED, timed=False,
+                                      trials=res.trials, plan=res.plan))
+        export_pack(store, tmp_path / "s.kspack")
+    model = tiny_llama()
+    want = generation(6)(model)
+    report = apply_kernelsmith(model, tmp_path / "s.kspack")
+    got = generation(6)(model)
+    assert torch.equal(got.sequences, want.sequences)
+    for a, b in zip(got.logits, want.logits, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    stats = report.stats()
+    # the judged length serves from its judged plan; lengths 6 to 9 each from a plan recorded there, where the
+    # forward was still honest when it was recorded (6 and 7), and are refused where it was not (8 and 9)
+    assert stats["signatures"] == {decode.key[:12]: [[2, 2]]}, stats
+    # (the prefill's attention is no problem of this pack: its two calls are the stack's)
+    assert stats["hits"] == {"attention": 6}, stats
+    assert stats["fallbacks"] == {"attention": {G.R_SIGNATURE: 4, G.R_SHAPE: 2}}, stats
+    remove_kernelsmith(model)
+
+
 def test_a_kernel_that_computes_otherwise_at_another_length_is_not_served_there(generated):
     from integrations.ops import attention_binding
 

@@ -91,6 +91,30 @@ def test_without_a_judged_plan_the_forward_runs_and_its_later_calls_are_what_the
     assert [k["judged_plan"] for k in inspect_pack(pack).manifest["kernels"]] == [False]
 
 
+def test_a_call_its_judged_plan_declines_is_computed_by_the_stack_never_by_the_forward(norm_problem, judge,
+                                                                                       tmp_path):
+    """An input at the judged signature that starts past its storage's first element is one the judged plan
+    declines. The sleeper's forward would turn wrong there past its count; the stack's own layer computes every such
+    call instead, each counted."""
+    from integrations.serving import R_DECLINED
+
+    pack = _pack(tmp_path, norm_problem, judge, SLEEPER.read_text(), "judged")
+    norm = norm_layer()
+    report = apply_kernelsmith(norm, pack)
+    x = hidden()
+    shifted = torch.cat([torch.zeros(1), x.flatten()])[1:].view_as(x)
+    assert shifted.storage_offset() == 1 and shifted.stride() == x.stride()
+    want = own_output(norm, shifted)
+    with torch.no_grad():
+        wrong = sum(not torch.allclose(norm(shifted), want, atol=1e-5, rtol=1e-5) for _ in range(12))
+        assert torch.allclose(norm(x), own_output(norm, x), atol=1e-5, rtol=1e-5)
+    assert wrong == 0
+    stats = report.stats()
+    assert stats["fallbacks"] == {"rmsnorm": {R_DECLINED: 12}} and stats["hits"] == {"rmsnorm": 1}, stats
+    [kernel] = [k for ks in report.guard.kernels.values() for k in ks]
+    assert kernel.loaded is None  # the forward was never imported
+
+
 def test_a_forward_that_makes_a_constant_is_still_served_from_its_judged_plan(norm_problem, judge, tmp_path):
     """The sleeper again, whose forward also makes a tensor from host data: the judge records it as a constant of
     the plan, and the stored plan carries the constant's bytes, so serving still runs the judged plan (a plan that
@@ -156,7 +180,7 @@ def test_a_judged_plan_that_names_a_kernel_the_source_lacks_keeps_the_forward(no
 
 def test_the_plan_declines_a_call_off_its_signature_or_offset_into_its_storage(norm_problem, judge):
     """The plan's views fit the judged signature's tensors where they start their storages: a call at another
-    signature, or whose input starts further in, is declined (the caller runs the forward)."""
+    signature, or whose input starts further in, is declined (the caller computes it its own way: the stack, or the region's reference)."""
     from ks_inductor.judged_plan import JudgedPlan
 
     source = SLEEPER.read_text()
@@ -280,6 +304,30 @@ def test_a_triton_op_runs_the_judged_plan_it_traces(norm_problem, judge):
                             OpSpec(["Tensor", "Tensor"], 1, [torch.float32]), triton=True, judged=judged)
     torch.testing.assert_close(op(x, w), want, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(judged.traced(x, w), want, atol=1e-5, rtol=1e-5)
+
+
+def test_a_custom_op_computes_a_call_its_judged_plan_declines_with_the_regions_reference(norm_problem, judge):
+    """A compiled graph's custom_op runs the judged plan; a call the plan declines (an input past its storage's
+    start) is the region's reference's, never the sleeper's forward, which would turn wrong past its count."""
+    from ks_inductor.compiler.kernel_ops import OpSpec, load_kernel, register_region_op
+
+    rec, judged = _judged(norm_problem, judge, SLEEPER.read_text())
+    norm = norm_layer()
+    reference_calls = []
+
+    def reference(x, w):
+        reference_calls.append(1)
+        return own_output(norm, x)
+
+    op = register_region_op(load_kernel(rec), norm_problem.key, reference,
+                            OpSpec(["Tensor", "Tensor"], 1, [torch.float32]), judged=judged)
+    x, w = hidden(), norm.weight.detach()
+    shifted = torch.cat([torch.zeros(1), x.flatten()])[1:].view_as(x)
+    want = own_output(norm, shifted)
+    wrong = sum(not torch.allclose(op(shifted, w), want, atol=1e-5, rtol=1e-5) for _ in range(12))
+    assert wrong == 0 and len(reference_calls) == 12
+    torch.testing.assert_close(op(x, w), own_output(norm, x), atol=1e-5, rtol=1e-5)
+    assert len(reference_calls) == 12  # at the judged layout the plan serves
 
 
 def test_a_traced_plans_kernels_write_its_buffers_not_views_of_them(norm_problem, judge, monkeypatch):

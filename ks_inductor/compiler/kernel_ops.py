@@ -7,7 +7,8 @@ this module; it is the one place their code runs in the user's process.
 Two registrations:
 
 * ``custom_op`` (CPU and the Triton interpreter, and the GPU fallback): an opaque op that runs the kernel's judged
-  plan where it takes the call, else its forward. Its fake implementation runs the region's reference graph on
+  plan, and the region's reference where the plan declines a call (an input that starts past its storage's first
+  byte); only a kernel whose record carries no plan that runs here runs its forward. Its fake implementation runs the region's reference graph on
   fake tensors, so output shapes are right for symbolic sizes too, and its outputs are fresh contiguous tensors. If
   the kernel raises at run time the op warns once and computes the region with the reference instead: a model
   never breaks on a kernel.
@@ -258,10 +259,11 @@ def _make_custom_op(name: str, schema: str, kernel: LoadedKernel, reference: Cal
     def impl(*args: Any) -> Any:
         if not kernel.disabled:
             try:
-                out = judged(*args) if judged is not None else None
-                if out is None:
-                    out = kernel.model(*args)
-                return _finish_outputs(_as_tuple(out), args, spec, check_alias=True)
+                # Where the judged plan declines a call the reference computes it: the forward, which the judge
+                # never ran, does not stand in for the plan.
+                out = judged(*args) if judged is not None else kernel.model(*args)
+                if out is not None:
+                    return _finish_outputs(_as_tuple(out), args, spec, check_alias=True)
             except Exception as e:  # noqa: BLE001 - never a broken model: the reference computes the region
                 with kernel.lock:
                     if not kernel.disabled:
