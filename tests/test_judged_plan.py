@@ -28,6 +28,7 @@ SLEEPER = Path(__file__).parent / "candidates" / "serving" / "sleeper_rmsnorm.py
 SLEEPER_CONST = Path(__file__).parent / "candidates" / "serving" / "sleeper_rmsnorm_const.py"
 TRACING = Path(__file__).parent / "candidates" / "serving" / "tracing_rmsnorm.py"
 SLEEPER_STATE = Path(__file__).parent / "candidates" / "serving" / "sleeper_rmsnorm_state.py"
+COUNTING_CONST = Path(__file__).parent / "candidates" / "serving" / "counting_rmsnorm_const.py"
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +129,18 @@ def test_a_forward_that_makes_a_constant_is_still_served_from_its_judged_plan(no
     assert list(stats["judged"].values()) == [["judged plan"]]
     [kernel] = [k for ks in report.guard.kernels.values() for k in ks]
     assert kernel.loaded is None
+
+
+def test_a_kernel_that_counts_its_calls_in_a_constant_starts_every_call_from_the_recorded_bytes(
+        norm_problem, judge, tmp_path):
+    """The exploit: no Python of it runs after its recording, but its kernel counts its calls in a constant the
+    plan carries and turns wrong past 40. The judge runs the plan a few times and finds it right; a served plan runs
+    it far more often. A plan's constants are written back to their recorded bytes before every call, so each call
+    starts where the judged ones did: 80 served calls, none wrong (43 were before)."""
+    pack = _pack(tmp_path, norm_problem, judge, COUNTING_CONST.read_text(), "judged")
+    wrong, stats, _ = _served_calls(pack, calls=80)
+    assert wrong == 0 and stats["hits"] == {"rmsnorm": 80}, stats
+    assert list(stats["judged"].values()) == [["judged plan"]]
 
 
 def test_a_kernel_that_holds_tensors_of_its_own_is_stored_without_a_plan_and_never_serves(norm_problem, judge,
