@@ -102,13 +102,6 @@ class _Watch:
         return found
 
 
-def _autotuned(mod: Any) -> bool:
-    """Whether the candidate's module holds a kernel behind Triton's autotuner."""
-    from triton.runtime.autotuner import Autotuner
-
-    return any(isinstance(v, Autotuner) for v in vars(mod).values())
-
-
 def _capture_check(model: Any, inputs: list[Any], counter: Any, launch: bool) -> list[tuple[str, str]]:
     """Whether the forward can be captured in a CUDA graph, as a served model's graph captures it (its kernels
     launched only where ``launch``: a capture of the rest shows a host sync all the same)."""
@@ -171,7 +164,7 @@ def run_record(job: dict[str, Any]) -> dict[str, Any]:
     P.stage("compile")
     # The kernels are recorded, not run: the trusted side compiles and runs them itself. Only a module with an
     # autotuner runs its forward once for real first, so that the configuration it records is the one it tunes to.
-    tuned = _autotuned(mod)
+    tuned = PL.autotuned(mod)
     if tuned:
         with torch.no_grad():
             model(*inputs())

@@ -522,6 +522,14 @@ def kernel_lookup(module: Any) -> Callable[[Any], str | None]:
     return lambda fn: names.get(id(fn))
 
 
+def autotuned(module: Any) -> bool:
+    """Whether ``module`` holds a kernel behind Triton's autotuner: its forward must run for real once before it is
+    recorded without launches, so that the configuration recorded is the one it tunes to."""
+    from triton.runtime.autotuner import Autotuner
+
+    return any(isinstance(v, Autotuner) for v in vars(module).values())
+
+
 def without_launches() -> Any:
     """While active, Triton kernels are not launched (nor compiled): what a forward does around them still runs."""
     return _Tracing(None, lambda fn: None, launch=False)
