@@ -67,8 +67,8 @@ from .signature import FreeDims, Signature, random_inputs, spec_signature
 
 __all__ = [
     "ENV_DISABLE", "ENV_PACK", "ENV_SERVE_MARGIN", "ENV_SERVE_RACE", "ENV_TRUSTED_KEYS", "SERVING_ENV",
-    "R_CALL", "R_DECLINED", "R_DEVICE", "R_DISABLED", "R_DTYPE", "R_ERROR", "R_GRAD", "R_NO_VECTORS", "R_OUTPUT", "R_SHAPE",
-    "R_SIGNATURE", "R_SLOWER", "R_STRIDE", "R_VECTORS",
+    "R_CALL", "R_DECLINED", "R_DEVICE", "R_DISABLED", "R_DTYPE", "R_ERROR", "R_GRAD", "R_NO_VECTORS", "R_OUTPUT",
+    "R_SHAPE", "R_SIGNATURE", "R_SLOWER", "R_STRIDE", "R_VECTORS",
     "OnCopies", "PackGuard", "PackKernel", "ServedOp", "StackState", "admit", "disabled", "empty_stats",
     "installed_version", "load_guard", "parse_version", "race", "racing_on", "serve_margin", "spec_signature",
     "trusted_keys_from_env", "version_known", "wins",
