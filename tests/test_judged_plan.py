@@ -430,33 +430,6 @@ def test_on_a_gpu_a_compiled_graph_traces_the_judged_plan_never_the_forward(tmp_
     assert region.launch == "traced judged plan" and report.variant == "triton_op", report.to_json()
 
 
-PLAIN_NORM = '''
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def _rmsnorm_kernel(x_ptr, w_ptr, out_ptr, n_cols, eps, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < n_cols
-    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    y = x * (1.0 / tl.sqrt(tl.sum(x * x, axis=0) / n_cols + eps))
-    tl.store(out_ptr + row * n_cols + cols, (y * w).to(out_ptr.dtype.element_ty), mask=mask)
-
-
-class ModelNew(nn.Module):
-    def forward(self, x, w):
-        out = torch.empty_like(x)
-        n = x.shape[-1]
-        _rmsnorm_kernel[(x.numel() // n,)](x, w, out, n, 1e-6, BLOCK=triton.next_power_of_2(n))
-        return out
-'''
-
-
 def test_at_another_signature_a_kernel_is_recorded_once_and_runs_as_a_plan(norm_problem):
     """What serves a kernel at a signature it is proven at (``plan_at``): its launches recorded there once, as the
     judge records them (kernels recorded, not launched: the plan compiles and runs them), then run as a plan, with
@@ -465,7 +438,9 @@ def test_at_another_signature_a_kernel_is_recorded_once_and_runs_as_a_plan(norm_
     from ks_inductor.judge import plan as PL
     from ks_inductor.signature import call_signature
 
-    rec = KernelRecord(problem_key=norm_problem.key, source=PLAIN_NORM, backend="cpu-interpret", fingerprint={})
+    # (the tracing exploit, which is right on real tensors)
+    rec = KernelRecord(problem_key=norm_problem.key, source=TRACING.read_text(), backend="cpu-interpret",
+                       fingerprint={})
     kernel = PackKernel(rec, norm_problem, None)
     x, w = torch.randn(3, 5, 64), torch.randn(64)
     runs, why = plan_at(kernel, call_signature([x, w]), torch.device("cpu"))
