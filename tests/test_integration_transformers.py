@@ -440,6 +440,32 @@ def test_at_a_length_it_is_proven_at_a_kernel_serves_a_plan_recorded_there_never
     remove_kernelsmith(model)
 
 
+@pytest.mark.gpu
+def test_on_a_gpu_a_kernel_at_another_cache_length_serves_a_plan_recorded_there():
+    """On a GPU the plan recorded at another cache length compiles and computes the attention there, and the static
+    launch plan a served call replays is recorded from it, not from the forward."""
+    from integrations.checks import PackKernel, plan_at
+    from integrations.launch_plan import make_plan
+    from integrations.signature import call_signature, random_inputs
+    from kernel_cache.record import KernelRecord
+
+    problems = [p for p in layer_problems(tiny_llama(), [generation(2)]) if p.name == "attention"]
+    decode = next(p for p in problems if p.input_specs[0].shape[2] == 1)
+    kernel = PackKernel(KernelRecord(problem_key=decode.key, source=SLEEPER_LENGTHS.read_text(), backend="cuda",
+                                     fingerprint={}), decode, None)
+    dev = torch.device("cuda")
+    for n in (9, 130):  # the forward's first two calls away from its judged length: honest when recorded
+        q, k, v = (torch.randn(2, heads, rows, 16, device=dev) for heads, rows in ((4, 1), (2, n), (2, n)))
+        sig = call_signature([q, k, v])
+        runs, why = plan_at(kernel, sig, dev)
+        assert why == "" and runs is not None
+        want = torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True).transpose(1, 2)
+        torch.testing.assert_close(runs(q, k, v), want, atol=1e-4, rtol=1e-4)
+        plan, note = make_plan(runs, random_inputs(sig, dev))
+        assert plan is not None, note
+        torch.testing.assert_close(plan(q, k, v), want, atol=1e-4, rtol=1e-4)
+
+
 def test_a_kernel_that_computes_otherwise_at_another_length_is_not_served_there(generated):
     from integrations.ops import attention_binding
 
