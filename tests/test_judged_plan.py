@@ -29,6 +29,7 @@ SLEEPER_CONST = Path(__file__).parent / "candidates" / "serving" / "sleeper_rmsn
 TRACING = Path(__file__).parent / "candidates" / "serving" / "tracing_rmsnorm.py"
 SLEEPER_STATE = Path(__file__).parent / "candidates" / "serving" / "sleeper_rmsnorm_state.py"
 COUNTING_CONST = Path(__file__).parent / "candidates" / "serving" / "counting_rmsnorm_const.py"
+COUNTING_PAST = Path(__file__).parent / "candidates" / "serving" / "counting_rmsnorm_past_constant.py"
 
 
 @pytest.fixture(scope="module")
@@ -232,6 +233,26 @@ def test_on_a_gpu_the_judged_plan_is_what_torchs_static_launcher_replays(norm_pr
     assert plan.launcher() == "static"
     for _ in range(8):  # past the forward's count: the forward never runs, so nothing changes
         torch.testing.assert_close(plan(x, w), want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_count_kept_past_a_constant_does_not_survive_its_write_back(norm_problem, judge):
+    """The exploit against the write-back: the count also kept 512 bytes past the constant, where a device-side copy
+    of the recorded bytes would sit. The bytes written back come from the host, so 80 calls of the judged plan on
+    the GPU are all right."""
+    from ks_inductor.judged_plan import JudgedPlan
+
+    source = COUNTING_PAST.read_text()
+    res = judge.evaluate(norm_problem, source)
+    assert res.accepted and res.plan, res.feedback_text()
+    rec = KernelRecord(problem_key=norm_problem.key, source=source, backend="cpu-interpret", fingerprint={},
+                       plan=res.plan)
+    judged = JudgedPlan(rec, spec_signature(norm_problem.input_specs))
+    norm = norm_layer().cuda()
+    x, w = hidden().cuda(), norm.weight.detach()
+    want = own_output(norm, x)
+    wrong = sum(not torch.allclose(judged(x, w), want, atol=1e-5, rtol=1e-5) for _ in range(80))
+    assert wrong == 0
 
 
 class _NormThenLinear(torch.nn.Module):

@@ -578,7 +578,9 @@ class PlanRunner:
         self.fixed: dict[int, Any] = {}
         # A constant's bytes as recorded, written back before every call: a kernel that writes into a constant
         # would otherwise carry state from call to call (a count of its calls, say), and a plan run a few times
-        # by the judge would behave otherwise when a server runs it thousands of times.
+        # by the judge would behave otherwise when a server runs it thousands of times. The recorded bytes stay in
+        # the host's memory, which no kernel on a GPU reaches: a copy on the device would sit in the next block,
+        # where a kernel writing past its constant could keep its count instead.
         self._constants: list[tuple[Any, Any]] = []
         for sid, s in enumerate(plan.storages):
             if s["kind"] in ("state", "const"):
@@ -590,7 +592,7 @@ class PlanRunner:
                 held = torch.empty(s["nbytes"], dtype=torch.uint8, device=device).copy_(data)
                 self.fixed[sid] = held.untyped_storage()
                 if s["kind"] == "const":
-                    self._constants.append((held, held.clone()))
+                    self._constants.append((held, data.to("cpu", copy=True)))
 
     def alloc_specs(self) -> list[dict[str, Any]]:
         """The allocations of one call, as the judge's poisoning describes blocks."""
