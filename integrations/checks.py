@@ -53,14 +53,10 @@ class PackKernel:
 
     def judged_call(self, *args: Any) -> Any:
         """The kernel's outputs at its problem's signature as the judge ran it: its judged plan, or None where the
-        plan declines the call (an input that starts past its storage's first byte: the stack computes it); its
-        forward only where its record carries no plan that runs here."""
-        if self.judged is not None:
-            return self.judged(*args)
-        why = load_kernel(self, forward=True)
-        if why:
-            raise RuntimeError(why)
-        return self.loaded.model(*args)
+        plan declines the call (an input that starts past its storage's first byte: the stack computes it)."""
+        if self.judged is None:
+            raise RuntimeError(load_kernel(self) or "its judged plan is not loaded")
+        return self.judged(*args)
 
 
 @dataclass
@@ -148,9 +144,9 @@ def _as_list(out: Any) -> list[Any]:
 
 
 def load_kernel(kernel: PackKernel, forward: bool = False) -> str:
-    """Make the kernel ready to run at its problem's signature, once: its judged plan where its record carries one
-    that runs here, else (and with ``forward``: for another signature) its module, forward included. Why it cannot
-    be, else ""."""
+    """Make the kernel ready to run at its problem's signature, once: its judged plan, where its record carries one
+    that runs here (else it cannot serve); with ``forward``, its module, forward included, for recording its launches
+    at another signature (``plan_at``). Why it cannot be, else ""."""
     from ks_inductor.compiler import kernel_ops as ko
 
     if not forward:
@@ -160,6 +156,10 @@ def load_kernel(kernel: PackKernel, forward: bool = False) -> str:
             kernel.judged, kernel.judged_note = judged_plan(kernel.record, kernel.problem)
         if kernel.judged is not None:
             return ""
+        # What the judge ran is the plan; a forward is the candidate's own Python, whose word counts for nothing
+        # (a forward honest only while it is judged is the exploit). So a kernel without a plan that runs here is
+        # never served at its problem's signature.
+        return f"{kernel.judged_note}: only a judged plan serves (re-export the pack from a cache this kernelsmith judged)"
     if kernel.loaded is None:
         try:
             kernel.loaded = ko.load_kernel(kernel.record)

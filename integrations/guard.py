@@ -177,8 +177,8 @@ class PackGuard:
                 if sig is not None:
                     k.plan, k.plan_note = make_plan(k.judged_call, random_inputs(sig, device))
                     log.info("kernelsmith: kernel %s for %s %s", k.record.sha256[:12], key[:12],
-                             "launches without its forward" if k.plan is not None
-                             else f"keeps its forward: {k.plan_note}")
+                             "launches through a static launcher" if k.plan is not None
+                             else f"runs its judged plan step by step: {k.plan_note}")
             # The state is set once the race is over: a kernel another thread sees "passed" has won it.
             slower = self.race_kernel(k, key, device, own) if self.race and own is not None else ""
             if not slower and k.record.status == RACE and k.race_us is None:

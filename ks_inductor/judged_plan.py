@@ -296,6 +296,6 @@ def judged_plan(record: KernelRecord, problem: Problem) -> tuple[JudgedPlan | No
     try:
         return JudgedPlan(record, signature), ""
     except JudgedPlanError as e:
-        log.warning("kernelsmith: kernel %s keeps its forward: its judged plan cannot run here (%s)",
+        log.warning("kernelsmith: kernel %s: its judged plan cannot run here (%s)",
                     record.sha256[:12], e)
         return None, f"its judged plan cannot run here: {e}"

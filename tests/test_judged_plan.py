@@ -82,14 +82,17 @@ def test_a_forward_that_turns_wrong_after_its_judgment_never_runs_where_the_judg
     assert kernel.loaded is None  # its module, forward included, was never imported here
 
 
-def test_without_a_judged_plan_the_forward_runs_and_its_later_calls_are_what_the_plan_keeps_out(
-        norm_problem, judge, tmp_path):
-    """The same kernel stored without its plan (as before plans were kept): its forward serves, and past its count
-    it poisons the layer's output. This is the gap the judged plan closes at the judged signature."""
+def test_without_a_judged_plan_a_kernel_never_serves_and_its_forward_never_runs(norm_problem, judge, tmp_path):
+    """The same kernel stored without its plan (as before plans were kept): its forward is the candidate's own
+    Python, which the judge never ran, so it does not serve; the layer computes every call, and the kernel's module
+    is never imported."""
     pack = _pack(tmp_path, norm_problem, judge, SLEEPER.read_text(), "none")
-    wrong, stats, _ = _served_calls(pack)
-    assert wrong > 0 and stats["hits"] == {"rmsnorm": 12}
+    wrong, stats, report = _served_calls(pack)
+    assert wrong == 0 and stats["hits"] == {}, stats
     assert list(stats["judged"].values()) == [["its record carries no judged plan"]]
+    assert stats["kernels"] == {norm_problem.key[:12]: ["failed"]}
+    [kernel] = [k for ks in report.guard.kernels.values() for k in ks]
+    assert "only a judged plan serves" in kernel.note and kernel.loaded is None
     assert [k["judged_plan"] for k in inspect_pack(pack).manifest["kernels"]] == [False]
 
 
@@ -147,8 +150,8 @@ def test_a_kernel_that_counts_its_calls_in_a_constant_starts_every_call_from_the
 def test_a_kernel_that_holds_tensors_of_its_own_is_stored_without_a_plan_and_never_serves(norm_problem, judge,
                                                                                            tmp_path):
     """The sleeper again, holding a tensor of its own as a plain attribute: the plan reads the model's own state, so
-    the judge stores none, and without a plan the forward would serve and turn wrong. A region kernel reads nothing
-    but its inputs; one that holds tensors is refused where it would load, and the stack's own layer serves."""
+    the judge stores none, and its forward would turn wrong if it served. Without a judged plan a pack kernel does
+    not serve; the stack's own layer does, and the kernel's module is never imported."""
     source = SLEEPER_STATE.read_text()
     res = judge.evaluate(norm_problem, source)
     assert res.accepted and res.plan == "", res.feedback_text()
@@ -156,10 +159,10 @@ def test_a_kernel_that_holds_tensors_of_its_own_is_stored_without_a_plan_and_nev
     wrong, stats, report = _served_calls(pack)
     assert wrong == 0 and stats["hits"] == {}, stats
     [kernel] = [k for ks in report.guard.kernels.values() for k in ks]
-    assert "holds tensors of its own" in kernel.note, kernel.note
+    assert "carries no judged plan" in kernel.note and kernel.loaded is None, kernel.note
 
 
-def test_a_plan_without_its_constants_bytes_keeps_the_forward(norm_problem, judge):
+def test_a_plan_without_its_constants_bytes_is_refused(norm_problem, judge):
     """A constant's bytes are part of the plan: a stored plan that lacks them does not run, and says why."""
     import json
 
@@ -174,9 +177,9 @@ def test_a_plan_without_its_constants_bytes_keeps_the_forward(norm_problem, judg
     assert "without the 4 bytes of its constant" in plan_fault(json.dumps(stripped), source, 2)
 
 
-def test_a_judged_plan_that_names_a_kernel_the_source_lacks_keeps_the_forward(norm_problem, judge, tmp_path):
+def test_a_judged_plan_that_names_a_kernel_the_source_lacks_is_not_served(norm_problem, judge, tmp_path):
     """A plan is checked against the source it came with: a plan naming a kernel that is not one of the source's
-    does not run; the kernel keeps its forward, and says why."""
+    does not run, and the kernel does not serve (its forward is never the stand-in), saying why."""
     from integrations.checks import PackKernel, load_kernel
     from ks_inductor.judge.plan import Plan
 
@@ -188,8 +191,9 @@ def test_a_judged_plan_that_names_a_kernel_the_source_lacks_keeps_the_forward(no
     rec = KernelRecord(problem_key=norm_problem.key, source=source, backend="cpu-interpret", fingerprint={},
                        plan=plan.to_json())
     kernel = PackKernel(rec, norm_problem, None)
-    assert load_kernel(kernel) == "" and kernel.judged is None and kernel.loaded is not None
-    assert "_not_in_the_source" in kernel.judged_note
+    why = load_kernel(kernel)
+    assert "_not_in_the_source" in why and "only a judged plan serves" in why
+    assert kernel.judged is None and kernel.loaded is None
 
 
 def test_the_plan_declines_a_call_off_its_signature_or_offset_into_its_storage(norm_problem, judge):

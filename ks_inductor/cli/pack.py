@@ -356,7 +356,7 @@ def _inspect(args: argparse.Namespace) -> int:
                   fmt_speedup(k.get("speedup")), fmt_speedup(k.get("speedup_graph")),
                   fmt_number(k.get("median_ms"), ".4f"),
                   "yes" if k.get("vectors") not in (None, "none") else "none",
-                  "judged plan" if k.get("judged_plan") else "forward", str(k.get("sha256", ""))[:12])
+                  "judged plan" if k.get("judged_plan") else "none: not served", str(k.get("sha256", ""))[:12])
     c.print(t)
     if any(k.get("status") == "race" for k in m.get("kernels") or []):
         c.print("status race: launch-bound, not slower on the device (the speedup shown) but not faster by the judge's "
@@ -364,8 +364,8 @@ def _inspect(args: argparse.Namespace) -> int:
                 "it faster than the stack's own path")
     c.print("speedup: per call, against the baselines the pack was searched against; in a graph: inside a CUDA "
             "graph (how a stack that captures its decode step runs it), '-' where not timed there")
-    c.print("launch: at its problem's signature a kernel runs the launch plan its verdict was reached with (judged "
-            "plan), or, stored without one, its forward")
+    c.print("launch: a kernel serves the launch plan its verdict was reached with (judged plan); one stored without "
+            "a plan is not served (export the pack again from a cache that holds its plan)")
     err_console().print("run `kernelsmith pack verify` to check hashes, safety rules and fit; inspect only reads the "
                         "manifest")
     return EXIT_OK
