@@ -197,7 +197,9 @@ def test_cli(tmp_path, source_db, capsys, monkeypatch):
     # each kernel's figure inside a CUDA graph beside its per-call one, where it was timed in one
     assert sorted(k["speedup_graph"] or 0 for k in kernels) == [0, 0.98] and " 0.98x " in out.out
     code, out = run("pack", "verify", pack, "--backend", "triton-interpret", "--json")
-    assert code == 0 and json.loads(out.out)["ok"]
+    verified = json.loads(out.out)
+    assert code == 0 and verified["ok"]
+    assert sum("carries no judged plan, so no stack serves it" in w for w in verified["warnings"]) == 2, verified
     dest = str(tmp_path / "dest.db")
     code, out = run("pack", "import", pack, "--db", dest, "--backend", "triton-interpret", "--json")
     assert code == 0 and json.loads(out.out)["added"] == 2

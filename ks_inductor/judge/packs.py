@@ -86,6 +86,9 @@ def _check_static(contents: PackContents, report: VerifyReport) -> None:
         fault = plan_fault(rec.plan, rec.source, len(problem.input_specs)) if problem is not None else ""
         if fault:
             msgs.append(fault)
+        elif not rec.plan:
+            report.warnings.append(f"kernel {check.index} ({rec.problem_key[:12]}): carries no judged plan, so no stack "
+                                   "serves it (export the pack again from a cache that holds its plan)")
         for m in msgs:
             msg = f"kernel {check.index} ({rec.problem_key[:12]}): {m}"
             check.reasons.append(msg)
