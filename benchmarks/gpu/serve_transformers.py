@@ -280,7 +280,7 @@ def _measure(args, model, ids, work: Path, result: dict) -> int:
     if served is not None:
         w = norm.weight
         per_call["norm_breakdown"] = {
-            # as judged without a launch plan: its judged plan run step by step (or its forward, where it has none)
+            # as judged, without a launch plan: its judged plan run step by step
             "kernel_judged": _per_call_us(lambda: served.judged_call(x1, w)),
             "kernel_plan": _per_call_us(lambda: served.plan(x1, w)) if served.plan is not None else None,
             "layer": _per_call_us(lambda: norm(x1)),
