@@ -159,7 +159,7 @@ def load_kernel(kernel: PackKernel, forward: bool = False) -> str:
         # What the judge ran is the plan; a forward is the candidate's own Python, whose word counts for nothing
         # (a forward honest only while it is judged is the exploit). So a kernel without a plan that runs here is
         # never served at its problem's signature.
-        return f"{kernel.judged_note}: only a judged plan serves (re-export the pack from a cache this kernelsmith judged)"
+        return f"{kernel.judged_note}: only a judged plan serves (export the pack again from a cache that holds it)"
     if kernel.loaded is None:
         try:
             kernel.loaded = ko.load_kernel(kernel.record)
