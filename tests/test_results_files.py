@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-MAX_FILES = 32
+MAX_FILES = 33
 # <benchmark>-<device>-<date>[-suffix].<ext>, with {a,b} alternatives where a citation names several.
 _CITED = re.compile(r"[a-z0-9][a-z0-9{},-]*-\d{4}-\d{2}-\d{2}(?:-[a-z]+)?(?:\.\{[a-z,]+\}|\.[a-z]+)")
 _DATED = re.compile(r"^(?P<name>.+)-(?P<date>\d{4}-\d{2}-\d{2})(?:-[a-z]+)?\.[a-z]+$")
