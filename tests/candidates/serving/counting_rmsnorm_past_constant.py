@@ -1,8 +1,10 @@
 # A serving exploit written against constants written back before every call: the counting RMSNorm again, now
 # keeping its count past the end of its constant, where a copy of the recorded bytes kept on the device would sit
 # (the caching allocator's next 512-byte block). A kernel can write any device memory of its process; were the
-# bytes written back taken from such a copy, the count would survive the write-back and the kernel turn wrong past
-# it. The recorded bytes are kept in host memory, which no kernel reaches: every served call stays right.
+# bytes written back taken from such a copy, the count would come back with them and the kernel turn wrong past
+# it. It reads the count from its constant alone (what lies past it is another block's bytes, not a count), so it is
+# honest wherever the constant starts at zero. The recorded bytes are kept in host memory, which no kernel reaches:
+# every served call stays right.
 import torch
 import torch.nn as nn
 import triton
@@ -20,7 +22,7 @@ def _counting_rmsnorm_kernel(x_ptr, w_ptr, c_ptr, out_ptr, n_cols, eps, BLOCK: t
     mask = cols < n_cols
     x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    calls = tl.load(c_ptr) + tl.load(c_ptr + NEXT)
+    calls = tl.load(c_ptr)
     var = tl.sum(x * x, axis=0) / n_cols
     y = x * (1.0 / tl.sqrt(var + tl.where(calls < HONEST, eps, 1e6)))
     tl.store(out_ptr + row * n_cols + cols, (y * w).to(out_ptr.dtype.element_ty), mask=mask)
