@@ -26,7 +26,15 @@ from typing import Any, TypeVar
 from kernel_cache.errors import CacheError, CorruptDatabaseError
 from kernel_cache.postgres import STAMP_SQL, connect_error, conninfo
 from kernel_cache.record import VERIFIED, KernelRecord
-from kernel_cache.schema import GUARD_TABLE, KERNEL_FIELDS, ROOM_TABLE, SCHEMA_VERSION, SQLITE_MAGIC, room_key
+from kernel_cache.schema import (
+    GUARD_TABLE,
+    KERNEL_FIELDS,
+    PLANLESS_LAST,
+    ROOM_TABLE,
+    SCHEMA_VERSION,
+    SQLITE_MAGIC,
+    room_key,
+)
 from kernel_cache.urls import CacheURL, display_url
 from ks_core.fingerprint import BACKEND_CPU_INTERPRET, MATCH_EXACT, MATCH_NONE, EnvFingerprint, match
 
@@ -159,7 +167,7 @@ class SqliteReader(KernelReader):
     on a connection of its own, which changes when any other connection (this process's or another's) commits."""
 
     LOOKUP_SQL = (f"{_SELECT} WHERE problem_key = ? AND status = ? AND hardware_id = ? "
-                  "ORDER BY rank_speedup IS NULL, rank_speedup DESC, median_ms IS NULL, median_ms, id")
+                  f"ORDER BY {PLANLESS_LAST}, rank_speedup IS NULL, rank_speedup DESC, median_ms IS NULL, median_ms, id")
     GUARD_SQL = f"SELECT result FROM {GUARD_TABLE} WHERE key = ?"
     ROOM_SQL = f"SELECT result FROM {ROOM_TABLE} WHERE key = ?"
 
@@ -230,7 +238,7 @@ class PgReader(KernelReader):
     costs one round trip, and a memo miss one more."""
 
     LOOKUP_SQL = (f"{_SELECT} WHERE problem_key = %s AND status = %s AND hardware_id = %s "
-                  "ORDER BY rank_speedup DESC NULLS LAST, median_ms ASC NULLS LAST, id")
+                  f"ORDER BY {PLANLESS_LAST}, rank_speedup DESC NULLS LAST, median_ms ASC NULLS LAST, id")
     GUARD_SQL = f"SELECT result FROM {GUARD_TABLE} WHERE key = %s"
     ROOM_SQL = f"SELECT result FROM {ROOM_TABLE} WHERE key = %s"
 

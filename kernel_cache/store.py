@@ -60,7 +60,15 @@ from kernel_cache.record import (
     StepRecord,
     source_sha256,
 )
-from kernel_cache.schema import GUARD_DDL, GUARD_TABLE, KERNEL_FIELDS, ROOM_DDL, ROOM_TABLE, room_key
+from kernel_cache.schema import (
+    GUARD_DDL,
+    GUARD_TABLE,
+    KERNEL_FIELDS,
+    PLANLESS_LAST,
+    ROOM_DDL,
+    ROOM_TABLE,
+    room_key,
+)
 from kernel_cache.urls import CacheURL, parse_url
 from ks_core.fingerprint import MATCH_EXACT, MATCH_NONE, EnvFingerprint, minor_version
 from ks_core.problem_record import Problem
@@ -223,7 +231,8 @@ class KernelStore:
             select(_K)
             .where(and_(_K.c.problem_key == bindparam("key"), _K.c.status == VERIFIED,
                         _K.c.hardware_id == bindparam("hw")))
-            .order_by(_K.c.rank_speedup.desc().nulls_last(), _K.c.median_ms.asc().nulls_last(), _K.c.id.asc())
+            .order_by(text(PLANLESS_LAST), _K.c.rank_speedup.desc().nulls_last(), _K.c.median_ms.asc().nulls_last(),
+                      _K.c.id.asc())
         )
 
     # ------------------------------------------------------------------ lifecycle

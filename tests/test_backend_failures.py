@@ -15,7 +15,7 @@ import torch.nn as nn
 from kernel_cache.store import KernelStore
 from ks_inductor.compiler import backend as B
 from ks_inductor.compiler.explain import explain
-from tests.cached_kernels import add_kernel, kernel_module, norm_key
+from tests.cached_kernels import add_kernel, norm_kernel_module, norm_key, recorded_plan, region_inputs
 
 INDUCTOR = {"compile_threads": 1}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -102,22 +102,24 @@ def test_a_database_in_a_missing_folder_warns_and_creates_nothing(tmp_path, mode
 def test_kernel_that_fails_to_load_falls_back(tmp_path, model):
     m, x = model
     db = str(tmp_path / "k.db")
-    key, _ = norm_key(m, x, db)
-    add_kernel(db, key, "import torch\nraise ImportError('no such toolkit')\n")
+    key, seen = norm_key(m, x, db)
+    # The plan of a kernel that loads: the source that fails to import is what is tested.
+    add_kernel(db, key, "import torch\nraise ImportError('no such toolkit')\n",
+               plan=recorded_plan(norm_kernel_module(), region_inputs(seen, key)))
     caught = _run(m, x, db)
     assert any("failed to import" in str(w.message) for w in caught)
     (norm,) = [r for r in B.compile_reports()[-1].regions if r.kind == "norm"]
     assert norm.status == B.ERROR
 
 
-BROKEN_AT_RUNTIME = kernel_module("raise RuntimeError('device lost')")
+BROKEN_AT_RUNTIME = norm_kernel_module(fails=True)  # its judged plan's launch raises, as a device fault would
 
 
 def test_kernel_failing_at_run_time_warns_once_and_uses_the_reference(tmp_path, model):
     m, x = model
     db = str(tmp_path / "k.db")
-    key, _ = norm_key(m, x, db)
-    add_kernel(db, key, BROKEN_AT_RUNTIME)
+    key, seen = norm_key(m, x, db)
+    add_kernel(db, key, BROKEN_AT_RUNTIME, region_inputs(seen, key))
     caught = _run(m, x, db)
     assert B.compile_reports()[-1].swapped == 1
     assert [w for w in caught if "failed at run time" in str(w.message)]
@@ -128,11 +130,28 @@ def test_kernel_failing_at_run_time_warns_once_and_uses_the_reference(tmp_path, 
             torch.testing.assert_close(compiled(x), m(x), rtol=1e-5, atol=1e-5)
 
 
-def test_timed_kernel_slower_than_inductor_is_not_used(tmp_path, model):
+@pytest.mark.parametrize("plan", ["", "{not a plan", '{"storages": [], "steps": [], "outputs": []}'])
+def test_a_kernel_without_a_judged_plan_that_runs_here_is_not_served(tmp_path, model, plan):
+    """Only a judged plan runs in a compiled graph: a record with none, or with one that cannot run here, leaves its
+    region to Inductor (the forward, which no judge ran as it would run here, never stands in), and says why."""
     m, x = model
     db = str(tmp_path / "k.db")
     key, _ = norm_key(m, x, db)
-    add_kernel(db, key, BROKEN_AT_RUNTIME, timed=True, speedup_inductor=0.8, median_ms=1.0)
+    # A forward that would turn every output wrong, were it run.
+    add_kernel(db, key, norm_kernel_module().replace("return out", "return out * 0 + 1"), plan=plan)
+    caught = _run(m, x, db)  # the outputs match eager's
+    report = B.compile_reports()[-1]
+    (norm,) = [r for r in report.regions if r.kind == "norm"]
+    assert report.swapped == 0 and norm.status == B.UNUSABLE, report.to_json()
+    assert "judged plan" in norm.note, norm.note
+    assert not [w for w in caught if "failed at run time" in str(w.message)]
+
+
+def test_timed_kernel_slower_than_inductor_is_not_used(tmp_path, model):
+    m, x = model
+    db = str(tmp_path / "k.db")
+    key, seen = norm_key(m, x, db)
+    add_kernel(db, key, BROKEN_AT_RUNTIME, region_inputs(seen, key), timed=True, speedup_inductor=0.8, median_ms=1.0)
     _run(m, x, db)
     report = B.compile_reports()[-1]
     (norm,) = [r for r in report.regions if r.kind == "norm"]
@@ -169,8 +188,8 @@ def test_guards_on_dtype_and_layout(tmp_path, model):
     """A kernel serves the dtype and strides it was verified for: other inputs recompile and miss."""
     m, x = model
     db = str(tmp_path / "k.db")
-    key, _ = norm_key(m, x, db)
-    add_kernel(db, key, BROKEN_AT_RUNTIME)
+    key, seen = norm_key(m, x, db)
+    add_kernel(db, key, BROKEN_AT_RUNTIME, region_inputs(seen, key))
     compiled = torch.compile(m, backend="kernelsmith", options={"kernelsmith.db": db, **INDUCTOR})
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -221,8 +240,8 @@ def test_rewritten_graph_keeps_which_inputs_are_parameters(tmp_path, model, monk
 
     m, x = model
     db = str(tmp_path / "k.db")
-    key, _ = norm_key(m, x, db)
-    add_kernel(db, key, BROKEN_AT_RUNTIME)
+    key, seen = norm_key(m, x, db)
+    add_kernel(db, key, BROKEN_AT_RUNTIME, region_inputs(seen, key))
     seen = []
     real = B.rewrite
 

@@ -16,13 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernel_cache.record import KernelRecord
-from kernel_cache.store import KernelStore
 from ks_inductor.catalogue.models import NormResidual
 from ks_inductor.compiler import backend as B
 from ks_inductor.compiler import graph_guard as gg
 from ks_inductor.compiler import regions as rg
-from ks_inductor.compiler.explain import explain
+from tests.cached_kernels import norm_kernel_module, store_region_kernels
 
 INDUCTOR = {"compile_threads": 1}
 ROOT = Path(__file__).resolve().parent.parent
@@ -273,32 +271,9 @@ def test_analysis_leaves_what_dynamo_made_as_it_was(dynamic, tmp_path, monkeypat
 
 # ------------------------------------------------------------------------------------------ warmed, swaps slower
 
-REFERENCE = """
-
-import triton  # noqa: E402
-
-
-@triton.jit
-def _unused(x_ptr):
-    pass
-
-
-ModelNew = Model
-"""
-
-
 def _warm(model, inputs, db):
-    """One kernel per region of ``model``, computing the region's reference (correct by construction)."""
-    fp = B.current_fingerprint()
-    store = KernelStore(db)
-    try:
-        for p in explain(model, *inputs, db=db).problems:
-            store.upsert_problem(p)
-            store.add_kernel(KernelRecord(problem_key=p.key, source=p.source + REFERENCE, backend="triton-interpret",
-                                          fingerprint=fp.to_json(), timed=False))
-    finally:
-        store.close()
-    B.forget_stores()
+    """One kernel per region of ``model`` (NormResidual's one region), correct, with its plan."""
+    store_region_kernels(model, inputs, db, lambda p: norm_kernel_module(residual=True))
 
 
 @pytest.fixture()

@@ -359,12 +359,9 @@ def test_backend_serves_a_hit_from_postgres(postgres_url):
             xf = x.float()
             return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * self.w
 
-    kernel = (
-        "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n\n\n"
-        "@triton.jit\ndef _never(x_ptr):\n    pass\n\n\n"
-        "class ModelNew(nn.Module):\n    def forward(self, x, w):\n        xf = x.float()\n"
-        "        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w\n"
-    )
+    from tests.cached_kernels import norm_kernel_module, recorded_plan
+
+    kernel = norm_kernel_module()
     torch.manual_seed(0)
     m, x = Tiny().eval(), torch.randn(4, 16)
     torch._dynamo.reset()
@@ -373,7 +370,8 @@ def test_backend_serves_a_hit_from_postgres(postgres_url):
         (norm,) = [r for r in explain(m, x, db=postgres_url).regions if r.kind == "norm"]
         with KernelStore(postgres_url) as s:
             s.add_kernel(KernelRecord(problem_key=norm.key, source=kernel, backend="triton-interpret",
-                                      fingerprint=B.current_fingerprint().to_json(), timed=False))
+                                      fingerprint=B.current_fingerprint().to_json(), timed=False,
+                                      plan=recorded_plan(kernel, [x, m.w.detach()])))
         B.forget_stores()
         compiled = torch.compile(m, backend="kernelsmith", options={"kernelsmith.db": postgres_url,
                                                                     "compile_threads": 1})

@@ -293,7 +293,9 @@ def _cache_with_interpreter_kernel(tmp_path, factory) -> str:
     assert fp.backend == "cpu-interpret"
     with KernelStore(db) as store:
         store.upsert_problem(problem)
-        store.add_kernel(make_record(problem.key, "interp", fp, timed=False, median_ms=None, speedup_lcb=None))
+        # A plan of some kernel: explain reads whether a record has one, and runs nothing.
+        store.add_kernel(make_record(problem.key, "interp", fp, timed=False, median_ms=None, speedup_lcb=None,
+                                     plan='{"steps": []}'))
     B.forget_stores()
     torch._dynamo.reset()
     return db
@@ -322,7 +324,7 @@ def test_explain_and_the_backend_share_one_serving_rule(tmp_path, factory, capsy
     import json
 
     db = _cache_with_interpreter_kernel(tmp_path, factory)
-    monkeypatch.setattr(B, "unrunnable_reason", lambda device: "a reason only this test gives")
+    monkeypatch.setattr(B, "unrunnable_reason", lambda device, record=None: "a reason only this test gives")
     assert main(["explain", f"{factory}:make", "--db", db, "--json"]) == 0
     region = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["graphs"][0]["regions"][0]
     assert region["status"] == B.UNUSABLE and "a reason only this test gives" in region["note"]

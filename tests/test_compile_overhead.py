@@ -21,7 +21,7 @@ from ks_inductor.compiler import backend as B
 from ks_inductor.compiler import graph_guard as gg
 from ks_inductor.compiler import regions as rg
 from ks_inductor.compiler.analysis_memo import ANALYSIS_CACHE_ENV
-from ks_inductor.compiler.explain import explain
+from tests.cached_kernels import norm_kernel_module, store_region_kernels
 
 INDUCTOR = {"compile_threads": 1}
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,37 +49,10 @@ def _isolated(tmp_path, monkeypatch):
     _new_process()
 
 
-REFERENCE = """
-
-import triton  # noqa: E402
-
-
-@triton.jit
-def _unused(x_ptr):
-    pass
-
-
-ModelNew = Model
-"""
-
-
-def reference_kernel(problem) -> str:
-    """A kernel module for ``problem`` that computes its reference (correct by construction, cheap to run)."""
-    return problem.source + REFERENCE
-
-
-def _warm(model, inputs, db, **kw):
-    """One reference kernel per region key of ``model``, stored as the interpreter judge would (untimed)."""
-    fp = B.current_fingerprint()
-    problems = explain(model, *inputs, db=db).problems
-    store = KernelStore(db)
-    try:
-        for p in problems:
-            store.upsert_problem(p)
-            store.add_kernel(KernelRecord(problem_key=p.key, source=kw.get("source", reference_kernel)(p),
-                                          backend="triton-interpret", fingerprint=fp.to_json(), timed=False))
-    finally:
-        store.close()
+def _warm(model, inputs, db, source=lambda p: norm_kernel_module(residual=True)):
+    """One kernel per region key of ``model`` (NormResidual's one region: the residual add and the norm), stored as
+    the interpreter judge would (untimed, with its plan)."""
+    problems = store_region_kernels(model, inputs, db, source)
     _new_process()
     return problems
 
@@ -228,29 +201,11 @@ def _count_compiles(monkeypatch):
     return calls
 
 
-SLOW = """
-
-import triton  # noqa: E402
-
-
-@triton.jit
-def _unused(x_ptr):
-    pass
-
-
-class ModelNew(Model):
-    def forward(self, *args):
-        for _ in range(200):
-            out = super().forward(*args)
-        return out
-"""
-
-
 def test_a_stored_negative_decision_skips_compiling_the_swaps(tmp_path, monkeypatch):
     torch.manual_seed(0)
-    model, inputs = NormResidual(dim=64).eval(), (torch.randn(64, 64), torch.randn(64, 64))
+    model, inputs = NormResidual(dim=64).eval(), (torch.randn(16, 64), torch.randn(16, 64))
     db = str(tmp_path / "kernels.db")
-    _warm(model, inputs, db, source=lambda p: p.source + SLOW)
+    _warm(model, inputs, db, source=lambda p: norm_kernel_module(repeats=2, residual=True))
     compares = _quick_compare(monkeypatch)
     first = _compile_and_run(model, inputs, db, **{"kernelsmith.graph_guard": "on"})
     assert not first.guard.kept and first.swapped == 0 and first.guard.measurements == 1, first.to_json()

@@ -8,7 +8,7 @@ import torch.nn as nn
 
 from ks_inductor.compiler import backend as B
 from ks_inductor.compiler import graph_guard as gg
-from tests.cached_kernels import add_kernel, kernel_module, norm_key
+from tests.cached_kernels import add_kernel, norm_kernel_module, norm_key, region_inputs
 
 INDUCTOR = {"compile_threads": 1}
 
@@ -23,13 +23,9 @@ class Norm(nn.Module):
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * self.w
 
 
-# Correct, and slow on purpose: the same norm computed 300 times.
-SLOW_NORM = kernel_module("""
-    for _ in range(300):
-        xf = x.float()
-        y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w
-    return y
-""")
+# Correct, and slow on purpose: the norm computed over and over, in the interpreter (a launch there costs
+# milliseconds, Inductor's C++ norm microseconds).
+SLOW_NORM = norm_kernel_module(repeats=2)
 
 
 @pytest.fixture(autouse=True)
@@ -41,9 +37,9 @@ def _fresh():
     B.forget_stores()
 
 
-def _store_slow_kernel(db, model, *inputs):
-    key, _ = norm_key(model, inputs, db)
-    add_kernel(db, key, SLOW_NORM)
+def _store_slow_kernel(db, model, *inputs, source=SLOW_NORM):
+    key, seen = norm_key(model, inputs, db)
+    add_kernel(db, key, source, region_inputs(seen, key))
 
 
 def _compile_and_run(model, x, db, **opts):
@@ -57,7 +53,7 @@ def _compile_and_run(model, x, db, **opts):
 
 def test_guard_drops_swaps_that_make_the_graph_slower(tmp_path):
     torch.manual_seed(0)
-    m, x = Norm().eval(), torch.randn(64, 64)
+    m, x = Norm().eval(), torch.randn(16, 64)
     db = str(tmp_path / "k.db")
     _store_slow_kernel(db, m, x)
     report = _compile_and_run(m, x, db, **{"kernelsmith.graph_guard": "on"})
@@ -90,11 +86,11 @@ def test_guard_tries_the_kernels_without_eager_regions_after_every_swap_lost(tmp
     from ks_inductor.judge.room import Room
 
     torch.manual_seed(0)
-    m, x = NormThenProject().eval(), torch.randn(64, 64)
+    m, x = NormThenProject().eval(), torch.randn(16, 64)
     db = str(tmp_path / "k.db")
     key, result = norm_key(m, x, db)
     (mm,) = [r for r in result.regions if r.kind == "matmul"]
-    add_kernel(db, key, SLOW_NORM)
+    add_kernel(db, key, SLOW_NORM, region_inputs(result, key))
     store = KernelStore(db)
     store.put_room(mm.key, B.current_fingerprint().id,
                    Room(mm.key, floor_ms=0.01, bound="memory", bandwidth=1e10, eager_ms=1.0, inductor_ms=1.5).to_json())
@@ -111,7 +107,7 @@ def test_guard_tries_the_kernels_without_eager_regions_after_every_swap_lost(tmp
 
 def test_guard_runs_by_default_only_for_timed_kernels(tmp_path):
     torch.manual_seed(0)
-    m, x = Norm().eval(), torch.randn(64, 64)
+    m, x = Norm().eval(), torch.randn(16, 64)
     db = str(tmp_path / "k.db")
     _store_slow_kernel(db, m, x)
     report = _compile_and_run(m, x, db)
@@ -125,9 +121,9 @@ def test_guard_does_not_run_a_graph_that_mutates_its_inputs(tmp_path):
             return super().forward(x) + acc
 
     torch.manual_seed(0)
-    m, x, acc = Mutating().eval(), torch.randn(64, 64), torch.zeros(64)
+    m, x, acc = Mutating().eval(), torch.randn(16, 64), torch.zeros(64)
     db = str(tmp_path / "k.db")
-    _store_slow_kernel(db, m, x, acc.clone())
+    _store_slow_kernel(db, m, x, acc.clone(), source=norm_kernel_module(repeats=2, plus=True))  # norm(x) * w + acc
     compiled = torch.compile(m, backend="kernelsmith",
                              options={"kernelsmith.db": db, "kernelsmith.graph_guard": "on", **INDUCTOR})
     with torch.no_grad(), warnings.catch_warnings():

@@ -89,6 +89,32 @@ def test_misses_warm_then_hit_and_resume(tmp_path, capsys):
     assert "hit" in text and "1 hits, 0 misses" in text
 
 
+def test_a_cached_kernel_without_a_judged_plan_is_searched_again(tmp_path, capsys):
+    """A kernel stored without its judged plan serves nothing (explain says why), so warm searches its key again
+    rather than skipping it, and the region is then a hit."""
+    from kernel_cache.testing import make_record
+
+    (tmp_path / "factory.py").write_text(NORM_FACTORY)
+    spec = f"{tmp_path / 'factory.py'}:make"
+    db = str(tmp_path / "k.db")
+    KernelStore(db).close()
+    assert main(["explain", spec, "--db", db, "--json"]) == 0
+    [problem_key] = [r["key"] for g in _json_of(capsys)["graphs"] for r in g["regions"] if r["key"]]
+    with KernelStore(db) as store:
+        store.add_kernel(make_record(problem_key, "planless", B.current_fingerprint(None), timed=False,
+                                     median_ms=None, speedup_lcb=None, plan=""))
+    B.forget_stores()
+    assert main(["explain", spec, "--db", db, "--json"]) == 0
+    [region] = [r for g in _json_of(capsys)["graphs"] for r in g["regions"] if r["key"]]
+    assert region["status"] == B.UNUSABLE and "no judged plan" in region["note"], region
+
+    assert main(["warm", spec, "--db", db, "--json", *CLI]) == 0
+    assert [i["status"] for i in _json_of(capsys)["items"]] == ["found"]
+    B.forget_stores()
+    assert main(["explain", spec, "--db", db, "--json"]) == 0
+    assert _json_of(capsys)["hits"] == 1
+
+
 def test_warm_kernelbench_folder(tmp_path, capsys):
     folder = tmp_path / "problems"
     folder.mkdir()

@@ -105,6 +105,8 @@ UNSUPPORTED = "unsupported"
 ERROR = "error"
 UNUSABLE = "unusable"  # a verified kernel exists but this process cannot run it (see unrunnable_reason)
 EAGER = "eager"  # no faster kernel; the judge measured eager's ops faster than Inductor's code, so they are served
+# Why a cached kernel without a judged plan is not served, and what gives it one.
+NO_PLAN = "its record carries no judged plan, and only a judged plan runs (`kernelsmith warm` judges the region again)"
 
 
 # What a swap serves in place of Inductor's code for a region.
@@ -181,8 +183,8 @@ class RegionReport:
     symbolic: bool = False
     # The region's stored room on this machine (``ks_inductor.judge.room.Room.to_json()``), where it was read.
     room: dict[str, Any] | None = None
-    # How a swapped-in kernel runs: "traced judged plan" (a triton_op), "judged plan" (a custom_op that runs it per
-    # call) or "forward: why" (it has no judged plan that runs here).
+    # How a swapped-in kernel runs: "traced judged plan" (a triton_op) or "judged plan" (a custom_op that runs it per
+    # call); a kernel with no judged plan that runs here is not swapped in.
     launch: str = ""
 
     def to_json(self) -> dict[str, Any]:
@@ -393,12 +395,15 @@ def _unsupported_why(ops: str) -> str:
     return next((UNSUPPORTED_WHY[o] for o in ops.split("+") if o in UNSUPPORTED_WHY), "no region takes this operation")
 
 
-def unrunnable_reason(device: str) -> str | None:
+def unrunnable_reason(device: str, record: KernelRecord | None = None) -> str | None:
     """Why a cached kernel for tensors on ``device`` cannot run in this process; None when it can. Kernels for
     CPU tensors are Triton programs only the interpreter runs: without ``TRITON_INTERPRET=1`` Triton cannot
-    launch them, whatever the cache holds."""
+    launch them, whatever the cache holds. A record without a judged plan is never run: what would run is its
+    forward, the candidate's own Python, which no judge ran as it would run here."""
     if device == "cpu" and not Settings.read("triton_interpret"):
         return "cached kernels for CPU run only under TRITON_INTERPRET=1"
+    if record is not None and not record.plan:
+        return NO_PLAN
     return None
 
 
@@ -406,7 +411,7 @@ def _drop_unrunnable(hits: list[_Hit]) -> list[_Hit]:
     """The hits this process can run; the others' regions are marked :data:`UNUSABLE`, with the reason."""
     kept = []
     for h in hits:
-        reason = None if isinstance(h.record, EagerChoice) else unrunnable_reason(h.region.device)
+        reason = None if isinstance(h.record, EagerChoice) else unrunnable_reason(h.region.device, h.record)
         if reason is None:
             kept.append(h)
         else:
@@ -499,8 +504,9 @@ def rewrite(gm: fx.GraphModule, hits: list[_Hit], use_triton_op: bool) -> tuple[
                 # The op runs (or, as a triton_op, traces) the plan the kernel's verdict was reached with, not the
                 # kernel's forward.
                 judged, why = judged_plan(hit.record, hit.region.problem)
-                if judged is None:
-                    log.debug("kernel %s runs its forward: %s", hit.record.id, why)
+                if judged is None:  # the region stays with Inductor: the forward is no stand-in for the plan
+                    hit.report.status, hit.report.note = UNUSABLE, f"kernel {hit.record.id} not used: {why}"
+                    continue
                 traced = use_triton_op and judged is not None
                 if traced:
                     untraced = judged.untraceable(in_vals) or ko.padded_by_inductor(in_vals)
@@ -508,8 +514,7 @@ def rewrite(gm: fx.GraphModule, hits: list[_Hit], use_triton_op: bool) -> tuple[
                         traced = False
                         log.debug("kernel %s runs as a custom op: its judged plan is not traced (%s)",
                                   hit.record.id, untraced)
-                hit.report.launch = ("traced judged plan" if traced else "judged plan" if judged is not None
-                                     else f"forward: {why}")
+                hit.report.launch = "traced judged plan" if traced else "judged plan"
                 op = ko.register_region_op(kernel, hit.region.problem.key, reference, spec, triton=traced,
                                            judged=judged)
         except Exception as e:  # noqa: BLE001 - this region stays with Inductor

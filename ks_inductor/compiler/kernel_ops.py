@@ -8,8 +8,7 @@ Two registrations:
 
 * ``custom_op`` (CPU and the Triton interpreter, and the GPU fallback): an opaque op that runs the kernel's judged
   plan, and the region's reference where the plan declines a call (an input that starts past its storage's first
-  byte); only a kernel whose record carries no plan that runs here runs its forward. Its fake implementation runs the region's reference graph on
-  fake tensors, so output shapes are right for symbolic sizes too, and its outputs are fresh contiguous tensors. If
+  byte). Its fake implementation runs the region's reference graph on fake tensors, so output shapes are right for symbolic sizes too, and its outputs are fresh contiguous tensors. If
   the kernel raises at run time the op warns once and computes the region with the reference instead: a model
   never breaks on a kernel.
 * ``triton_op`` (GPU): the kernel's judged plan, traced with its kernels wrapped by ``wrap_triton``
@@ -191,20 +190,20 @@ def register_region_op(
     judged: JudgedPlan | None = None,
 ) -> Any:
     """Register (once per process) the op that runs ``kernel`` for a region; returns its OpOverload. ``judged``: the
-    kernel's judged plan (``ks_inductor.judged_plan``), which a ``custom_op`` runs in place of the kernel's forward
-    wherever it takes the call, and which a ``triton_op`` traces (it needs one, for which ``untraceable`` found
-    nothing at the region's example values)."""
+    kernel's judged plan (``ks_inductor.judged_plan``), which a ``custom_op`` runs wherever it takes the call, and
+    which a ``triton_op`` traces (for which ``untraceable`` found nothing at the region's example values). Without
+    one there is no op: the kernel's forward, which no judge ran as it would run here, never stands in for it."""
     variant = "triton_op" if triton else "custom_op"
-    if judged is not None:  # what the op runs is the plan: a record of the same source with another is another op
-        variant += "|judged:" + hashlib.sha256(kernel.record.plan.encode()).hexdigest()[:16]
+    if judged is None:
+        raise KernelLoadError(f"kernel {kernel.record.id}: only its judged plan runs, and it has none")
+    # What the op runs is the plan: a record of the same source with another is another op.
+    variant += "|judged:" + hashlib.sha256(kernel.record.plan.encode()).hexdigest()[:16]
     name = op_name(kernel.record, problem_key, spec, variant)
     with _REGISTRY_LOCK:
         if name in _OPS:
             return _OPS[name]
         schema = spec.schema()
         if triton:
-            if judged is None:
-                raise KernelLoadError(f"kernel {kernel.record.id}: a triton_op traces a judged plan, and it has none")
             op_def = _make_triton_op(name, schema, judged, spec)
         else:
             op_def = _make_custom_op(name, schema, kernel, reference, spec, judged)
@@ -255,13 +254,13 @@ def _fake_outputs(reference: Callable[..., Any], spec: OpSpec) -> Callable[..., 
 
 
 def _make_custom_op(name: str, schema: str, kernel: LoadedKernel, reference: Callable[..., Any],
-                    spec: OpSpec, judged: JudgedPlan | None = None) -> Any:
+                    spec: OpSpec, judged: JudgedPlan) -> Any:
     def impl(*args: Any) -> Any:
         if not kernel.disabled:
             try:
                 # Where the judged plan declines a call the reference computes it: the forward, which the judge
                 # never ran, does not stand in for the plan.
-                out = judged(*args) if judged is not None else kernel.model(*args)
+                out = judged(*args)
                 if out is not None:
                     return _finish_outputs(_as_tuple(out), args, spec, check_alias=True)
             except Exception as e:  # noqa: BLE001 - never a broken model: the reference computes the region

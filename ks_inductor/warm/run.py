@@ -1,7 +1,8 @@
 """Cache warming: evolve a verified kernel for each distinct key of a model's regions (or a problem folder, or the
 recorded misses) before the model is compiled.
 
-Warming is resumable: a key that already has a verified kernel for this machine is skipped (``force`` re-runs it),
+Warming is resumable: a key that already has a verified kernel with its judged plan for this machine is skipped
+(``force`` re-runs it),
 and the optimizer resumes an unfinished run of a key by itself.
 """
 
@@ -141,7 +142,8 @@ def warm(problems: Sequence[Problem], store: SearchStore, config: EvolveConfig |
         item = WarmItem(key=key, name=problem.name, origin=origin, signature=problem.signature())
         summary.items.append(item)
         existing = store.lookup(key, fp)
-        if existing is not None and not force:
+        # A kernel without a judged plan serves nothing (the backend and serving run plans only): searched again.
+        if existing is not None and existing.plan and not force:
             item.status, item.best_speedup, item.timed = "skipped", existing.speedup_inductor, existing.timed
             item.note = f"kernel {existing.id} already verified"
             console.print(f"[{n}/{len(distinct)}] {problem.name} {key[:12]}: [cyan]cached[/] (kernel {existing.id})")
