@@ -19,11 +19,12 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # The kernels table's columns that make a KernelRecord, in the record's order.
 KERNEL_FIELDS = [f.name for f in fields(KernelRecord)]
 
-# Graph guard decisions are measurements that can always be taken again, so their table lives outside the versioned
-# schema: an older kernelsmith opens a database that has it as before.
 # A lookup's first rule: kernels with a judged plan before those without, which nothing serves (a row stored before
 # plans were kept, or one a plan could not be recorded for); as SQL, an ORDER BY term of the kernels table.
 PLANLESS_LAST = "COALESCE(plan, '') = ''"
+
+# Graph guard decisions are measurements that can always be taken again, so their table lives outside the versioned
+# schema: an older kernelsmith opens a database that has it as before.
 GUARD_TABLE = "graph_guard_decisions"
 GUARD_DDL = (f"CREATE TABLE IF NOT EXISTS {GUARD_TABLE} (key VARCHAR(64) NOT NULL PRIMARY KEY, "
              "fingerprint_id VARCHAR(32) NOT NULL, kept BOOLEAN NOT NULL, result TEXT NOT NULL, "

@@ -507,7 +507,7 @@ def rewrite(gm: fx.GraphModule, hits: list[_Hit], use_triton_op: bool) -> tuple[
                 if judged is None:  # the region stays with Inductor: the forward is no stand-in for the plan
                     hit.report.status, hit.report.note = UNUSABLE, f"kernel {hit.record.id} not used: {why}"
                     continue
-                traced = use_triton_op and judged is not None
+                traced = use_triton_op
                 if traced:
                     untraced = judged.untraceable(in_vals) or ko.padded_by_inductor(in_vals)
                     if untraced:
