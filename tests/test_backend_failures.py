@@ -99,17 +99,34 @@ def test_a_database_in_a_missing_folder_warns_and_creates_nothing(tmp_path, mode
     assert B.compile_reports()[-1].swapped == 0
 
 
-def test_kernel_that_fails_to_load_falls_back(tmp_path, model):
+def test_a_served_kernels_module_never_runs_in_the_users_process(tmp_path, model):
+    """A compiled graph runs a cached kernel's judged plan, whose kernels are built from the Triton kernels of its
+    source alone: the rest of the candidate's Python (its module's top level, ``ModelNew``) never runs here, so a
+    module that would fail to import, or do anything else at import, serves all the same."""
     m, x = model
     db = str(tmp_path / "k.db")
     key, seen = norm_key(m, x, db)
-    # The plan of a kernel that loads: the source that fails to import is what is tested.
-    add_kernel(db, key, "import torch\nraise ImportError('no such toolkit')\n",
-               plan=recorded_plan(norm_kernel_module(), region_inputs(seen, key)))
-    caught = _run(m, x, db)
-    assert any("failed to import" in str(w.message) for w in caught)
-    (norm,) = [r for r in B.compile_reports()[-1].regions if r.kind == "norm"]
-    assert norm.status == B.ERROR
+    marker = tmp_path / "imported"
+    source = norm_kernel_module() + f"\nopen({str(marker)!r}, 'w').close()\nraise ImportError('no such toolkit')\n"
+    add_kernel(db, key, source, plan=recorded_plan(norm_kernel_module(), region_inputs(seen, key)))
+    caught = _run(m, x, db)  # the outputs match eager's
+    report = B.compile_reports()[-1]
+    assert report.swapped == 1 and not caught, (report.to_json(), [str(w.message) for w in caught])
+    assert not marker.exists()
+
+
+def test_a_kernel_whose_kernels_do_not_build_is_not_served(tmp_path, model):
+    """A record whose Triton kernels cannot be built here (the plan names a kernel its source lacks) leaves its
+    region to Inductor, and says why."""
+    m, x = model
+    db = str(tmp_path / "k.db")
+    key, seen = norm_key(m, x, db)
+    plan = recorded_plan(norm_kernel_module(), region_inputs(seen, key))
+    add_kernel(db, key, norm_kernel_module().replace("_rmsnorm", "_other_norm"), plan=plan)
+    _run(m, x, db)
+    report = B.compile_reports()[-1]
+    (norm,) = [r for r in report.regions if r.kind == "norm"]
+    assert report.swapped == 0 and norm.status == B.UNUSABLE and "judged plan cannot run here" in norm.note, norm.note
 
 
 BROKEN_AT_RUNTIME = norm_kernel_module(fails=True)  # its judged plan's launch raises, as a device fault would

@@ -334,14 +334,14 @@ def test_a_triton_op_runs_the_judged_plan_it_traces(norm_problem, judge):
     """A triton_op's function is what a compile traces into the graph: it is the judged plan, built of views of one
     tensor per storage and launches through ``wrap_triton``, and it computes the layer. (The interpreter cannot be
     traced; ``test_on_a_gpu_a_compiled_graph_traces_the_judged_plan_never_the_forward`` compiles it.)"""
-    from ks_inductor.compiler.kernel_ops import OpSpec, load_kernel, register_region_op
+    from ks_inductor.compiler.kernel_ops import OpSpec, register_region_op, served_kernel
 
     rec, judged = _judged(norm_problem, judge, TRACING.read_text())
     norm = norm_layer()
     x, w = hidden(), norm.weight.detach()
     want = own_output(norm, x)
     assert judged.untraceable([x, w]) == ""
-    op = register_region_op(load_kernel(rec), norm_problem.key, lambda x, w: own_output(norm, x),
+    op = register_region_op(served_kernel(rec), norm_problem.key, lambda x, w: own_output(norm, x),
                             OpSpec(["Tensor", "Tensor"], 1, [torch.float32]), triton=True, judged=judged)
     torch.testing.assert_close(op(x, w), want, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(judged.traced(x, w), want, atol=1e-5, rtol=1e-5)
@@ -350,7 +350,7 @@ def test_a_triton_op_runs_the_judged_plan_it_traces(norm_problem, judge):
 def test_a_custom_op_computes_a_call_its_judged_plan_declines_with_the_regions_reference(norm_problem, judge):
     """A compiled graph's custom_op runs the judged plan; a call the plan declines (an input past its storage's
     start) is the region's reference's, never the sleeper's forward, which would turn wrong past its count."""
-    from ks_inductor.compiler.kernel_ops import OpSpec, load_kernel, register_region_op
+    from ks_inductor.compiler.kernel_ops import OpSpec, register_region_op, served_kernel
 
     rec, judged = _judged(norm_problem, judge, SLEEPER.read_text())
     norm = norm_layer()
@@ -360,7 +360,7 @@ def test_a_custom_op_computes_a_call_its_judged_plan_declines_with_the_regions_r
         reference_calls.append(1)
         return own_output(norm, x)
 
-    op = register_region_op(load_kernel(rec), norm_problem.key, reference,
+    op = register_region_op(served_kernel(rec), norm_problem.key, reference,
                             OpSpec(["Tensor", "Tensor"], 1, [torch.float32]), judged=judged)
     x, w = hidden(), norm.weight.detach()
     shifted = torch.cat([torch.zeros(1), x.flatten()])[1:].view_as(x)

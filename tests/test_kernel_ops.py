@@ -7,8 +7,8 @@ from kernel_cache.record import KernelRecord
 from ks_inductor.compiler.kernel_ops import (
     KernelLoadError,
     OpSpec,
-    load_kernel,
     register_region_op,
+    served_kernel,
     typed_signature,
 )
 
@@ -52,7 +52,7 @@ def test_without_a_judged_plan_there_is_no_op(triton: bool) -> None:
     """Either registration runs (or traces) a judged plan, never a forward: a kernel without one gets no op, and its
     region stays with Inductor."""
     record = KernelRecord(problem_key="axpy-test", source=SOURCE, backend="cpu", fingerprint={})
-    kernel = load_kernel(record)
+    kernel = served_kernel(record)
     spec = OpSpec(["Tensor", "Tensor", "float"], 1, [torch.float32])
     with pytest.raises(KernelLoadError, match="only its judged plan runs, and it has none"):
         register_region_op(kernel, "axpy-test", lambda x, y, a: a * x + y, spec, triton=triton)

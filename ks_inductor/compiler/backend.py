@@ -500,9 +500,9 @@ def rewrite(gm: fx.GraphModule, hits: list[_Hit], use_triton_op: bool) -> tuple[
             if isinstance(hit.record, EagerChoice):
                 op = ko.register_eager_op(hit.record.problem_key, reference, spec)
             else:
-                kernel = ko.load_kernel(hit.record)
-                # The op runs (or, as a triton_op, traces) the plan the kernel's verdict was reached with, not the
-                # kernel's forward.
+                # The op runs (or, as a triton_op, traces) the plan the kernel's verdict was reached with, never the
+                # kernel's forward: nothing of the candidate's Python but its Triton kernels is imported here.
+                kernel = ko.served_kernel(hit.record)
                 judged, why = judged_plan(hit.record, hit.region.problem)
                 if judged is None:  # the region stays with Inductor: the forward is no stand-in for the plan
                     hit.report.status, hit.report.note = UNUSABLE, f"kernel {hit.record.id} not used: {why}"

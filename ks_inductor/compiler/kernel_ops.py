@@ -1,8 +1,12 @@
 """A verified cached kernel as a ``torch.library`` op the compiled graph can call.
 
-The kernel's source (a KernelBench candidate defining ``ModelNew``) is loaded once per process from a file (Triton
-reads kernel source through ``inspect``, so an exec'd string would not do). Only kernels the judge verified reach
-this module; it is the one place their code runs in the user's process.
+An op runs a kernel's judged plan (``ks_inductor.judged_plan``): the launches the judge's trusted side executed for
+its verdict, of Triton kernels built from the candidate's source with everything but the kernels (and the literal
+constants they read) left out. Nothing else of the candidate's Python (its module's top level, ``ModelNew``, its
+forward) is imported in the user's process for a compiled graph (:func:`served_kernel`). :func:`load_kernel`
+imports the whole module, for what needs its forward: serving's recording of a plan at a signature the kernel was
+not judged at (``integrations.checks.plan_at``). A module is loaded from a file (Triton reads kernel source through
+``inspect``, so an exec'd string would not do).
 
 Two registrations:
 
@@ -57,14 +61,25 @@ class KernelLoadError(Exception):
 
 
 @dataclass
-class LoadedKernel:
+class ServedKernel:
+    """A cached kernel as a compiled graph's op holds it: its record, and whether it failed at run time (then the
+    region's reference computes every later call)."""
+
     record: KernelRecord
-    module: types.ModuleType
-    model: torch.nn.Module
     disabled: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+@dataclass
+class LoadedKernel(ServedKernel):
+    """A kernel with its module imported and its ``ModelNew`` built: what recording its launches at a signature it
+    was not judged at needs (``integrations.checks.plan_at``). A compiled graph never loads one."""
+
+    module: types.ModuleType | None = None
+    model: torch.nn.Module | None = None
+
+
+_SERVED: dict[str, ServedKernel] = {}
 _LOADED: dict[str, LoadedKernel] = {}
 _OPS: dict[str, Any] = {}
 _REGISTRY_LOCK = threading.Lock()
@@ -79,6 +94,15 @@ def _kernel_dir() -> Path:
     d = Settings.from_env().cache_home() / "kernels"
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+def served_kernel(record: KernelRecord) -> ServedKernel:
+    """The kernel a region's op runs, once per process per source: its record checked against its hash, nothing of
+    its source imported (the op runs the judged plan, whose kernels ``JudgedPlan`` builds from the kernels alone)."""
+    if source_sha256(record.source) != record.sha256:
+        raise KernelLoadError(f"kernel {record.id}: source does not match its sha256; the cache entry is damaged")
+    with _REGISTRY_LOCK:
+        return _SERVED.setdefault(record.sha256, ServedKernel(record))
 
 
 def load_kernel(record: KernelRecord) -> LoadedKernel:
@@ -103,7 +127,7 @@ def load_kernel(record: KernelRecord) -> LoadedKernel:
             # tensor held as a plain attribute counts too: a plan that reads it is not stored, so the forward would
             # serve where the judged plan should.
             raise KernelLoadError(f"kernel {record.id}: ModelNew holds tensors of its own; not a region kernel")
-        loaded = LoadedKernel(record, module, model)
+        loaded = LoadedKernel(record, module=module, model=model)
         _LOADED[record.sha256] = loaded
         return loaded
 
@@ -182,7 +206,7 @@ def _finish_outputs(outs: Sequence[Any], args: Sequence[Any], spec: OpSpec, chec
 
 
 def register_region_op(
-    kernel: LoadedKernel,
+    kernel: ServedKernel,
     problem_key: str,
     reference: Callable[..., Any],
     spec: OpSpec,
@@ -253,7 +277,7 @@ def _fake_outputs(reference: Callable[..., Any], spec: OpSpec) -> Callable[..., 
     return fake
 
 
-def _make_custom_op(name: str, schema: str, kernel: LoadedKernel, reference: Callable[..., Any],
+def _make_custom_op(name: str, schema: str, kernel: ServedKernel, reference: Callable[..., Any],
                     spec: OpSpec, judged: JudgedPlan) -> Any:
     def impl(*args: Any) -> Any:
         if not kernel.disabled:
