@@ -46,7 +46,7 @@ def region_why(r: RegionReport) -> str:
     if r.status in (HIT, EVOLVED):
         sp = "untimed" if r.speedup is None else f"{r.speedup:.2f}x over Inductor"
         how = "evolved during this compile" if r.status == EVOLVED else "from the cache"
-        # What runs: its judged plan (traced into Inductor's graph, or per call), or its forward and why.
+        # What runs: its judged plan, traced into Inductor's graph or run per call.
         runs = f", running {r.launch}" if r.launch else ""
         return one_line(f"kernel {r.kernel_id} {how} ({sp}){runs}")
     if r.note:
