@@ -12,9 +12,9 @@ Two registrations:
 
 * ``custom_op`` (CPU and the Triton interpreter, and the GPU fallback): an opaque op that runs the kernel's judged
   plan, and the region's reference where the plan declines a call (an input that starts past its storage's first
-  byte). Its fake implementation runs the region's reference graph on fake tensors, so output shapes are right for symbolic sizes too, and its outputs are fresh contiguous tensors. If
-  the kernel raises at run time the op warns once and computes the region with the reference instead: a model
-  never breaks on a kernel.
+  byte). Its fake implementation runs the region's reference graph on fake tensors, so output shapes are right for
+  symbolic sizes too, and its outputs are fresh contiguous tensors. If the kernel raises at run time the op warns
+  once and computes the region with the reference instead: a model never breaks on a kernel.
 * ``triton_op`` (GPU): the kernel's judged plan, traced with its kernels wrapped by ``wrap_triton``
   (``JudgedPlan.traced``), so AOTAutograd decomposes the op into ``triton_kernel_wrapper_functional`` nodes and
   Inductor emits the kernels in its own wrapper (no Python dispatch per call, part of Inductor's cache key). The
@@ -101,8 +101,10 @@ def served_kernel(record: KernelRecord) -> ServedKernel:
     its source imported (the op runs the judged plan, whose kernels ``JudgedPlan`` builds from the kernels alone)."""
     if source_sha256(record.source) != record.sha256:
         raise KernelLoadError(f"kernel {record.id}: source does not match its sha256; the cache entry is damaged")
+    # One per source and plan: a plan that fails at run time stops its own op, not another plan's of that source.
+    key = f"{record.sha256}|{hashlib.sha256(record.plan.encode()).hexdigest()}"
     with _REGISTRY_LOCK:
-        return _SERVED.setdefault(record.sha256, ServedKernel(record))
+        return _SERVED.setdefault(key, ServedKernel(record))
 
 
 def load_kernel(record: KernelRecord) -> LoadedKernel:
