@@ -30,14 +30,19 @@ def norm_key(model, x, db):
     return norm.key, result
 
 
-def region_inputs(result, key) -> list[torch.Tensor]:
-    """Inputs at the signature of the region ``key`` of an ``explain`` result, as the judge draws them."""
+def problem_inputs(problem) -> list[torch.Tensor]:
+    """Inputs at ``problem``'s signature, as the judge draws them."""
     from integrations.signature import random_inputs
 
-    [problem] = [p for p in result.problems if p.key == key]
     sig = spec_signature(problem.input_specs)
     assert sig is not None, problem.input_specs
     return random_inputs(sig, torch.device("cpu"))
+
+
+def region_inputs(result, key) -> list[torch.Tensor]:
+    """Inputs at the signature of the region ``key`` of an ``explain`` result."""
+    [problem] = [p for p in result.problems if p.key == key]
+    return problem_inputs(problem)
 
 
 def recorded_plan(source: str, inputs: Sequence[torch.Tensor]) -> str:
@@ -66,19 +71,11 @@ def add_kernel(db, key, source, inputs: Sequence[torch.Tensor] | None = None, **
 def store_region_kernels(model, inputs, db, source: Callable[[Any], str]) -> list[Any]:
     """One kernel per region of ``model`` at ``inputs``, ``source(problem)``, stored untimed as the interpreter judge
     would, each with its recorded plan; the regions' problems."""
-    from integrations.signature import random_inputs
-
-    fp = B.current_fingerprint()
     problems = explain(model, *inputs, db=db).problems
-    with KernelStore(db) as store:
-        for p in problems:
-            text = source(p)
-            sig = spec_signature(p.input_specs)
-            assert sig is not None, p.input_specs
+    for p in problems:
+        with KernelStore(db) as store:
             store.upsert_problem(p)
-            store.add_kernel(KernelRecord(problem_key=p.key, source=text, backend="triton-interpret",
-                                          fingerprint=fp.to_json(), timed=False,
-                                          plan=recorded_plan(text, random_inputs(sig, torch.device("cpu")))))
+        add_kernel(db, p.key, source(p), problem_inputs(p))
     return problems
 
 

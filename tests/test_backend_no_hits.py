@@ -274,6 +274,7 @@ def test_analysis_leaves_what_dynamo_made_as_it_was(dynamic, tmp_path, monkeypat
 def _warm(model, inputs, db):
     """One kernel per region of ``model`` (NormResidual's one region), correct, with its plan."""
     store_region_kernels(model, inputs, db, lambda p: norm_kernel_module(residual=True))
+    B.forget_stores()
 
 
 @pytest.fixture()

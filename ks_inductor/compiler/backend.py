@@ -502,11 +502,11 @@ def rewrite(gm: fx.GraphModule, hits: list[_Hit], use_triton_op: bool) -> tuple[
             else:
                 # The op runs (or, as a triton_op, traces) the plan the kernel's verdict was reached with, never the
                 # kernel's forward: nothing of the candidate's Python but its Triton kernels is imported here.
-                kernel = ko.served_kernel(hit.record)
                 judged, why = judged_plan(hit.record, hit.region.problem)
                 if judged is None:  # the region stays with Inductor: the forward is no stand-in for the plan
                     hit.report.status, hit.report.note = UNUSABLE, f"kernel {hit.record.id} not used: {why}"
                     continue
+                kernel = ko.served_kernel(hit.record)
                 traced = use_triton_op
                 if traced:
                     untraced = judged.untraceable(in_vals) or ko.padded_by_inductor(in_vals)

@@ -2,8 +2,7 @@
 recorded misses) before the model is compiled.
 
 Warming is resumable: a key that already has a verified kernel with its judged plan for this machine is skipped
-(``force`` re-runs it),
-and the optimizer resumes an unfinished run of a key by itself.
+(``force`` re-runs it), and the optimizer resumes an unfinished run of a key by itself.
 """
 
 from __future__ import annotations
